@@ -1,0 +1,150 @@
+"""pydantic models of the TrainingJob resource (railyard.dev/v1alpha1).
+
+One definition serves the planner, the operator and the CRD-vs-model agreement test. Unknown
+fields are ignored (the API server prunes them anyway) so newer manifests still plan.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from railyard.topology.nodes import pod_gpu_request
+from railyard.topology.tiers import RailAlignment, Tier
+
+GROUP = "railyard.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class TopologySpec(_Model):
+    required_tier: Tier | None = Field(None, alias="requiredTier")
+    preferred_tier: Tier | None = Field(None, alias="preferredTier")
+    rail_alignment: RailAlignment = Field(RailAlignment.PREFERRED, alias="railAlignment")
+
+    @model_validator(mode="after")
+    def _preferred_within_required(self) -> TopologySpec:
+        if self.required_tier and self.preferred_tier and self.preferred_tier.level > self.required_tier.level:
+            raise ValueError(
+                f"preferredTier {self.preferred_tier.value!r} is above requiredTier "
+                f"{self.required_tier.value!r}; a preference must be at or below the requirement"
+            )
+        return self
+
+
+class Parallelism(_Model):
+    tensor: int = Field(1, ge=1)
+    pipeline: int = Field(1, ge=1)
+    data: int | None = Field(None, ge=1)
+
+
+class TrainingJobSpec(_Model):
+    replicas: int = Field(ge=1)
+    min_replicas: int | None = Field(None, alias="minReplicas", ge=1)
+    max_replicas: int | None = Field(None, alias="maxReplicas", ge=1)
+    priority: int = 0
+    topology: TopologySpec = TopologySpec()
+    parallelism: Parallelism | None = None
+    template: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingJobSpec:
+        low = self.min_replicas if self.min_replicas is not None else self.replicas
+        high = self.max_replicas if self.max_replicas is not None else self.replicas
+        if not low <= self.replicas <= high:
+            raise ValueError(
+                f"need minReplicas <= replicas <= maxReplicas, got minReplicas={low}, "
+                f"replicas={self.replicas}, maxReplicas={high}"
+            )
+        if self.parallelism is not None:
+            p = self.parallelism
+            world = self.replicas * self.gpus_per_replica
+            data = p.data if p.data is not None else world // max(1, p.tensor * p.pipeline)
+            if p.tensor * p.pipeline * data != world:
+                raise ValueError(
+                    f"parallelism tensor*pipeline*data = {p.tensor}*{p.pipeline}*{p.data or data} must equal "
+                    f"replicas*GPUs per replica = {self.replicas}*{self.gpus_per_replica} = {world}"
+                )
+        return self
+
+    @property
+    def pod_spec(self) -> dict[str, Any]:
+        return self.template.get("spec") or {}
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return pod_gpu_request(self.pod_spec)
+
+    @property
+    def effective_min_replicas(self) -> int:
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+
+class Condition(_Model):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = Field(None, alias="lastTransitionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+
+
+class RankPlacement(_Model):
+    rank: int
+    node: str
+    gpus: list[int]
+    pod: str | None = None
+
+
+class PlacementStatus(_Model):
+    ranks: list[RankPlacement] = []
+    tors: int = 0
+    leaves: int = 0
+    spines: int = 0
+    rail_aligned: bool = Field(False, alias="railAligned")
+
+
+class TrainingJobStatus(_Model):
+    conditions: list[Condition] = []
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    replicas: int = 0
+    selector: str | None = None
+    placement: PlacementStatus | None = None
+    queued_since: datetime | None = Field(None, alias="queuedSince")
+    start_time: datetime | None = Field(None, alias="startTime")
+    completion_time: datetime | None = Field(None, alias="completionTime")
+    restart_count: int = Field(0, alias="restartCount")
+
+
+class ObjectMeta(_Model):
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+    creation_timestamp: datetime | None = Field(None, alias="creationTimestamp")
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class TrainingJob(_Model):
+    api_version: str = Field(API_VERSION, alias="apiVersion")
+    kind: str = KIND
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _kind(self) -> TrainingJob:
+        if self.kind != KIND:
+            raise ValueError(f"kind is {self.kind!r}, expected {KIND!r}")
+        if self.api_version.split("/")[0] != GROUP:
+            raise ValueError(f"apiVersion is {self.api_version!r}, expected {API_VERSION!r}")
+        return self

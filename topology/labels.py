@@ -1,0 +1,112 @@
+"""Label schemes: how a node's labels map onto Railyard's topology model.
+
+The native scheme is `topology.railyard.dev/*`. Presets translate other conventions (NVIDIA
+topograph, AWS, GKE, GPU Feature Discovery) onto the same model; several can be combined, later
+ones filling fields the earlier ones leave unset (e.g. `aws,gfd`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+PREFIX = "topology.railyard.dev/"
+LABEL_SPINE = PREFIX + "spine"
+LABEL_LEAF = PREFIX + "leaf"
+LABEL_TOR = PREFIX + "tor"
+LABEL_GPU_RAIL = PREFIX + "gpu-rail"
+LABEL_GPU_NUMA = PREFIX + "gpu-numa"
+LABEL_GPU_NVLINK = PREFIX + "gpu-nvlink"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_CLIQUE = "nvidia.com/gpu.clique"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+ANNOTATION_GPUS = "railyard.dev/gpus"
+
+
+@dataclass(frozen=True)
+class LabelScheme:
+    """Which label keys hold each topology field. `None` means the convention has no such label.
+
+    A missing network tier collapses into its parent (a cluster with no spine label is one spine).
+    `qualify` prefixes domain ids with their parents' ids, for conventions whose ids are only
+    unique within the parent.
+    """
+
+    name: str
+    spine: str | None = None
+    leaf: str | None = None
+    tor: str | None = None
+    gpu_rail: str | None = None
+    gpu_numa: str | None = None
+    gpu_nvlink: str | None = None
+    gpu_count: str | None = None
+    nvlink_domain: str | None = None
+    qualify: bool = False
+
+    def merged_with(self, other: LabelScheme) -> LabelScheme:
+        """This scheme with every unset field taken from `other`."""
+        updates = {
+            f.name: getattr(other, f.name)
+            for f in fields(self)
+            if f.name not in ("name", "qualify") and getattr(self, f.name) is None
+        }
+        return replace(self, name=f"{self.name},{other.name}", qualify=self.qualify or other.qualify,
+                       **updates)
+
+    @property
+    def network_keys(self) -> tuple[tuple[str, str | None], ...]:
+        return (("spine", self.spine), ("leaf", self.leaf), ("tor", self.tor))
+
+
+NATIVE = LabelScheme(
+    name="native", spine=LABEL_SPINE, leaf=LABEL_LEAF, tor=LABEL_TOR,
+    gpu_rail=LABEL_GPU_RAIL, gpu_numa=LABEL_GPU_NUMA, gpu_nvlink=LABEL_GPU_NVLINK,
+)
+# NVIDIA topograph, current labels: tier-1 is the switch layer nearest the node's NICs.
+TOPOGRAPH = LabelScheme(
+    name="topograph", spine="fabric.topograph.run/tier-3", leaf="fabric.topograph.run/tier-2",
+    tor="fabric.topograph.run/tier-1", nvlink_domain="accelerator.topograph.run/domain",
+)
+# topograph's older generations: {accelerator,block,spine,datacenter} and {accelerator,leaf,spine,core}.
+TOPOGRAPH_V1 = LabelScheme(
+    name="topograph-v1", spine="network.topology.nvidia.com/datacenter",
+    leaf="network.topology.nvidia.com/spine", tor="network.topology.nvidia.com/block",
+    nvlink_domain="network.topology.nvidia.com/accelerator",
+)
+TOPOGRAPH_V2 = LabelScheme(
+    name="topograph-v2", spine="network.topology.nvidia.com/core",
+    leaf="network.topology.nvidia.com/spine", tor="network.topology.nvidia.com/leaf",
+    nvlink_domain="network.topology.nvidia.com/accelerator",
+)
+# AWS: layer-1 is the TOP of the network, layer-3 the one nearest the instance.
+AWS = LabelScheme(
+    name="aws", spine="topology.k8s.aws/network-node-layer-1",
+    leaf="topology.k8s.aws/network-node-layer-2", tor="topology.k8s.aws/network-node-layer-3",
+)
+# GKE: a block holds sub-blocks; sub-block ids are only unique inside their block.
+GKE = LabelScheme(
+    name="gke", leaf="cloud.google.com/gce-topology-block",
+    tor="cloud.google.com/gce-topology-subblock", qualify=True,
+)
+# GPU Feature Discovery describes GPUs, not the network: combine it with a network scheme.
+GFD = LabelScheme(name="gfd", gpu_count=LABEL_GPU_COUNT, nvlink_domain=LABEL_GPU_CLIQUE)
+
+PRESETS: dict[str, LabelScheme] = {
+    s.name: s for s in (NATIVE, TOPOGRAPH, TOPOGRAPH_V1, TOPOGRAPH_V2, AWS, GKE, GFD)
+}
+
+
+def resolve_scheme(spec: str | None) -> LabelScheme:
+    """`"aws,gfd"` -> the AWS scheme with GFD filling its GPU fields. Raises ValueError naming the preset."""
+    names = [n.strip() for n in (spec or "native").split(",") if n.strip()] or ["native"]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise ValueError(
+            f"unknown label preset {unknown[0]!r}; known presets: {', '.join(sorted(PRESETS))}"
+        )
+    scheme = PRESETS[names[0]]
+    for name in names[1:]:
+        scheme = scheme.merged_with(PRESETS[name])
+    return scheme

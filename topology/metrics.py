@@ -1,0 +1,45 @@
+"""Quality figures of a placement: domains spanned, ring cost, rail alignment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from railyard.topology.model import GpuNode
+
+
+def tier_distance(a: GpuNode, b: GpuNode) -> int:
+    """0 same node, 1 same TOR, 2 same leaf, 3 same spine, 4 otherwise."""
+    if a.name == b.name:
+        return 0
+    if a.tor == b.tor:
+        return 1
+    if a.leaf == b.leaf:
+        return 2
+    if a.spine == b.spine:
+        return 3
+    return 4
+
+
+def ring_cost(nodes_in_rank_order: Sequence[GpuNode]) -> int:
+    """Sum of tier distances between consecutive ranks, wrapping around."""
+    n = len(nodes_in_rank_order)
+    if n < 2:
+        return 0
+    return sum(tier_distance(nodes_in_rank_order[i], nodes_in_rank_order[(i + 1) % n]) for i in range(n))
+
+
+def domains_spanned(nodes: Sequence[GpuNode]) -> tuple[int, int, int]:
+    """(TORs, leaves, spines) touched."""
+    return (len({n.tor for n in nodes}), len({n.leaf for n in nodes}), len({n.spine for n in nodes}))
+
+
+def rails_of(node: GpuNode, gpus: Sequence[int]) -> tuple[int, ...]:
+    return tuple(node.rails[g] for g in gpus)
+
+
+def rail_aligned(replicas: Sequence[tuple[GpuNode, Sequence[int]]]) -> bool:
+    """True when local rank j sits on the same rail on every replica."""
+    if not replicas:
+        return False
+    first = rails_of(*replicas[0])
+    return all(rails_of(node, gpus) == first for node, gpus in replicas[1:])

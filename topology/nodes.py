@@ -1,0 +1,183 @@
+"""Node and Pod objects (plain dicts, as the API returns them) -> a solver Snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, LabelScheme
+from railyard.topology.model import Exclusion, GpuNode, Snapshot, Taint
+from railyard.topology.quantity import parse_count
+
+# Per-GPU labels are dot-separated small integers, one per GPU index ("0.1.2.3.4.5.6.7").
+_MAX_GPUS_PER_NODE = 64
+
+
+class NodeError(ValueError):
+    """A node that cannot be modelled; the message says which label or field is wrong."""
+
+
+def _gpu_list(labels: Mapping[str, str], key: str | None, count: int, default: tuple[int, ...]) -> tuple[int, ...]:
+    if key is None or key not in labels:
+        return default
+    raw = labels[key]
+    parts = raw.split(".")
+    if not all(p.isdigit() for p in parts):
+        raise NodeError(f"label {key}={raw!r}: expected dot-separated integers such as 0.1.2.3")
+    if len(parts) != count:
+        raise NodeError(f"label {key}={raw!r}: has {len(parts)} entries but the node has {count} GPUs")
+    return tuple(int(p) for p in parts)
+
+
+def _gpu_count(node: Mapping[str, Any], labels: Mapping[str, str], scheme: LabelScheme) -> int:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    raw = allocatable.get(GPU_RESOURCE)
+    source = f"status.allocatable[{GPU_RESOURCE}]"
+    if raw is None and scheme.gpu_count and scheme.gpu_count in labels:
+        raw, source = labels[scheme.gpu_count], f"label {scheme.gpu_count}"
+    if raw is None:
+        raise NodeError(f"no {GPU_RESOURCE} allocatable")
+    try:
+        count = parse_count(raw)
+    except ValueError as e:
+        raise NodeError(f"{source}={raw!r}: {e}") from None
+    if count <= 0:
+        raise NodeError(f"{source}={raw!r}: no GPUs")
+    if count > _MAX_GPUS_PER_NODE:
+        raise NodeError(f"{source}={raw!r}: more than {_MAX_GPUS_PER_NODE} GPUs per node")
+    return count
+
+
+def _domains(name: str, labels: Mapping[str, str], scheme: LabelScheme) -> tuple[str, str, str]:
+    ids: list[str] = []
+    parent = ""
+    for tier, key in scheme.network_keys:
+        if key is None:
+            # The convention has no such tier: the domain collapses into its parent.
+            value = parent or "cluster"
+        elif not labels.get(key):
+            raise NodeError(f"missing {tier} label {key}")
+        else:
+            value = labels[key]
+            if scheme.qualify and parent:
+                value = f"{parent}/{value}"
+        ids.append(value)
+        parent = value
+    spine, leaf, tor = ids
+    return spine, leaf, tor
+
+
+def _is_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> GpuNode:
+    """Model one Node object. Raises NodeError (why the node cannot be used) for any problem."""
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise NodeError("metadata.name is missing")
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        raise NodeError("cordoned (spec.unschedulable)")
+    if not _is_ready(node):
+        raise NodeError("not Ready")
+    count = _gpu_count(node, labels, scheme)
+    spine, leaf, tor = _domains(name, labels, scheme)
+    half = max(1, count // 2)
+    # Without per-GPU labels assume the common layout: GPU i on rail i, two NUMA halves, one NVSwitch.
+    rails = _gpu_list(labels, scheme.gpu_rail, count, tuple(range(count)))
+    numa = _gpu_list(labels, scheme.gpu_numa, count, tuple(i // half for i in range(count)))
+    nvlink = _gpu_list(labels, scheme.gpu_nvlink, count, (0,) * count)
+    taints = tuple(
+        Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+        for t in spec.get("taints") or []
+    )
+    return GpuNode(
+        name=name, spine=spine, leaf=leaf, tor=tor, rails=rails, numa=numa, nvlink=nvlink,
+        labels=dict(labels), taints=taints, product=labels.get("nvidia.com/gpu.product", ""),
+        nvlink_domain=labels.get(scheme.nvlink_domain) if scheme.nvlink_domain else None,
+    )
+
+
+def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
+    """GPUs a pod holds: the sum over containers, or the largest init container if that is more."""
+
+    def one(container: Mapping[str, Any]) -> int:
+        res = container.get("resources") or {}
+        raw = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE)
+        return parse_count(raw) if raw is not None else 0
+
+    main = sum(one(c) for c in pod_spec.get("containers") or [])
+    init = max((one(c) for c in pod_spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def pod_node(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod holds GPUs on: its binding, or for a gated Railyard pod the node it is pinned to."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if ANNOTATION_GPUS in annotations:
+        return (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+    return None
+
+
+def _parse_gpu_annotation(raw: str) -> list[int]:
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"annotation {ANNOTATION_GPUS}={raw!r}: expected comma-separated GPU indices")
+    return [int(p) for p in parts]
+
+
+def build_snapshot(
+    node_objects: Iterable[Mapping[str, Any]],
+    pod_objects: Iterable[Mapping[str, Any]] = (),
+    scheme: LabelScheme = NATIVE,
+) -> Snapshot:
+    """Model every node (excluding, with a reason, those that cannot be used) and count used GPUs.
+
+    Pods that are Succeeded/Failed hold nothing. Railyard's pods say which GPUs they hold in the
+    `railyard.dev/gpus` annotation; other pods take their GPU count from the lowest free indices.
+    """
+    nodes: list[GpuNode] = []
+    excluded: list[Exclusion] = []
+    for obj in node_objects:
+        name = (obj.get("metadata") or {}).get("name") or "<unnamed>"
+        try:
+            nodes.append(node_from_object(obj, scheme))
+        except NodeError as e:
+            excluded.append(Exclusion(name, str(e)))
+    nodes.sort(key=lambda n: n.name)
+    by_name = {n.name: n for n in nodes}
+    used: dict[str, set[int]] = {}
+    anonymous: list[tuple[str, int]] = []
+    for pod in pod_objects:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        node_name = pod_node(pod)
+        if node_name not in by_name:
+            continue
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if ANNOTATION_GPUS in annotations:
+            try:
+                gpus = _parse_gpu_annotation(annotations[ANNOTATION_GPUS])
+            except ValueError:
+                gpus = None
+            if gpus is not None:
+                count = by_name[node_name].gpu_count
+                used.setdefault(node_name, set()).update(g for g in gpus if 0 <= g < count)
+                continue
+        anonymous.append((node_name, pod_gpu_request(pod.get("spec") or {})))
+    # Pods that do not say which GPUs they hold take the lowest free indices, after Railyard's.
+    for node_name, count in anonymous:
+        taken = used.setdefault(node_name, set())
+        free = [i for i in range(by_name[node_name].gpu_count) if i not in taken]
+        taken.update(free[:count])
+    excluded.sort(key=lambda e: e.node)
+    return Snapshot(tuple(nodes), {k: frozenset(v) for k, v in used.items() if v}, tuple(excluded))

@@ -1,0 +1,48 @@
+"""What the solver is asked to place: a gang of identical replicas with topology constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from railyard.topology.api import Parallelism, TrainingJob
+from railyard.topology.tiers import RailAlignment, Tier
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    name: str
+    replicas: int
+    gpus_per_replica: int
+    namespace: str = "default"
+    min_replicas: int | None = None
+    required_tier: Tier | None = None
+    preferred_tier: Tier | None = None
+    rail_alignment: RailAlignment = RailAlignment.PREFERRED
+    parallelism: Parallelism | None = None
+    pod_spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def smallest(self) -> int:
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+    @classmethod
+    def from_job(cls, job: TrainingJob) -> GangRequest:
+        spec = job.spec
+        return cls(
+            name=job.metadata.name,
+            namespace=job.metadata.namespace,
+            replicas=spec.replicas,
+            min_replicas=spec.effective_min_replicas,
+            gpus_per_replica=spec.gpus_per_replica,
+            required_tier=spec.topology.required_tier,
+            preferred_tier=spec.topology.preferred_tier,
+            rail_alignment=spec.topology.rail_alignment,
+            parallelism=spec.parallelism,
+            pod_spec=spec.pod_spec,
+        )

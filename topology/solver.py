@@ -1,0 +1,258 @@
+"""The placement decision: a pure function of (snapshot, gang request).
+
+Steps: filter eligible nodes -> per-node slots for the best rail target -> choose domains (select)
+-> choose GPUs per slot (slots) -> rank order (ranks). All or nothing: either every replica (or, for
+elastic jobs, the largest count between minReplicas and replicas) gets a slot, or none does and the
+decision carries a reason naming the binding constraint.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from railyard.topology.eligibility import PodConstraints
+from railyard.topology.metrics import domains_spanned, rail_aligned, rails_of, ring_cost
+from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.ranks import local_rank_order, order_replicas
+from railyard.topology.request import GangRequest
+from railyard.topology.select import Selection, build_tree, objective_for, select
+from railyard.topology.slots import RailTarget, free_rail_counts, natural_targets, pick_gpus, slots_for_target
+from railyard.topology.tiers import RailAlignment, Tier
+
+_TIER_LABEL = {0: "node", 1: "TOR", 2: "leaf", 3: "spine"}
+_MAX_RAIL_TARGETS = 8
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    replicas: tuple[ReplicaPlacement, ...]
+    tors: int
+    leaves: int
+    spines: int
+    rail_aligned: bool
+    ring_cost: int
+
+    @property
+    def allocations(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [(r.node, r.gpus) for r in self.replicas]
+
+
+@dataclass(frozen=True)
+class Decision:
+    request: GangRequest
+    placement: Placement | None
+    reason: str | None
+
+    @property
+    def placed(self) -> bool:
+        return self.placement is not None
+
+
+@dataclass
+class _Candidate:
+    """One way to fill the gang: a rail target (or none) and the slots it gives per node."""
+
+    target: RailTarget | None
+    slots: list[tuple[GpuNode, int]]
+
+
+def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], Counter[str]]:
+    constraints = PodConstraints(request.pod_spec)
+    unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
+    rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
+    eligible: list[GpuNode] = []
+    for node in snapshot.nodes:
+        if node.gpu_count < request.gpus_per_replica:
+            rejected[f"fewer than {request.gpus_per_replica} GPUs"] += 1
+            continue
+        reason = None if unconstrained else constraints.reject_reason(node)
+        if reason:
+            rejected[reason] += 1
+        else:
+            eligible.append(node)
+    return eligible, rejected
+
+
+def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest) -> list[_Candidate]:
+    size = request.gpus_per_replica
+    if size == 0:
+        return [_Candidate(None, [(n, 1) for n in nodes])]
+    frees = [(n, snapshot.free(n)) for n in nodes]
+    frees = [(n, f) for n, f in frees if len(f) >= size]
+    unaligned = _Candidate(None, [(n, len(f) // size) for n, f in frees])
+    if request.rail_alignment == RailAlignment.NONE:
+        return [unaligned]
+    weights: Counter[RailTarget] = Counter()
+    for node, _ in frees:
+        if node.gpu_count == size:
+            weights[tuple(sorted(node.rails))] += 1  # whole-node replicas: the node's rails
+        else:
+            for target in natural_targets(node.rails, node.numa, node.nvlink, size):
+                weights[target] += 1
+    aligned: list[_Candidate] = []
+    for target, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_RAIL_TARGETS]:
+        slots: list[tuple[GpuNode, int]] = []
+        for node, free in frees:
+            if node.gpu_count == size:
+                count = int(len(free) == size and tuple(sorted(node.rails)) == target)
+            else:
+                count = slots_for_target(free_rail_counts(node, free), target)
+            if count:
+                slots.append((node, count))
+        aligned.append(_Candidate(target, slots))
+    if request.rail_alignment == RailAlignment.REQUIRED:
+        return aligned
+    if len(aligned) == 1 and aligned[0].slots == [(n, c) for n, c in unaligned.slots if c]:
+        return aligned  # every usable slot is already aligned: nothing to fall back to
+    return [*aligned, unaligned]
+
+
+def _scopes(candidate: _Candidate, request: GangRequest) -> list[tuple[str, list[tuple[GpuNode, int]]]]:
+    """The domains the whole gang may live in: one per domain of the required tier, else the cluster."""
+    if request.required_tier is None:
+        return [("cluster", candidate.slots)]
+    level = request.required_tier.level
+    groups: dict[str, list[tuple[GpuNode, int]]] = {}
+    for node, count in candidate.slots:
+        groups.setdefault(node.domain(level), []).append((node, count))
+    return sorted(groups.items())
+
+
+def _top_level(request: GangRequest) -> int:
+    top = 3
+    if request.required_tier is not None:
+        top = request.required_tier.level - 1
+    if request.preferred_tier is not None:
+        top = min(top, request.preferred_tier.level)
+    return top
+
+
+@dataclass
+class _Option:
+    candidate: _Candidate
+    selection: Selection
+    scope_cap: int
+    scope_id: str
+
+
+def _best_option(candidate: _Candidate, request: GangRequest, need: int) -> _Option | None:
+    objective = objective_for(request.preferred_tier.level if request.preferred_tier else None)
+    top = _top_level(request)
+    best: tuple | None = None
+    chosen: _Option | None = None
+    for scope_id, slots in _scopes(candidate, request):
+        cap = sum(c for _, c in slots)
+        if cap < need:
+            continue
+        if top < 0:  # requiredTier node: the scope is one node
+            selection = Selection((1, 0, 0, 0), [(slots[0][0], need)])
+        else:
+            selection = select(build_tree(slots, top, scope_id), need, objective)
+        key = (objective(selection.counts), cap, scope_id)
+        if best is None or key < best:
+            best, chosen = key, _Option(candidate, selection, cap, scope_id)
+    return chosen
+
+
+def _largest_scope(candidate: _Candidate, request: GangRequest) -> int:
+    return max((sum(c for _, c in slots) for _, slots in _scopes(candidate, request)), default=0)
+
+
+def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
+    size = request.gpus_per_replica
+    slots: list[tuple[GpuNode, tuple[int, ...]]] = []
+    for node, count in option.selection.takes:
+        for gpus in pick_gpus(node, snapshot.free(node), count, size, option.candidate.target):
+            slots.append((node, gpus))
+    ordered = order_replicas(slots, size, request.parallelism)
+    reference: list[int] | None = None
+    replicas: list[ReplicaPlacement] = []
+    final: list[tuple[GpuNode, list[int]]] = []
+    for rank, (node, gpus) in enumerate(ordered):
+        local = local_rank_order(node, gpus, reference)
+        if reference is None:
+            reference = list(rails_of(node, local))
+        replicas.append(ReplicaPlacement(rank, node.name, tuple(local)))
+        final.append((node, local))
+    nodes = [n for n, _ in final]
+    tors, leaves, spines = domains_spanned(nodes)
+    return Placement(tuple(replicas), tors, leaves, spines, size > 0 and rail_aligned(final), ring_cost(nodes))
+
+
+def _unit(size: int, nodes: Sequence[GpuNode]) -> str:
+    if nodes and all(n.gpu_count == size for n in nodes):
+        return "free whole nodes"
+    return f"free slots of {size} GPUs"
+
+
+def _explain(request: GangRequest, nodes: Sequence[GpuNode], rejected: Counter[str],
+             candidates: Sequence[_Candidate]) -> str:
+    need = request.smallest
+    size = request.gpus_per_replica
+    unit = _unit(size, nodes)
+    excluded = ", ".join(f"{count} {why}" for why, count in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+    if not nodes:
+        return f"no eligible nodes for {size}-GPU replicas" + (f" (excluded: {excluded})" if excluded else "")
+    best = max(candidates, key=lambda c: sum(n for _, n in c.slots), default=None)
+    slots = best.slots if best else []
+    per_tier: dict[int, Counter[str]] = {level: Counter() for level in (1, 2, 3)}
+    for node, count in slots:
+        for level in (1, 2, 3):
+            per_tier[level][node.domain(level)] += count
+    total = sum(c for _, c in slots)
+    largest = {level: per_tier[level].most_common(1)[0] if per_tier[level] else ("-", 0) for level in per_tier}
+    context = ", ".join(f"largest {_TIER_LABEL[lv]} {largest[lv][1]}" for lv in (1, 2, 3))
+    if request.required_tier is not None and request.required_tier != Tier.NODE:
+        level = request.required_tier.level
+        dom, cap = largest[level]
+        message = (f"requiredTier {request.required_tier.value}: largest {_TIER_LABEL[level]} ({dom}) has {cap} "
+                   f"{unit}, job needs {need}")
+    elif request.required_tier == Tier.NODE:
+        cap = max((c for _, c in slots), default=0)
+        message = f"requiredTier node: largest node has {cap} {unit}, job needs {need}"
+    else:
+        message = f"cluster has {total} {unit} on {len(nodes)} eligible nodes, job needs {need}"
+    if request.rail_alignment == RailAlignment.REQUIRED and best is not None and best.target is not None:
+        message += f"; railAlignment required (rails {'.'.join(map(str, best.target))})"
+    message += f" ({context})"
+    if excluded:
+        message += f"; excluded nodes: {excluded}"
+    return message
+
+
+def solve(snapshot: Snapshot, request: GangRequest) -> Decision:
+    """Place the gang on the snapshot, or say why it cannot be placed. Deterministic."""
+    if request.gpus_per_replica < 0 or request.replicas < 1:
+        return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
+    nodes, rejected = _eligible(snapshot, request)
+    candidates = _candidates(snapshot, nodes, request)
+    best: tuple | None = None
+    chosen: _Option | None = None
+    for index, candidate in enumerate(candidates):
+        fit = min(request.replicas, _largest_scope(candidate, request))
+        if fit < request.smallest:
+            continue
+        option = _best_option(candidate, request, fit)
+        if option is None:
+            continue
+        # More replicas first (elastic jobs), then rail-aligned, then the tighter placement.
+        key = (-fit, candidate.target is None, _option_key(option, request), index)
+        if best is None or key < best:
+            best, chosen = key, option
+    if chosen is None:
+        return Decision(request, None, _explain(request, nodes, rejected, candidates))
+    return Decision(request, _materialise(snapshot, chosen, request), None)
+
+
+def _option_key(option: _Option, request: GangRequest) -> tuple:
+    objective = objective_for(request.preferred_tier.level if request.preferred_tier else None)
+    return (objective(option.selection.counts), option.scope_cap, option.scope_id)
