@@ -99,11 +99,21 @@ GO
 
 build_kwok() {
   local out="$cache/bin/kwok-$KWOK_VERSION"
-  if [[ -x $out/kwok ]]; then say "kwok $KWOK_VERSION: cached in $out"; return; fi
+  if [[ -x $out/kwok && -d $out/stages ]]; then say "kwok $KWOK_VERSION: cached in $out"; return; fi
   local t0; t0=$(stamp)
   mkdir -p "$out.tmp"
   say "kwok $KWOK_VERSION: building"
   GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  # kwok runs no lifecycle without Stage objects; keep the upstream "fast" stages of this version.
+  local moddir
+  moddir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  mkdir -p "$out.tmp/stages"
+  cp "$moddir"/kustomize/stage/node/fast/node-initialize.yaml \
+     "$moddir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+     "$moddir"/kustomize/stage/pod/fast/pod-ready.yaml \
+     "$moddir"/kustomize/stage/pod/fast/pod-complete.yaml \
+     "$moddir"/kustomize/stage/pod/fast/pod-delete.yaml "$out.tmp/stages/"
+  chmod -R u+w "$out.tmp/stages"
   rm -rf "$out"; mv "$out.tmp" "$out"
   say "kwok $KWOK_VERSION: built in $(( $(stamp) - t0 )) s"
 }

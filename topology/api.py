@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from railyard.topology.nodes import pod_gpu_request
 from railyard.topology.tiers import RailAlignment, Tier
 

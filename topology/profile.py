@@ -10,7 +10,6 @@ import random
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from railyard.topology.labels import (
     GPU_RESOURCE,
     LABEL_GPU_COUNT,
@@ -26,6 +25,8 @@ from railyard.topology.labels import (
 
 PROFILE_KIND = "ClusterProfile"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# kwok simulates the nodes carrying this label; removing it stops their heartbeat (a lost node).
+KWOK_LABEL = ("type", "kwok")
 
 
 class _Strict(BaseModel):
@@ -114,7 +115,7 @@ def node_objects(profile: ClusterProfile, kwok: bool = True) -> list[dict[str, A
                         LABEL_HOSTNAME: name,
                         "kubernetes.io/os": "linux",
                         "kubernetes.io/arch": "amd64",
-                        "type": "kwok" if kwok else "gpu",
+                        **(dict([KWOK_LABEL]) if kwok else {}),
                         LABEL_SPINE: f"spine-{sp}",
                         LABEL_LEAF: f"leaf-{sp}-{lf}",
                         LABEL_TOR: f"tor-{sp}-{lf}-{tr}",
@@ -141,7 +142,6 @@ def node_objects(profile: ClusterProfile, kwok: bool = True) -> list[dict[str, A
                             "allocatable": dict(resources),
                             "capacity": dict(resources),
                             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                            "nodeInfo": {"kubeletVersion": "fake", "architecture": "amd64", "operatingSystem": "linux"},
                         },
                     })
     nodes.sort(key=lambda n: n["metadata"]["name"])

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-
 from railyard.topology.api import Parallelism
 from railyard.topology.model import GpuNode
+from scipy.optimize import linear_sum_assignment
 
 Slot = tuple[GpuNode, tuple[int, ...]]
 

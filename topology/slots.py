@@ -47,7 +47,9 @@ def _locality_groups(node: GpuNode, gpus: Sequence[int], size: int) -> list[tupl
 
 
 @lru_cache(maxsize=4096)
-def natural_targets(rails: tuple[int, ...], numa: tuple[int, ...], nvlink: tuple[int, ...], size: int) -> tuple[RailTarget, ...]:
+def natural_targets(
+    rails: tuple[int, ...], numa: tuple[int, ...], nvlink: tuple[int, ...], size: int
+) -> tuple[RailTarget, ...]:
     """Rail targets of the locality-packed groups of an empty node of this shape."""
     shape = GpuNode("shape", "", "", "", rails, numa, nvlink)
     groups = _locality_groups(shape, range(len(rails)), size)
@@ -58,7 +60,9 @@ def _closeness(node: GpuNode, anchor: int, gpu: int) -> tuple[int, int, int]:
     return (node.nvlink[gpu] != node.nvlink[anchor], node.numa[gpu] != node.numa[anchor], gpu)
 
 
-def pick_gpus(node: GpuNode, free: Sequence[int], count: int, size: int, target: RailTarget | None) -> list[tuple[int, ...]]:
+def pick_gpus(
+    node: GpuNode, free: Sequence[int], count: int, size: int, target: RailTarget | None
+) -> list[tuple[int, ...]]:
     """Choose `count` disjoint groups of `size` free GPUs on one node.
 
     With a rail target every group covers exactly those rails; otherwise groups are packed by

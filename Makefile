@@ -1,0 +1,42 @@
+# The two commands: `make demo` (bring up the local cluster and show it) and `make test` (everything).
+# Both install what they need on a fresh machine (venv + pip, apt-get when missing, Go builds).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan
+
+help:
+	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
+	@echo "make test   - lint, unit, integration and e2e tests against the local control plane"
+	@echo "make bench  - placement benchmark (JSON)"
+
+deps:
+	@hack/deps.sh
+
+demo: deps
+	@hack/demo.sh
+
+test:
+	@hack/test.sh
+
+lint: deps
+	.venv/bin/ruff check .
+	.venv/bin/lint-imports
+
+unit: deps
+	.venv/bin/pytest tests/unit
+
+e2e: deps
+	.venv/bin/pytest tests/integration tests/e2e
+
+build:
+	@hack/build-binaries.sh
+
+cluster-up: deps
+	.venv/bin/python hack/cluster.py up
+
+cluster-down:
+	python3 hack/cluster.py down
+
+bench: deps
+	.venv/bin/python hack/bench_placement.py

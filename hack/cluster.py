@@ -1,0 +1,535 @@
+#!/usr/bin/env python3
+"""The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+
+    hack/cluster.py up [--profile small]   start everything (no-op when running), create kwok GPU nodes
+    hack/cluster.py down                   stop exactly the processes `up` started, remove state
+    hack/cluster.py status                 component health
+    hack/cluster.py nodes                  the simulated GPU nodes and their topology
+    hack/cluster.py create-nodes PROFILE   add a profile's nodes to the running cluster
+    hack/cluster.py kubeconfig             print the kubeconfig path
+
+Binaries come from hack/build-binaries.sh (versions pinned in hack/versions.env); state lives in
+$RAILYARD_CACHE/cluster (default ~/.cache/railyard/cluster), never in the repo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HACK = Path(__file__).resolve().parent
+REPO = HACK.parent
+CACHE = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard"))
+STATE = Path(os.environ.get("RAILYARD_CLUSTER_DIR", CACHE / "cluster"))
+KUBECONFIG = STATE / "kubeconfig"
+
+PORTS = {"etcd": 23790, "etcd-peer": 23800, "kube-apiserver": 16443, "kube-controller-manager": 17257,
+         "kube-scheduler": 17259, "kwok": 17247}
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.128.0.0/12"  # kwok hands out fake pod IPs from here; nothing routes to them
+KWOK_LABEL = "type=kwok"  # nodes kwok simulates; railyard.topology.profile.KWOK_LABEL
+
+
+class RigError(RuntimeError):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+def versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (HACK / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+def binary(component: str) -> Path:
+    v = versions()
+    where = {
+        "etcd": CACHE / "bin" / f"etcd-{v['ETCD_VERSION']}" / "etcd",
+        "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
+    }
+    k8s = CACHE / "bin" / f"kubernetes-{v['KUBERNETES_VERSION']}"
+    return where.get(component, k8s / component)
+
+
+def ensure_binaries() -> None:
+    missing = [c for c in ("etcd", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+               if not binary(c).exists()]
+    if not (binary("kwok").parent / "stages").is_dir():
+        missing.append("kwok stages")
+    if missing:
+        log(f"building missing binaries: {', '.join(missing)}")
+        subprocess.run([str(HACK / "build-binaries.sh")], check=True)
+
+
+# --- certificates -------------------------------------------------------------------------------
+
+def _openssl(*args: str) -> None:
+    try:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise RigError("openssl is required to create the cluster's certificates (apt-get install openssl)") from None
+    except subprocess.CalledProcessError as e:
+        raise RigError(f"openssl {' '.join(args[:2])} failed: {e.stderr.strip()}") from None
+
+
+def make_pki(pki: Path) -> None:
+    if (pki / "admin.crt").exists():
+        return
+    pki.mkdir(parents=True, exist_ok=True)
+    p = lambda name: str(pki / name)  # noqa: E731
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("ca.key"), "-out", p("ca.crt"),
+             "-days", "3650", "-subj", "/CN=railyard-local-ca")
+
+    def issue(name: str, subject: str, extensions: str) -> None:
+        ext = pki / f"{name}.ext"
+        ext.write_text(extensions)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"),
+                 "-subj", subject)
+        _openssl("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
+                 "-CAcreateserial", "-out", p(f"{name}.crt"), "-days", "3650", "-extfile", str(ext))
+
+    issue("apiserver", "/CN=kube-apiserver",
+          "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+          "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n")
+    issue("admin", "/O=system:masters/CN=railyard-admin", "extendedKeyUsage=clientAuth\n")
+    _openssl("genrsa", "-out", p("sa.key"), "2048")
+    _openssl("rsa", "-in", p("sa.key"), "-pubout", "-out", p("sa.pub"))
+
+
+def write_kubeconfig(pki: Path) -> None:
+    server = f"https://127.0.0.1:{PORTS['kube-apiserver']}"
+    KUBECONFIG.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: railyard-local
+  cluster:
+    server: {server}
+    certificate-authority: {pki / 'ca.crt'}
+users:
+- name: railyard-admin
+  user:
+    client-certificate: {pki / 'admin.crt'}
+    client-key: {pki / 'admin.key'}
+contexts:
+- name: railyard-local
+  context:
+    cluster: railyard-local
+    user: railyard-admin
+current-context: railyard-local
+""")
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    args: list[str]
+    health: Callable[[], bool]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _https_ok(url: str, client_cert: bool = False) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if client_cert:
+        pki = STATE / "pki"
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def components() -> list[Component]:
+    pki = STATE / "pki"
+    kc = str(KUBECONFIG)
+    etcd_url = f"http://127.0.0.1:{PORTS['etcd']}"
+    peer_url = f"http://127.0.0.1:{PORTS['etcd-peer']}"
+    sched_config = STATE / "kube-scheduler.yaml"
+    return [
+        Component("etcd", [
+            str(binary("etcd")), "--name=rig", f"--data-dir={STATE / 'etcd'}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=rig={peer_url}", "--quota-backend-bytes=8589934592",
+            # A disposable test store: skip fsync so 20k-object runs are not disk-bound.
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ], lambda: _http_ok(f"{etcd_url}/health")),
+        Component("kube-apiserver", [
+            str(binary("kube-apiserver")), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={PORTS['kube-apiserver']}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            f"--cert-dir={STATE / 'apiserver-certs'}", "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500", "--profiling=false",
+        ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-apiserver']}/readyz", client_cert=True)),
+        Component("kube-controller-manager", [
+            str(binary("kube-controller-manager")), f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={PORTS['kube-controller-manager']}",
+            "--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            # Fast node lifecycle so fault tests see NotReady within seconds, not minutes.
+            "--node-monitor-period=2s", "--node-monitor-grace-period=20s",
+            "--kube-api-qps=500", "--kube-api-burst=1000", f"--cert-dir={STATE / 'kcm-certs'}",
+        ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-controller-manager']}/healthz")),
+        Component("kube-scheduler", [
+            str(binary("kube-scheduler")), f"--config={sched_config}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={PORTS['kube-scheduler']}",
+            f"--cert-dir={STATE / 'scheduler-certs'}",
+        ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-scheduler']}/healthz")),
+        Component("kwok", [
+            str(binary("kwok")), f"--kubeconfig={kc}", "--manage-all-nodes=false",
+            # A label (not annotation) selector: the watch filters server-side, so removing the label
+            # makes kwok release the node and stop its heartbeat, which is how tests fail a node.
+            f"--manage-nodes-with-label-selector={KWOK_LABEL}",
+            f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{PORTS['kwok']}", f"--config={STATE / 'kwok.yaml'}",
+        ], lambda: _http_ok(f"http://127.0.0.1:{PORTS['kwok']}/healthz")),
+    ]
+
+
+def write_configs() -> None:
+    # The default client QPS (50) would cap binding far below what a 2k-node cluster needs.
+    (STATE / "kube-scheduler.yaml").write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {KUBECONFIG}
+  qps: 1000
+  burst: 2000
+leaderElection:
+  leaderElect: false
+""")
+    # kwok's upstream stages (copied by the build) plus Railyard's own in hack/kwok-stages/.
+    stage_files = sorted((binary("kwok").parent / "stages").glob("*.yaml")) + sorted(
+        (HACK / "kwok-stages").glob("*.yaml"))
+    # Explicit parallelism: a config file bypasses kwok's defaults (zero leases workers fails start).
+    documents = ["""apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodeLeaseParallelism: 16
+  nodePlayStageParallelism: 16
+  podPlayStageParallelism: 16
+  podsOnNodeSyncParallelism: 4
+"""]
+    documents += [f.read_text() for f in stage_files]
+    (STATE / "kwok.yaml").write_text("\n---\n".join(d.strip() + "\n" for d in documents))
+
+
+def _pid_file(name: str) -> Path:
+    return STATE / "pids" / f"{name}.pid"
+
+
+def _alive(pid: int, name: str) -> bool:
+    """True if `pid` is still the component we started (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return False
+    return Path(cmdline).name == Path(str(binary(name))).name
+
+
+def running() -> dict[str, int]:
+    out: dict[str, int] = {}
+    for comp in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        f = _pid_file(comp)
+        if f.exists():
+            pid = int(f.read_text().strip() or 0)
+            if pid and _alive(pid, comp):
+                out[comp] = pid
+    return out
+
+
+def _wait(check: Callable[[], bool], what: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RigError(f"{what} exited with code {proc.returncode}:\n{_log_tail(what)}")
+        time.sleep(0.2)
+    raise RigError(f"{what} not healthy after {timeout:.0f}s:\n{_log_tail(what)}")
+
+
+def _log_tail(name: str, lines: int = 15) -> str:
+    """The end of a component's log, shown in errors because a failed `up` removes its state."""
+    path = STATE / "logs" / f"{name}.log"
+    if not path.exists():
+        return "(no log)"
+    return "\n".join("    " + line for line in path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start(comp: Component) -> None:
+    (STATE / "logs").mkdir(parents=True, exist_ok=True)
+    (STATE / "pids").mkdir(parents=True, exist_ok=True)
+    logfile = open(STATE / "logs" / f"{comp.name}.log", "ab")  # noqa: SIM115 - handed to the child
+    t0 = time.monotonic()
+    proc = subprocess.Popen(comp.args, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    _pid_file(comp.name).write_text(str(proc.pid))
+    _wait(comp.health, comp.name, 120, proc)
+    log(f"{comp.name} healthy in {time.monotonic() - t0:.1f}s (pid {proc.pid})")
+
+
+def stop_all() -> list[str]:
+    stopped = []
+    for comp in reversed(["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]):
+        pid = running().get(comp)
+        if pid is None:
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _alive(pid, comp) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid, comp):
+            os.kill(pid, signal.SIGKILL)
+        stopped.append(comp)
+    return stopped
+
+
+def up(profile: str | None) -> None:
+    if profile:
+        nodes = load_profile_nodes(profile)  # validate before starting anything
+    state = running()
+    if len(state) == 5 and all(c.health() for c in components()):
+        log(f"already running ({KUBECONFIG})")
+        if profile:
+            create_nodes(nodes)
+        return
+    if state:
+        raise RigError(f"a partial cluster is running ({', '.join(state)}); run `hack/cluster.py down` first")
+    busy = [f"{name} port {port}" for name, port in PORTS.items() if not _port_free(port)]
+    if busy:
+        raise RigError(f"ports in use: {', '.join(busy)}; stop whatever holds them (or `hack/cluster.py down`)")
+    ensure_binaries()
+    t0 = time.monotonic()
+    try:
+        STATE.mkdir(parents=True, exist_ok=True)
+        make_pki(STATE / "pki")
+        write_kubeconfig(STATE / "pki")
+        write_configs()
+        for comp in components():
+            start(comp)
+        wait_for_default_service_account()
+        if profile:
+            create_nodes(nodes)
+    except BaseException:
+        log("start failed: stopping what was started and removing state")
+        stop_all()
+        _remove_state()
+        raise
+    log(f"up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={KUBECONFIG}")
+
+
+def _remove_state() -> None:
+    subprocess.run(["rm", "-rf", str(STATE)], check=False)
+
+
+def down() -> None:
+    stopped = stop_all()
+    _remove_state()
+    log(f"stopped {', '.join(stopped) if stopped else 'nothing (not running)'}; state removed")
+
+
+# --- API access (the official client, loaded lazily so `down` works without the venv) ----------
+
+def api():
+    from kubernetes import client, config
+
+    config.load_kube_config(str(KUBECONFIG))
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = 32
+    return client.ApiClient(cfg)
+
+
+def wait_for_default_service_account() -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api())
+
+    def ready() -> bool:
+        try:
+            core.read_namespaced_service_account("default", "default")
+            return True
+        except Exception:
+            return False
+
+    _wait(ready, "default service account", 60)
+
+
+def load_profile_nodes(profile: str) -> list[dict]:
+    import yaml
+    from pydantic import ValidationError
+
+    sys.path.insert(0, str(REPO))
+    from railyard.topology.profile import ClusterProfile, node_objects
+
+    path = Path(profile)
+    if not path.exists():
+        path = REPO / "examples" / "clusters" / f"{profile}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in (REPO / "examples" / "clusters").glob("*.yaml")))
+        raise RigError(f"profile {profile!r}: no such file or example (known: {known})")
+    try:
+        data = yaml.safe_load(path.read_text())
+        return node_objects(ClusterProfile.model_validate(data))
+    except yaml.YAMLError as e:
+        raise RigError(f"{path}: not valid YAML: {e}") from None
+    except ValidationError as e:
+        errors = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in e.errors()
+        )
+        raise RigError(f"{path}: invalid cluster profile: {errors}") from None
+
+
+def create_nodes(nodes: list[dict]) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(api())
+    existing = {n.metadata.name for n in core.list_node().items}
+    todo = [n for n in nodes if n["metadata"]["name"] not in existing]
+    t0 = time.monotonic()
+
+    def create(node: dict) -> None:
+        for attempt in range(5):
+            try:
+                core.create_node(node)
+                return
+            except ApiException as e:
+                if e.status == 409:
+                    return
+                if e.status in (429, 500, 503) and attempt < 4:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(create, todo))
+    log(f"created {len(todo)} kwok nodes in {time.monotonic() - t0:.1f}s ({len(existing)} already present)")
+    names = {n["metadata"]["name"] for n in nodes}
+
+    def all_ready() -> bool:
+        ready = 0
+        for n in core.list_node().items:
+            if n.metadata.name in names and any(
+                c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])
+            ):
+                ready += 1
+        return ready == len(names)
+
+    _wait(all_ready, f"{len(names)} nodes Ready", 300)
+
+
+def status() -> int:
+    state = running()
+    healthy = 0
+    for comp in components():
+        ok = comp.name in state and comp.health()
+        healthy += ok
+        print(f"{comp.name:<24} {'healthy' if ok else 'down':<8} pid={state.get(comp.name, '-')}")
+    print(f"kubeconfig: {KUBECONFIG}")
+    return 0 if healthy == 5 else 1
+
+
+def show_nodes() -> None:
+    from kubernetes import client
+
+    sys.path.insert(0, str(REPO))
+    from railyard.topology.nodes import build_snapshot
+
+    core = client.CoreV1Api(api())
+    objects = api().sanitize_for_serialization(core.list_node().items)
+    snap = build_snapshot(objects)
+    by_tor: dict[tuple[str, str, str], list[str]] = {}
+    for n in snap.nodes:
+        by_tor.setdefault((n.spine, n.leaf, n.tor), []).append(n.name)
+    gpus = snap.total_gpus
+    print(f"{len(snap.nodes)} GPU nodes, {gpus} GPUs, {len(by_tor)} TORs; {len(snap.excluded)} excluded")
+    for (spine, leaf, tor), names in sorted(by_tor.items()):
+        sample = snap.node(names[0])
+        print(f"  {spine:<8} {leaf:<10} {tor:<12} {len(names):>3} nodes x {sample.gpu_count} GPUs "
+              f"rails {'.'.join(map(str, sample.rails))}  e.g. {', '.join(names[:3])}")
+    for e in snap.excluded[:10]:
+        print(f"  excluded {e.node}: {e.reason}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up")
+    p_up.add_argument("--profile", default="small", help="cluster profile name or file ('' for no nodes)")
+    sub.add_parser("down")
+    sub.add_parser("status")
+    sub.add_parser("nodes")
+    sub.add_parser("kubeconfig")
+    p_nodes = sub.add_parser("create-nodes")
+    p_nodes.add_argument("profile")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up(args.profile or None)
+        elif args.command == "down":
+            down()
+        elif args.command == "status":
+            return status()
+        elif args.command == "nodes":
+            show_nodes()
+        elif args.command == "kubeconfig":
+            print(KUBECONFIG)
+        elif args.command == "create-nodes":
+            create_nodes(load_profile_nodes(args.profile))
+    except RigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as e:
+        print(f"error: {' '.join(map(str, e.cmd))} failed with exit code {e.returncode}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, with phase timings: deps, control-plane build, lint, cluster start, tests.
+# Runs against $KUBECONFIG when set, else starts the local control plane (and stops it after).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -a phases=()
+phase() {  # phase NAME COMMAND...
+  local name=$1; shift
+  local t0=$SECONDS
+  printf '\n=== %s\n' "$name"
+  "$@"
+  phases+=("$(printf '%-16s %5ds' "$name" $((SECONDS - t0)))")
+}
+report() {
+  printf '\n=== phase timings\n'
+  for p in "${phases[@]}"; do printf '  %s\n' "$p"; done
+}
+trap report EXIT
+
+phase deps hack/deps.sh
+started_cluster=0
+if [[ -z ${KUBECONFIG:-} ]]; then
+  phase build hack/build-binaries.sh
+fi
+phase lint bash -c '.venv/bin/ruff check . && .venv/bin/lint-imports'
+if [[ -z ${KUBECONFIG:-} ]]; then
+  phase cluster-start .venv/bin/python hack/cluster.py up --profile small
+  started_cluster=1
+  KUBECONFIG=$(.venv/bin/python hack/cluster.py kubeconfig)
+  export KUBECONFIG RAILYARD_LOCAL_RIG=1
+fi
+status=0
+phase tests .venv/bin/pytest tests || status=$?
+if [[ $started_cluster == 1 ]]; then
+  phase cluster-stop .venv/bin/python hack/cluster.py down
+fi
+exit $status
