@@ -50,17 +50,17 @@ def _gpu_count(node: Mapping[str, Any], labels: Mapping[str, str], scheme: Label
 
 def _domains(name: str, labels: Mapping[str, str], scheme: LabelScheme) -> tuple[str, str, str]:
     ids: list[str] = []
-    parent = ""
+    parent = ""  # the last real (labelled) domain id above this tier
     for tier, key in scheme.network_keys:
         if key is None:
             # The convention has no such tier: the domain collapses into its parent.
-            value = parent or "cluster"
-        elif not labels.get(key):
+            ids.append(parent or "cluster")
+            continue
+        if not labels.get(key):
             raise NodeError(f"missing {tier} label {key}")
-        else:
-            value = labels[key]
-            if scheme.qualify and parent:
-                value = f"{parent}/{value}"
+        value = labels[key]
+        if scheme.qualify and parent:
+            value = f"{parent}/{value}"
         ids.append(value)
         parent = value
     spine, leaf, tor = ids

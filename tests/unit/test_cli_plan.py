@@ -1,0 +1,110 @@
+"""The `railyard plan` contract: JSON shape, exit codes, messages naming file/object/field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from railyard.operator.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DUMP = REPO / "examples" / "cluster-dump"
+JOB = """apiVersion: railyard.dev/v1alpha1
+kind: TrainingJob
+metadata: {{name: {name}, namespace: ns}}
+spec:
+  replicas: {replicas}
+  {extra}
+  template:
+    spec:
+      containers:
+        - name: c
+          resources: {{limits: {{nvidia.com/gpu: 8}}}}
+"""
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write(tmp_path: Path, text: str, name: str = "jobs.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_example_dump_plans_with_the_documented_json_shape(capsys):
+    code, out, _ = run(capsys, "plan", "--nodes", str(DUMP / "nodes.yaml"), "--pods", str(DUMP / "pods.yaml"),
+                       "--jobs", str(DUMP / "jobs.yaml"), "--output", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"jobs", "solveSeconds"} and isinstance(doc["solveSeconds"], float)
+    names = [j["name"] for j in doc["jobs"]]
+    assert names == ["pretrain-8n", "sft-4x4", "elastic-ft", "big-tor"]
+    for job in doc["jobs"]:
+        assert set(job) == {"namespace", "name", "placed", "reason", "ranks", "metrics"}
+        assert set(job["metrics"]) == {"tors", "leaves", "spines", "railAligned"}
+        assert [r["rank"] for r in job["ranks"]] == list(range(len(job["ranks"])))
+        assert job["placed"] == (job["reason"] is None) == bool(job["ranks"])
+    big = doc["jobs"][3]
+    assert not big["placed"] and big["reason"].startswith("requiredTier tor:")
+    # Capacity is consumed in file order: no GPU is handed out twice.
+    seen = [(r["node"], g) for j in doc["jobs"] for r in j["ranks"] for g in r["gpus"]]
+    assert len(seen) == len(set(seen))
+
+
+def test_profile_works_as_nodes_and_table_fits_80_columns(capsys):
+    code, out, _ = run(capsys, "plan", "--nodes", str(REPO / "examples/clusters/small.yaml"),
+                       "--jobs", str(REPO / "examples/jobs/llama-16n.yaml"))
+    assert code == 0
+    assert "default/llama-16n: 16 x 8 GPUs" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith(("default/", "1/"))) <= 80
+
+
+@pytest.mark.parametrize(("extra", "replicas", "message"), [
+    ("topology: {requiredTier: rack}", 2, "spec.topology.requiredTier: Input should be 'node', 'tor', 'leaf' or"),
+    ("", 0, "spec.replicas: Input should be greater than or equal to 1 (got 0)"),
+    ("minReplicas: 5", 2, "need minReplicas <= replicas <= maxReplicas, got minReplicas=5"),
+    ("maxReplicas: 1", 2, "maxReplicas=1"),
+    ("parallelism: {tensor: 8, pipeline: 3, data: 1}", 2, "parallelism tensor*pipeline*data"),
+    ("topology: {railAlignment: always}", 2, "spec.topology.railAlignment"),
+])
+def test_invalid_jobs_exit_2_naming_file_object_and_field(tmp_path, capsys, extra, replicas, message):
+    jobs = write(tmp_path, JOB.format(name="bad", replicas=replicas, extra=extra))
+    code, _, err = run(capsys, "plan", "--nodes", str(DUMP / "nodes.yaml"), "--jobs", jobs)
+    assert code == 2
+    assert f"{jobs}: TrainingJob ns/bad (object 1)" in err
+    assert message in err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: [unclosed", "not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "kind is 'Pod', expected TrainingJob"),
+])
+def test_malformed_files_exit_2(tmp_path, capsys, text, message):
+    jobs = write(tmp_path, text)
+    code, _, err = run(capsys, "plan", "--nodes", str(DUMP / "nodes.yaml"), "--jobs", jobs)
+    assert code == 2 and jobs in err and message in err
+
+
+def test_missing_file_exit_2(capsys):
+    code, _, err = run(capsys, "plan", "--nodes", "/nonexistent/nodes.yaml", "--jobs", "/nonexistent/j.yaml")
+    assert code == 2 and "/nonexistent/nodes.yaml: cannot read" in err
+
+
+def test_unplaceable_jobs_still_exit_0(tmp_path, capsys):
+    jobs = write(tmp_path, JOB.format(name="huge", replicas=999, extra=""))
+    code, out, _ = run(capsys, "plan", "--nodes", str(DUMP / "nodes.yaml"), "--jobs", jobs, "-o", "json")
+    assert code == 0 and json.loads(out)["jobs"][0]["placed"] is False
+
+
+def test_console_script_is_installed():
+    out = subprocess.run([str(Path(sys.executable).parent / "railyard"), "plan", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--nodes" in out and "--jobs" in out

@@ -1,0 +1,137 @@
+"""Table-driven tests of the placement decision."""
+
+from __future__ import annotations
+
+from railyard.topology.api import Parallelism
+from railyard.topology.metrics import ring_cost
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+from railyard.topology.tiers import RailAlignment, Tier
+
+from tests.support.clusters import nodes_in_tor, snapshot
+
+GPU8 = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+
+
+def req(replicas: int, gpus: int = 8, **kw) -> GangRequest:
+    return GangRequest(name="j", replicas=replicas, gpus_per_replica=gpus, **kw)
+
+
+def placed_nodes(decision):
+    return [decision.placement.replicas[i].node for i in range(len(decision.placement.replicas))]
+
+
+def test_gang_fits_in_one_tor_when_it_can():
+    snap = snapshot()  # 1 spine, 2 leaves x 2 TORs x 4 nodes
+    d = solve(snap, req(4))
+    assert (d.placement.tors, d.placement.leaves, d.placement.spines) == (1, 1, 1)
+
+
+def test_best_fit_prefers_the_fullest_tor_that_fits():
+    snap = snapshot()
+    busy = nodes_in_tor(snap, "tor-0-1-0")[:2]
+    snap = snap.allocate((n, range(8)) for n in busy)
+    d = solve(snap, req(2))
+    assert {snap.node(n).tor for n in placed_nodes(d)} == {"tor-0-1-0"}
+
+
+def test_spans_as_few_domains_as_possible_top_down():
+    snap = snapshot(spines=2, leaves=2, tors=2, nodes=4)
+    d = solve(snap, req(12))  # a leaf holds 8, a spine 16
+    assert (d.placement.spines, d.placement.leaves, d.placement.tors) == (1, 2, 3)
+
+
+def test_all_or_nothing_when_capacity_is_short():
+    snap = snapshot(leaves=1, tors=1, nodes=4)
+    d = solve(snap, req(5))
+    assert d.placement is None
+    assert "cluster has 4 free whole nodes on 4 eligible nodes, job needs 5" in d.reason
+
+
+def test_required_tier_reason_names_the_tier():
+    snap = snapshot()
+    d = solve(snap, req(6, required_tier=Tier.TOR))
+    assert d.placement is None
+    assert d.reason.startswith("requiredTier tor: largest TOR (")
+    assert "has 4 free whole nodes, job needs 6" in d.reason
+
+
+def test_required_tier_is_honoured_even_if_it_costs_capacity():
+    snap = snapshot()
+    d = solve(snap, req(8, required_tier=Tier.LEAF))
+    assert d.placement.leaves == 1 and len(d.placement.replicas) == 8
+
+
+def test_elastic_job_takes_the_largest_count_that_fits():
+    snap = snapshot(leaves=1, tors=1, nodes=4)
+    d = solve(snap, req(8, min_replicas=2))
+    assert len(d.placement.replicas) == 4
+    assert solve(snap, req(8, min_replicas=5)).placement is None
+
+
+def test_partial_replicas_stay_inside_an_nvlink_island_and_numa_node():
+    snap = snapshot(leaves=1, tors=1, nodes=1, gpuNvlink=[0, 0, 0, 0, 1, 1, 1, 1], gpuNuma=[0, 0, 1, 1, 0, 0, 1, 1])
+    d = solve(snap, req(2, gpus=2, rail_alignment=RailAlignment.NONE))
+    node = snap.nodes[0]
+    for r in d.placement.replicas:
+        assert len({node.nvlink[g] for g in r.gpus}) == 1 and len({node.numa[g] for g in r.gpus}) == 1
+
+
+def test_required_rail_alignment_uses_the_same_rails_on_every_replica():
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    node_a, node_b = (n.name for n in snap.nodes)
+    snap = snap.allocate([(node_a, [0, 1, 2, 3]), (node_b, [4, 5, 6, 7])])
+    # Both nodes have 4 free GPUs, but on different rails: an aligned pair does not exist.
+    d = solve(snap, req(2, gpus=4, rail_alignment=RailAlignment.REQUIRED))
+    assert d.placement is None and "railAlignment required" in d.reason
+    d = solve(snap, req(2, gpus=4, rail_alignment=RailAlignment.PREFERRED))
+    assert d.placement is not None and not d.placement.rail_aligned
+
+
+def test_local_ranks_sit_on_the_same_rail_across_replicas():
+    snap = snapshot(leaves=1, tors=1, nodes=2, gpuRail=[0, 1, 2, 3, 4, 5, 6, 7])
+    d = solve(snap, req(2, gpus=4, rail_alignment=RailAlignment.REQUIRED))
+    rails = [[snap.node(r.node).rails[g] for g in r.gpus] for r in d.placement.replicas]
+    assert rails[0] == rails[1]
+
+
+def test_ranks_follow_the_topology_so_the_ring_is_cheap():
+    snap = snapshot(spines=2, leaves=2, tors=2, nodes=4)
+    d = solve(snap, req(12))
+    nodes = [snap.node(r.node) for r in d.placement.replicas]
+    # DFS order: every TOR is one contiguous run of ranks, so the ring changes TOR once per TOR.
+    tors = [n.tor for n in nodes]
+    changes = sum(tors[i] != tors[(i + 1) % len(tors)] for i in range(len(tors)))
+    assert changes == d.placement.tors
+    assert d.placement.ring_cost == ring_cost(nodes)
+
+
+def test_pipeline_chains_stay_in_one_tor():
+    snap = snapshot(leaves=1, tors=2, nodes=4)
+    # 8 replicas x 8 GPUs, tensor 8, 4 pipeline stages -> 2 data-parallel chains of 4 stages.
+    d = solve(snap, req(8, parallelism=Parallelism(tensor=8, pipeline=4, data=2)))
+    tor_of_rank = [snap.node(r.node).tor for r in d.placement.replicas]
+    replicas_per_stage = 2
+    for chain in range(replicas_per_stage):
+        stages = [tor_of_rank[p * replicas_per_stage + chain] for p in range(4)]
+        assert len(set(stages)) == 1, f"chain {chain} crosses TORs: {stages}"
+
+
+def test_node_selector_and_taints_filter_nodes():
+    snap = snapshot()
+    d = solve(snap, req(2, pod_spec={**GPU8, "nodeSelector": {"topology.railyard.dev/leaf": "leaf-0-1"}}))
+    assert {snap.node(r.node).leaf for r in d.placement.replicas} == {"leaf-0-1"}
+    d = solve(snap, req(2, pod_spec={**GPU8, "nodeSelector": {"pool": "nope"}}))
+    assert d.placement is None and "excluded: 16 nodeSelector" in d.reason
+
+
+def test_required_tier_node_packs_one_node():
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    snap = snap.allocate([(snap.nodes[0].name, [0, 1, 2, 3, 4])])
+    d = solve(snap, req(3, gpus=1, required_tier=Tier.NODE))
+    assert {r.node for r in d.placement.replicas} == {snap.nodes[0].name}  # best fit: the fuller node
+
+
+def test_same_input_same_output():
+    snap = snapshot(spines=2)
+    assert solve(snap, req(10)) == solve(snap, req(10))

@@ -1,0 +1,84 @@
+"""Property tests of the solver's invariants on random clusters and jobs (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+from railyard.topology.tiers import RailAlignment, Tier
+
+from tests.support.clusters import snapshot
+
+
+@st.composite
+def scenarios(draw):
+    shape = {
+        "spines": draw(st.integers(1, 2)), "leaves": draw(st.integers(1, 2)),
+        "tors": draw(st.integers(1, 3)), "nodes": draw(st.integers(1, 4)),
+    }
+    gpus = draw(st.sampled_from([4, 8]))
+    snap = snapshot(gpus=gpus, **shape)
+    used = {}
+    for node in snap.nodes:
+        taken = draw(st.sets(st.integers(0, gpus - 1), max_size=gpus))
+        if taken:
+            used[node.name] = sorted(taken)
+    snap = snap.allocate(used.items())
+    size = draw(st.sampled_from([1, 2, 4, 8][: 3 if gpus == 4 else 4]))
+    replicas = draw(st.integers(1, 12))
+    request = GangRequest(
+        name="p", replicas=replicas, gpus_per_replica=size,
+        min_replicas=draw(st.integers(1, replicas)),
+        required_tier=draw(st.sampled_from([None, Tier.NODE, Tier.TOR, Tier.LEAF, Tier.SPINE])),
+        preferred_tier=draw(st.sampled_from([None, Tier.NODE, Tier.TOR])),
+        rail_alignment=draw(st.sampled_from(list(RailAlignment))),
+    )
+    if request.required_tier and request.preferred_tier and request.preferred_tier.level > request.required_tier.level:
+        request = GangRequest(**{**request.__dict__, "preferred_tier": None})
+    return snap, request
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_invariants(scenario):
+    snap, request = scenario
+    decision = solve(snap, request)
+    assert decision == solve(snap, request), "same input, same output"
+    if decision.placement is None:
+        assert decision.reason
+        return
+    replicas = decision.placement.replicas
+    # Gang: all or nothing, within [minReplicas, replicas].
+    assert request.smallest <= len(replicas) <= request.replicas
+    assert [r.rank for r in replicas] == list(range(len(replicas)))
+    # Never double-book: only free GPUs, each at most once.
+    seen = Counter((r.node, g) for r in replicas for g in r.gpus)
+    assert all(c == 1 for c in seen.values())
+    for r in replicas:
+        assert len(r.gpus) == request.gpus_per_replica
+        assert set(r.gpus) <= set(snap.free(snap.node(r.node)))
+    snap.allocate(decision.placement.allocations)  # raises on any clash
+    # Required tier: one domain.
+    if request.required_tier is not None:
+        level = request.required_tier.level
+        assert len({snap.node(r.node).domain(level) for r in replicas}) == 1
+    # Required rail alignment: local rank j on the same rail everywhere.
+    if request.rail_alignment == RailAlignment.REQUIRED:
+        assert decision.placement.rail_aligned
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_placement_is_maximal_when_capacity_allows(scenario):
+    """If the whole gang fits by GPU count in one node-free way, an unconstrained job is placed."""
+    snap, request = scenario
+    if request.required_tier or request.rail_alignment != RailAlignment.NONE:
+        return
+    slots = sum(len(snap.free(n)) // request.gpus_per_replica for n in snap.nodes)
+    decision = solve(snap, request)
+    assert decision.placed == (slots >= request.smallest)
+    if decision.placed:
+        assert len(decision.placement.replicas) == min(slots, request.replicas)

@@ -1,0 +1,80 @@
+"""Reading Kubernetes-style YAML: multi-document files and `v1 List`s, with errors that name the
+file, the object and the field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from railyard.topology.api import TrainingJob
+
+
+class InputError(ValueError):
+    """Invalid input; the message names the file, the object and the field."""
+
+
+def load_objects(text: str, source: str) -> list[dict[str, Any]]:
+    """Every object in a YAML stream, with `kind: List` (and `*List`) expanded into its items."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise InputError(f"{source}: not valid YAML: {e}") from None
+    objects: list[dict[str, Any]] = []
+    for index, doc in enumerate(documents, 1):
+        if not isinstance(doc, dict):
+            raise InputError(f"{source}: document {index}: expected a mapping (a Kubernetes object), "
+                             f"got {type(doc).__name__}")
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            for item_index, item in enumerate(doc["items"]):
+                if not isinstance(item, dict):
+                    raise InputError(f"{source}: document {index}: items[{item_index}]: expected a mapping")
+                objects.append(item)
+        else:
+            objects.append(doc)
+    return objects
+
+
+def describe(obj: dict[str, Any], index: int) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = meta.get("name", "<unnamed>")
+    namespace = meta.get("namespace")
+    kind = obj.get("kind", "object")
+    return f"{kind} {namespace + '/' if namespace else ''}{name} (object {index})"
+
+
+def format_validation(error: ValidationError) -> str:
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        parts.append(f"{loc}: {msg}{shown}" if loc else msg)
+    return "; ".join(parts)
+
+
+def require_kind(objects: Iterable[dict[str, Any]], kinds: tuple[str, ...], source: str) -> list[dict[str, Any]]:
+    out = []
+    for index, obj in enumerate(objects, 1):
+        if obj.get("kind") not in kinds:
+            raise InputError(f"{source}: {describe(obj, index)}: kind is {obj.get('kind')!r}, "
+                             f"expected {' or '.join(kinds)}")
+        if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+            raise InputError(f"{source}: {describe(obj, index)}: metadata.name is missing")
+        out.append(obj)
+    return out
+
+
+def parse_jobs(objects: Iterable[dict[str, Any]], source: str) -> list[TrainingJob]:
+    jobs = []
+    for index, obj in enumerate(require_kind(objects, ("TrainingJob",), source), 1):
+        try:
+            job = TrainingJob.model_validate(obj)
+        except ValidationError as e:
+            raise InputError(f"{source}: {describe(obj, index)}: {format_validation(e)}") from None
+        if job.spec.gpus_per_replica < 0:
+            raise InputError(f"{source}: {describe(obj, index)}: spec.template: negative nvidia.com/gpu")
+        jobs.append(job)
+    return jobs
