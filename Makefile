@@ -39,4 +39,4 @@ cluster-down:
 	python3 hack/cluster.py down
 
 bench: deps
-	.venv/bin/python hack/bench_placement.py
+	.venv/bin/railyard bench | tee bench-placement.json

@@ -73,7 +73,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from railyard.operator.bench import run_bench
+    from railyard.topology.bench.run import run_bench
 
     print(json.dumps(run_bench(quick=args.quick), indent=2))
     return 0

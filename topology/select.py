@@ -16,7 +16,28 @@ from railyard.topology.model import GpuNode
 
 # counts[level]: distinct domains used at that level (0 nodes, 1 TORs, 2 leaves, 3 spines).
 Counts = tuple[int, int, int, int]
-Objective = Callable[[Counts], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Lexicographic order of a placement's domain counts.
+
+    Nodes are not counted unless the preferred tier is `node`: below a TOR the job's traffic stays on
+    one switch either way, so the node choice is left to best fit (fullest nodes first), which keeps
+    empty nodes whole for whole-node jobs.
+    """
+
+    preferred_level: int | None = None
+
+    @property
+    def pack_nodes(self) -> bool:
+        return self.preferred_level == 0
+
+    def __call__(self, counts: Counts) -> tuple[int, ...]:
+        network = (counts[3], counts[2], counts[1])
+        if self.preferred_level is None or self.preferred_level == 3:
+            return network
+        return (counts[self.preferred_level], *network)
 
 
 @dataclass
@@ -27,15 +48,23 @@ class Domain:
     cap: int = 0
     children: list[Domain] = field(default_factory=list)
     node: GpuNode | None = None
+    free_gpus: int = 0  # nodes only: best fit packs the fullest node, keeping empty nodes whole
 
 
 @dataclass
 class Selection:
     counts: Counts
     takes: list[tuple[GpuNode, int]]
+    broken: int = 0  # empty nodes this selection touches: best fit keeps them whole
 
 
-def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope") -> Domain:
+def _on_node(node: Domain, take: int) -> Selection:
+    assert node.node is not None
+    return Selection((1, 0, 0, 0), [(node.node, take)], int(node.free_gpus == node.node.gpu_count))
+
+
+def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope",
+               free_gpus: Callable[[GpuNode], int] | None = None) -> Domain:
     """A tree of the nodes with free slots, from `top_level` down. Levels above it are flattened:
     children of the root are then the domains of `top_level`, ordered so equal ones cluster."""
     root = Domain(scope_id, top_level + 1, ())
@@ -50,7 +79,8 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
             key = (level, domain_id)
             child = index.get(key)
             if child is None:
-                child = Domain(domain_id, level, path[: 4 - level], node=node if level == 0 else None)
+                child = Domain(domain_id, level, path[: 4 - level], node=node if level == 0 else None,
+                               free_gpus=free_gpus(node) if free_gpus and level == 0 else 0)
                 index[key] = child
                 parent.children.append(child)
             child.cap += count
@@ -72,50 +102,154 @@ def _with_self(level: int, counts: Counts, used_children: int) -> Counts:
 
 def select(domain: Domain, need: int, objective: Objective) -> Selection:
     if domain.level == 0:
-        assert domain.node is not None
-        return Selection((1, 0, 0, 0), [(domain.node, need)])
-    kids = sorted(domain.children, key=lambda c: (-c.cap, c.sort_key))
+        return _on_node(domain, need)
+    if domain.level == 1 and not objective.pack_nodes:
+        return _finish(domain, _fill_fullest_nodes(domain.children, need))
+    by_size = sorted(domain.children, key=lambda c: (-c.cap, c.sort_key))
+    if by_size[0].cap >= need:
+        return _finish(domain, [_best_single([c for c in by_size if c.cap >= need], need, objective)])
+    if domain.level == 1:
+        return _finish(domain, _take_nodes(by_size, need))
+    # Several children are needed. Largest-first uses the fewest children; taking children whose
+    # capacity sits in the fewest sub-domains first can use fewer of those. Keep the better one.
+    dense = sorted(by_size, key=lambda c: (-c.cap / _spread(c), -c.cap, c.sort_key))
+    options = [_greedy(domain, order, need, objective) for order in (by_size, dense)]
+    fewest = min(len(o) for o in options)
+    finished = [_finish(domain, o) for o in options if len(o) == fewest]
+    return min(finished, key=lambda f: (objective(f.counts), f.broken))
+
+
+def _node_fit_key(node: Domain) -> tuple:
+    return (node.cap, node.free_gpus, node.sort_key)
+
+
+def _fill_fullest_nodes(nodes: list[Domain], need: int) -> list[Selection]:
+    """Best fit inside a TOR: fill the nodes with the fewest free GPUs first."""
+    chosen: list[Selection] = []
+    remaining = need
+    for node in sorted(nodes, key=lambda c: (c.free_gpus, c.sort_key)):
+        if remaining <= 0:
+            break
+        take = min(node.cap, remaining)
+        chosen.append(_on_node(node, take))
+        remaining -= take
+    return chosen
+
+
+def _take_nodes(by_size: list[Domain], need: int) -> list[Selection]:
+    """Nodes of one TOR: the roomiest first, the remainder on the fullest node that holds it."""
     chosen: list[Selection] = []
     remaining = need
     i = 0
     while remaining > 0:
-        fitting = [c for c in kids[i:] if c.cap >= remaining]
-        if fitting:
-            chosen.append(_best_single(fitting, remaining, objective))
+        if by_size[i].cap >= remaining:
+            best = min((c for c in by_size[i:] if c.cap >= remaining), key=_node_fit_key)
+            chosen.append(_on_node(best, remaining))
             break
-        chosen.append(select(kids[i], kids[i].cap, objective))
-        remaining -= kids[i].cap
+        node = by_size[i]
+        chosen.append(_on_node(node, node.cap))
+        remaining -= node.cap
         i += 1
+    return chosen
+
+
+def _spread(domain: Domain) -> int:
+    """Sub-domains a child spreads over (nodes for a TOR): fewer is denser."""
+    return max(1, len(domain.children))
+
+
+def _greedy(domain: Domain, order: list[Domain], need: int, objective: Objective) -> list[Selection]:
+    """Take children whole in `order` until the remainder fits in one, then the best single."""
+    chosen: list[Selection] = []
+    remaining = need
+    rest = list(order)
+    while remaining > 0:
+        if max(c.cap for c in rest) >= remaining:
+            chosen.append(_best_single([c for c in rest if c.cap >= remaining], remaining, objective))
+            break
+        child = rest.pop(0)
+        chosen.append(select(child, child.cap, objective))
+        remaining -= child.cap
+    return chosen
+
+
+def _finish(domain: Domain, chosen: list[Selection]) -> Selection:
     total: Counts = (0, 0, 0, 0)
     takes: list[tuple[GpuNode, int]] = []
+    broken = 0
     for s in chosen:
         total = _add(total, s.counts)
         takes.extend(s.takes)
-    return Selection(_with_self(domain.level, total, len(chosen)), takes)
+        broken += s.broken
+    return Selection(_with_self(domain.level, total, len(chosen)), takes, broken)
+
+
+def select_level_by_level(root: Domain, need: int, objective: Objective) -> Selection:
+    """The other strategy: at each level, the fewest domains (largest first, best-fit remainder) among
+    the children of the domains chosen one level up, so sub-domains compete across parents."""
+    allowed = [root]
+    while allowed[0].level > 0:
+        pool = sorted((c for d in allowed for c in d.children), key=lambda c: (-c.cap, c.sort_key))
+        chosen: list[Domain] = []
+        remaining = need
+        i = 0
+        while remaining > 0:
+            if pool[i].cap >= remaining:
+                # Best fit for the remainder: the smallest domain that holds it.
+                fit_key = _node_fit_key if pool[i].level == 0 else (lambda c: (c.cap, c.sort_key))
+                chosen.append(min((c for c in pool[i:] if c.cap >= remaining), key=fit_key))
+                break
+            chosen.append(pool[i])
+            remaining -= pool[i].cap
+            i += 1
+        allowed = chosen
+    remaining = need
+    order = (lambda c: (-c.cap, c.sort_key)) if objective.pack_nodes else (lambda c: (c.free_gpus, c.sort_key))
+    picks: list[Selection] = []
+    for leaf in sorted(allowed, key=order):
+        take = min(leaf.cap, remaining)
+        if take > 0:
+            picks.append(_on_node(leaf, take))
+        remaining -= take
+    takes = [t for p in picks for t in p.takes]
+    return Selection(counts_of(takes), takes, sum(p.broken for p in picks))
+
+
+def counts_of(takes: list[tuple[GpuNode, int]]) -> Counts:
+    nodes = [n for n, k in takes if k > 0]
+    return (len({n.name for n in nodes}), len({n.tor for n in nodes}), len({n.leaf for n in nodes}),
+            len({n.spine for n in nodes}))
+
+
+def select_best(root: Domain, need: int, objective: Objective) -> Selection:
+    """Both strategies; the better placement by the objective wins (hierarchical on ties)."""
+    options = [select(root, need, objective), select_level_by_level(root, need, objective)]
+    for option in options:
+        option.counts = _clip(counts_of(option.takes), root.level)
+    return min(options, key=lambda o: (objective(o.counts), o.broken))
+
+
+def _clip(counts: Counts, root_level: int) -> Counts:
+    """Counts above the tree's top level are not the tree's business (the scope is one domain)."""
+    return tuple(c if level < root_level else 0 for level, c in enumerate(counts))  # type: ignore[return-value]
 
 
 def _best_single(fitting: list[Domain], need: int, objective: Objective) -> Selection:
     if fitting[0].level == 0:
         # Nodes: the fullest node that still fits (best fit), then by name.
-        best = min(fitting, key=lambda c: (c.cap, c.sort_key))
+        best = min(fitting, key=_node_fit_key)
         return select(best, need, objective)
     best_key: tuple | None = None
     best: Selection | None = None
     for child in fitting:
         sel = select(child, need, objective)
-        key = (objective(sel.counts), child.cap, child.sort_key)
+        key = (objective(sel.counts), sel.broken, child.cap, child.sort_key)
         if best_key is None or key < best_key:
             best_key, best = key, sel
     assert best is not None
     return best
 
 
-def spine_first(counts: Counts) -> tuple[int, ...]:
-    return (counts[3], counts[2], counts[1], counts[0])
-
-
 def objective_for(preferred_level: int | None) -> Objective:
-    """Lexicographic spines, leaves, TORs, nodes; a preferred tier's count goes first."""
-    if preferred_level is None or preferred_level == 3:
-        return spine_first
-    return lambda c: (c[preferred_level], c[3], c[2], c[1], c[0])
+    """Spines, leaves, TORs (fewest first); a preferred tier's count goes first."""
+    return Objective(preferred_level)

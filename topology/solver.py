@@ -17,7 +17,7 @@ from railyard.topology.metrics import domains_spanned, rail_aligned, rails_of, r
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.ranks import local_rank_order, order_replicas
 from railyard.topology.request import GangRequest
-from railyard.topology.select import Selection, build_tree, objective_for, select
+from railyard.topology.select import Selection, build_tree, objective_for, select_best
 from railyard.topology.slots import RailTarget, free_rail_counts, natural_targets, pick_gpus, slots_for_target
 from railyard.topology.tiers import RailAlignment, Tier
 
@@ -89,8 +89,8 @@ def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangReque
     frees = [(n, snapshot.free(n)) for n in nodes]
     frees = [(n, f) for n, f in frees if len(f) >= size]
     unaligned = _Candidate(None, [(n, len(f) // size) for n, f in frees])
-    if request.rail_alignment == RailAlignment.NONE:
-        return [unaligned]
+    if request.rail_alignment == RailAlignment.NONE or request.replicas == 1:
+        return [unaligned]  # a single replica has no peers to align with
     weights: Counter[RailTarget] = Counter()
     for node, _ in frees:
         if node.gpu_count == size:
@@ -144,7 +144,7 @@ class _Option:
     scope_id: str
 
 
-def _best_option(candidate: _Candidate, request: GangRequest, need: int) -> _Option | None:
+def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest, need: int) -> _Option | None:
     objective = objective_for(request.preferred_tier.level if request.preferred_tier else None)
     top = _top_level(request)
     best: tuple | None = None
@@ -153,11 +153,12 @@ def _best_option(candidate: _Candidate, request: GangRequest, need: int) -> _Opt
         cap = sum(c for _, c in slots)
         if cap < need:
             continue
-        if top < 0:  # requiredTier node: the scope is one node
+        if top < 0:  # requiredTier node: the scope is one node; best fit is the fullest one
             selection = Selection((1, 0, 0, 0), [(slots[0][0], need)])
         else:
-            selection = select(build_tree(slots, top, scope_id), need, objective)
-        key = (objective(selection.counts), cap, scope_id)
+            tree = build_tree(slots, top, scope_id, free_gpus=lambda n: len(snapshot.free(n)))
+            selection = select_best(tree, need, objective)
+        key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
     return chosen
@@ -241,11 +242,14 @@ def solve(snapshot: Snapshot, request: GangRequest) -> Decision:
         fit = min(request.replicas, _largest_scope(candidate, request))
         if fit < request.smallest:
             continue
-        option = _best_option(candidate, request, fit)
+        option = _best_option(snapshot, candidate, request, fit)
         if option is None:
             continue
-        # More replicas first (elastic jobs), then rail-aligned, then the tighter placement.
-        key = (-fit, candidate.target is None, _option_key(option, request), index)
+        # More replicas first (elastic jobs), then fewer network domains, then rail-aligned (which
+        # only matters between nodes), then best fit.
+        objective, cap, scope = _option_key(option, request)
+        misaligned = candidate.target is None and option.selection.counts[0] > 1
+        key = (-fit, objective, misaligned, option.selection.broken, cap, scope, index)
         if best is None or key < best:
             best, chosen = key, option
     if chosen is None:

@@ -1,0 +1,28 @@
+"""The benchmark runs and Railyard is at least as good as best fit on every quality figure.
+
+Timing figures are reported, never asserted here (speed is checked by reading the JSON)."""
+
+from __future__ import annotations
+
+import json
+
+from railyard.operator.cli import main
+from railyard.topology.bench.run import run_bench
+
+
+def test_quick_bench_quality_checks_hold():
+    figures = run_bench(quick=True)
+    json.dumps(figures)  # JSON-able
+    checks = figures["checks"]
+    assert checks["gpus_placed_ge_best_fit"], figures["stream"]
+    assert checks["tors_le_best_fit"], figures["stream"]
+    assert checks["ring_cost_le_best_fit"], figures["stream"]
+    assert figures["exact"]["instances"] > 0 and figures["exact"]["max_weighted_gap"] <= 1_000
+    for gang in figures["gangs"].values():
+        assert {"p50_ms", "p99_ms", "samples"} <= set(gang)
+
+
+def test_bench_command_prints_json(capsys, monkeypatch):
+    monkeypatch.setattr("railyard.topology.bench.run.run_bench", lambda quick: {"quick": quick})
+    assert main(["bench", "--quick"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"quick": True}

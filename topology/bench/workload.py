@@ -1,0 +1,62 @@
+"""Synthetic clusters, background occupancy and job streams (seeded, reproducible)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from railyard.topology.model import Snapshot
+from railyard.topology.nodes import build_snapshot
+from railyard.topology.profile import ClusterProfile, node_objects
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+# Background pods: mostly whole nodes, some partial, as on a shared training cluster.
+BACKGROUND_SIZES = (8, 8, 8, 8, 8, 4, 4, 2, 1)
+
+
+def profile_snapshot(name: str) -> Snapshot:
+    data = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    return build_snapshot(node_objects(ClusterProfile.model_validate(data), kwok=False))
+
+
+def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
+    """Fill about `fraction` of the GPUs with background pods at random nodes (lowest free indices)."""
+    target = int(snapshot.total_gpus * fraction)
+    used: dict[str, set[int]] = {}
+    filled = 0
+    nodes = list(snapshot.nodes)
+    while filled < target:
+        node = rng.choice(nodes)
+        size = rng.choice(BACKGROUND_SIZES)
+        taken = used.setdefault(node.name, set())
+        free = [g for g in range(node.gpu_count) if g not in taken]
+        if len(free) < size:
+            continue
+        taken.update(free[:size])
+        filled += size
+    return Snapshot(snapshot.nodes, {k: frozenset(v) for k, v in used.items()}, snapshot.excluded)
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    index: int
+    replicas: int
+    gpus: int
+    lifetime: int  # in jobs: the job ends when this many later jobs have arrived
+
+
+# (replicas, GPUs per replica, weight)
+STREAM_MIX = ((1, 1, 6), (1, 2, 4), (2, 4, 6), (1, 8, 10), (2, 8, 12), (4, 8, 14), (8, 8, 14),
+              (16, 8, 12), (32, 8, 10), (64, 8, 8), (128, 8, 4))
+
+
+def job_stream(count: int, rng: random.Random) -> list[StreamJob]:
+    shapes = [(r, g) for r, g, _ in STREAM_MIX]
+    weights = [w for _, _, w in STREAM_MIX]
+    jobs = []
+    for i in range(count):
+        replicas, gpus = rng.choices(shapes, weights)[0]
+        jobs.append(StreamJob(i, replicas, gpus, rng.randint(5, 60)))
+    return jobs
