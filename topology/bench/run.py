@@ -78,7 +78,9 @@ def run_stream(base: Snapshot, placer: Placer, jobs, seed: int) -> dict[str, Any
 def _stream_figures(jobs, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     common = set.intersection(*(set(r["placements"]) for r in runs.values()))
     multi = [j.index for j in jobs if j.index in common and j.replicas > 1]
-    figures: dict[str, Any] = {"jobs": len(jobs), "placed_by_all": len(common), "multi_replica_placed_by_all": len(multi)}
+    figures: dict[str, Any] = {
+        "jobs": len(jobs), "placed_by_all": len(common), "multi_replica_placed_by_all": len(multi),
+    }
     for name, run in runs.items():
         placements: dict[int, Placement] = run["placements"]
         gpus = sum(j.replicas * j.gpus for j in jobs if j.index in placements)
