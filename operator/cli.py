@@ -79,6 +79,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_operator(args: argparse.Namespace) -> int:
+    from railyard.operator.main import run_operator
+
+    return run_operator(verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="railyard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")
     b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")
     b.set_defaults(func=cmd_bench)
+    o = sub.add_parser("operator", help="run the operator (Kopf, all namespaces; leader-elected)")
+    o.add_argument("--verbose", "-v", action="store_true")
+    o.set_defaults(func=cmd_operator)
     return parser
 
 

@@ -135,16 +135,10 @@ def _parse_gpu_annotation(raw: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def build_snapshot(
-    node_objects: Iterable[Mapping[str, Any]],
-    pod_objects: Iterable[Mapping[str, Any]] = (),
-    scheme: LabelScheme = NATIVE,
-) -> Snapshot:
-    """Model every node (excluding, with a reason, those that cannot be used) and count used GPUs.
-
-    Pods that are Succeeded/Failed hold nothing. Railyard's pods say which GPUs they hold in the
-    `railyard.dev/gpus` annotation; other pods take their GPU count from the lowest free indices.
-    """
+def model_nodes(
+    node_objects: Iterable[Mapping[str, Any]], scheme: LabelScheme = NATIVE
+) -> tuple[list[GpuNode], list[Exclusion]]:
+    """Model every node; those that cannot be used are excluded with a reason."""
     nodes: list[GpuNode] = []
     excluded: list[Exclusion] = []
     for obj in node_objects:
@@ -154,7 +148,14 @@ def build_snapshot(
         except NodeError as e:
             excluded.append(Exclusion(name, str(e)))
     nodes.sort(key=lambda n: n.name)
-    by_name = {n.name: n for n in nodes}
+    excluded.sort(key=lambda e: e.node)
+    return nodes, excluded
+
+
+def used_gpus(by_name: Mapping[str, GpuNode], pod_objects: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
+    """GPU indices held on each node. Pods that are Succeeded/Failed hold nothing. Railyard's pods say
+    which GPUs they hold in the `railyard.dev/gpus` annotation; other pods take their GPU count from
+    the lowest free indices (after Railyard's)."""
     used: dict[str, set[int]] = {}
     anonymous: list[tuple[str, int]] = []
     for pod in pod_objects:
@@ -174,10 +175,18 @@ def build_snapshot(
                 used.setdefault(node_name, set()).update(g for g in gpus if 0 <= g < count)
                 continue
         anonymous.append((node_name, pod_gpu_request(pod.get("spec") or {})))
-    # Pods that do not say which GPUs they hold take the lowest free indices, after Railyard's.
     for node_name, count in anonymous:
         taken = used.setdefault(node_name, set())
         free = [i for i in range(by_name[node_name].gpu_count) if i not in taken]
         taken.update(free[:count])
-    excluded.sort(key=lambda e: e.node)
-    return Snapshot(tuple(nodes), {k: frozenset(v) for k, v in used.items() if v}, tuple(excluded))
+    return {k: frozenset(v) for k, v in used.items() if v}
+
+
+def build_snapshot(
+    node_objects: Iterable[Mapping[str, Any]],
+    pod_objects: Iterable[Mapping[str, Any]] = (),
+    scheme: LabelScheme = NATIVE,
+) -> Snapshot:
+    """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold."""
+    nodes, excluded = model_nodes(node_objects, scheme)
+    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pod_objects), tuple(excluded))

@@ -1,0 +1,125 @@
+"""Pure builders of the objects the operator creates (dask-kubernetes style `build_*` functions).
+
+Nothing here does I/O: a TrainingJob body and a placement in, plain dicts out.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from railyard.operator.labels import (
+    ANNOTATION_GPUS,
+    ANNOTATION_PLACEMENT_ID,
+    LABEL_JOB,
+    LABEL_POD_GROUP,
+    LABEL_RANK,
+    LABEL_RESTART,
+    SCHEDULING_GATE,
+)
+from railyard.topology.api import API_VERSION, KIND
+from railyard.topology.solver import Placement
+
+MAX_NAME = 63
+
+
+def pod_name(job_name: str, rank: int) -> str:
+    return f"{job_name}-{rank}"
+
+
+def service_name(job_name: str) -> str:
+    return job_name
+
+
+def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    meta = job["metadata"]
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def selector(job_name: str) -> str:
+    return f"{LABEL_JOB}={job_name}"
+
+
+def placement_status(placement: Placement, job_name: str, placement_id: str) -> dict[str, Any]:
+    return {
+        "id": placement_id,
+        "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus), "pod": pod_name(job_name, r.rank)}
+                  for r in placement.replicas],
+        "tors": placement.tors, "leaves": placement.leaves, "spines": placement.spines,
+        "railAligned": placement.rail_aligned,
+    }
+
+
+def build_env(job: dict[str, Any], rank: int, world: int, gpus: int, rail_aligned: bool,
+              master_port: int) -> list[dict[str, Any]]:
+    """The launcher environment torchrun and training-operator users expect."""
+    meta = job["metadata"]
+    master = f"{pod_name(meta['name'], 0)}.{service_name(meta['name'])}.{meta['namespace']}.svc"
+    restarts = (job.get("status") or {}).get("restartCount", 0)
+    env = {
+        "RANK": rank, "NODE_RANK": rank, "WORLD_SIZE": world,
+        "MASTER_ADDR": master, "MASTER_PORT": master_port,
+        "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": max(1, gpus),
+        "PET_MASTER_ADDR": master, "PET_MASTER_PORT": master_port,
+        "RAILYARD_JOB_NAME": meta["name"], "RAILYARD_RESTART_COUNT": restarts,
+    }
+    if rail_aligned:
+        env["NCCL_CROSS_NIC"] = 0  # keep each ring on its rail: the placement made that possible
+    return [{"name": k, "value": str(v)} for k, v in env.items()]
+
+
+def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world: int, rail_aligned: bool,
+              placement_id: str, master_port: int) -> dict[str, Any]:
+    """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed."""
+    meta = job["metadata"]
+    template = copy.deepcopy(job["spec"].get("template") or {})
+    tmeta = template.get("metadata") or {}
+    spec = template.get("spec") or {}
+    name = pod_name(meta["name"], rank)
+    restarts = (job.get("status") or {}).get("restartCount", 0)
+    labels = {**(tmeta.get("labels") or {}), LABEL_JOB: meta["name"], LABEL_RANK: str(rank),
+              LABEL_POD_GROUP: meta["name"], LABEL_RESTART: str(restarts)}
+    annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
+                   ANNOTATION_PLACEMENT_ID: placement_id}
+    env = build_env(job, rank, world, len(gpus), rail_aligned, master_port)
+    names = {e["name"] for e in env}
+    for container in spec.get("containers") or []:
+        # The placement's env wins over the template's for the same variable.
+        container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + env
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": node}
+    spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": SCHEDULING_GATE}]
+    spec["hostname"] = name
+    spec["subdomain"] = service_name(meta["name"])
+    spec.setdefault("restartPolicy", "Never")
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels, "annotations": annotations,
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": spec,
+    }
+
+
+def build_service(job: dict[str, Any]) -> dict[str, Any]:
+    """Headless Service giving every replica a stable DNS name (rank 0 is the rendezvous point)."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": service_name(meta["name"]), "namespace": meta["namespace"],
+                     "labels": {LABEL_JOB: meta["name"]}, "ownerReferences": [owner_reference(job)]},
+        "spec": {"clusterIP": "None", "selector": {LABEL_JOB: meta["name"]}, "publishNotReadyAddresses": True,
+                 "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]},
+    }
+
+
+def build_event(job: dict[str, Any], type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta.get("uid")},
+        "type": type_, "reason": reason, "message": message[:1024],
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "source": {"component": "railyard-operator"}, "reportingComponent": "railyard-operator",
+    }

@@ -1,0 +1,48 @@
+"""Status conditions keyed by type, as the Kubernetes API conventions want them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+PLACED, RUNNING, SUCCEEDED, FAILED = "Placed", "Running", "Succeeded", "Failed"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def is_true(conditions: list[dict[str, Any]] | None, type_: str) -> bool:
+    c = get(conditions, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: str, reason: str, message: str,
+                  generation: int | None, now: str | None = None) -> list[dict[str, Any]]:
+    """A new list with `type_` set; lastTransitionTime changes only when the status does."""
+    now = now or now_iso()
+    out = [dict(c) for c in conditions or [] if c.get("type") != type_]
+    previous = get(conditions, type_)
+    changed = previous is None or previous.get("status") != status
+    out.append({
+        "type": type_, "status": status, "reason": reason, "message": message[:32000],
+        "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),
+        "observedGeneration": generation,
+    })
+    order = {PLACED: 0, RUNNING: 1, SUCCEEDED: 2, FAILED: 3}
+    out.sort(key=lambda c: order.get(c["type"], 9))
+    return out
+
+
+def state_of(conditions: list[dict[str, Any]] | None) -> str:
+    """One word for metrics and the CLI: Succeeded, Failed, Running, Placed, Queued."""
+    for type_ in (SUCCEEDED, FAILED, RUNNING):
+        if is_true(conditions, type_):
+            return type_
+    if is_true(conditions, PLACED):
+        return PLACED
+    return "Queued"

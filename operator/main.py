@@ -1,0 +1,17 @@
+"""`railyard operator`: run the Kopf operator (standalone, all namespaces)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+
+def run_operator(verbose: bool = False) -> int:
+    import kopf
+    import railyard.operator.handlers  # noqa: F401 - registers the handlers
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Each replica runs standalone; the Lease (not Kopf peering) decides who places.
+    asyncio.run(kopf.operator(standalone=True, clusterwide=True))
+    return 0

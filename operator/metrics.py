@@ -1,0 +1,46 @@
+"""Prometheus metrics (railyard_ prefix, base units; the client appends _total to counters)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter as Tally
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from railyard.topology.model import Snapshot
+
+JOBS = Gauge("railyard_jobs", "TrainingJobs by state", ["state"])
+QUEUE_LENGTH = Gauge("railyard_queue_length", "TrainingJobs waiting for placement")
+SOLVE_SECONDS = Histogram("railyard_placement_solve_seconds", "Time to solve one gang placement",
+                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+RELEASE_SECONDS = Histogram("railyard_job_release_seconds", "From TrainingJob creation to gang release",
+                            buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300, 1800, 7200))
+TORS_SPANNED = Histogram("railyard_job_tors_spanned", "TORs a placed gang spans", buckets=(1, 2, 3, 4, 6, 8, 16, 32))
+FREE_GPUS = Gauge("railyard_free_gpus", "GPUs free on usable nodes")
+LARGEST_FREE_BLOCK = Gauge("railyard_largest_free_block_nodes", "Most fully free nodes inside one domain", ["tier"])
+PLACEMENTS = Counter("railyard_placements", "Gangs placed")
+PLACEMENT_FAILURES = Counter("railyard_placement_failures", "Placement attempts that failed", ["reason"])
+IS_LEADER = Gauge("railyard_is_leader", "1 on the replica that holds the placement lease")
+
+
+def serve(port: int) -> bool:
+    """Expose /metrics; a busy port is logged, not fatal (placement matters more than metrics)."""
+    if port <= 0:
+        return False
+    try:
+        start_http_server(port)
+    except OSError as e:
+        logging.getLogger("railyard.metrics").error("metrics port %d unavailable: %s", port, e)
+        return False
+    return True
+
+
+def observe_capacity(snapshot: Snapshot) -> None:
+    FREE_GPUS.set(snapshot.free_gpus)
+    for level, tier in ((0, "node"), (1, "tor"), (2, "leaf"), (3, "spine")):
+        whole: Tally[str] = Tally()
+        for node in snapshot.nodes:
+            if len(snapshot.free(node)) == node.gpu_count:
+                whole[node.domain(level)] += 1
+        LARGEST_FREE_BLOCK.labels(tier).set(max(whole.values(), default=0))
+    whole_cluster = sum(1 for n in snapshot.nodes if len(snapshot.free(n)) == n.gpu_count)
+    LARGEST_FREE_BLOCK.labels("cluster").set(whole_cluster)

@@ -1,0 +1,53 @@
+"""Operator settings, grouped (as Kopf does): each group is a frozen dataclass with defaults that
+can be overridden from RAILYARD_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"RAILYARD_{name}", default)
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    namespace: str = field(default_factory=lambda: _env("NAMESPACE", "railyard-system"))
+    lease_name: str = "railyard-operator"
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
+    lease_seconds: float = field(default_factory=lambda: float(_env("LEASE_SECONDS", "15")))
+    renew_seconds: float = field(default_factory=lambda: float(_env("RENEW_SECONDS", "2")))
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    label_preset: str = field(default_factory=lambda: _env("LABEL_PRESET", "native"))
+    # A job waiting longer than this reserves the domain it waits for (see README: queueing).
+    starvation_seconds: float = field(default_factory=lambda: float(_env("STARVATION_SECONDS", "120")))
+    # Released pods not bound within this long mean a lost race: the gang is re-planned.
+    bind_timeout_seconds: float = field(default_factory=lambda: float(_env("BIND_TIMEOUT_SECONDS", "60")))
+    resync_seconds: float = field(default_factory=lambda: float(_env("RESYNC_SECONDS", "5")))
+    master_port: int = 29500
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    workers: int = field(default_factory=lambda: int(_env("API_WORKERS", "24")))
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    port: int = field(default_factory=lambda: int(_env("METRICS_PORT", "8080")))
+
+
+@dataclass(frozen=True)
+class Settings:
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    # Fault injection for the crash-safety e2e test only: exit right after this step.
+    crash_after: str | None = field(default_factory=lambda: os.environ.get("RAILYARD_TEST_CRASH_AFTER") or None)
