@@ -33,7 +33,8 @@ def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: s
         "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),
         "observedGeneration": generation,
     })
-    order = {PLACED: 0, RUNNING: 1, SUCCEEDED: 2, FAILED: 3}
+    # Most advanced first: the CRD's State column prints the first True condition.
+    order = {FAILED: 0, SUCCEEDED: 1, RUNNING: 2, PLACED: 3}
     out.sort(key=lambda c: order.get(c["type"], 9))
     return out
 

@@ -56,6 +56,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def cleanup(**_: Any) -> None:
     for task in RUNTIME.get("tasks", []):
         task.cancel()
+    leader: LeaderElector | None = RUNTIME.get("leader")
+    if leader is not None:
+        await leader.release()
 
 
 @kopf.on.event("", "v1", "nodes")
