@@ -61,7 +61,7 @@ class LeaderElector:
         self._valid_until = 0.0
         try:
             await self.api.run(self._release)
-        except Exception as e:  # noqa: BLE001 - the lease then simply expires
+        except Exception as e:
             log.warning("could not release the lease: %s", e)
 
     def _release(self) -> None:

@@ -49,8 +49,22 @@ def core(api_client):
 
 @pytest.fixture
 def namespace(core):
-    """A fresh namespace per test, deleted afterwards."""
+    """A fresh namespace per test, deleted afterwards; waits until it is gone so the next test
+    starts with the capacity this one used."""
+    from kubernetes import client
+
+    from tests.support.poll import poll
+
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except client.ApiException as e:
+            return e.status == 404
+        return False
+
+    poll(gone, 120, f"namespace {name} deleted")

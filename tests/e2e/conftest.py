@@ -1,0 +1,59 @@
+"""Fixtures for operator e2e tests: the CRD installed, the operator running, helpers to read
+placements back from the API (never from the operator's own status)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.test_control_plane import apply_crds
+from tests.support.operator import OperatorProcess, wait_for_leader
+from tests.support.poll import poll
+
+
+@pytest.fixture(scope="session")
+def crds(api_client) -> None:
+    ext = client.ApiextensionsV1Api(api_client)
+    for name in apply_crds(api_client):
+        poll(lambda n=name: any(c.type == "Established" and c.status == "True"
+                                for c in ext.read_custom_resource_definition(n).status.conditions or []),
+             30, f"CRD {name} Established")
+
+
+@pytest.fixture(scope="session")
+def custom(api_client):
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture(scope="session")
+def coordination(api_client):
+    return client.CoordinationV1Api(api_client)
+
+
+@pytest.fixture
+def lease_namespace(core) -> Iterator[str]:
+    name = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
+    yield name
+    try:
+        core.delete_namespace(name)
+    except client.ApiException:
+        pass
+
+
+@pytest.fixture(scope="module")
+def operator(kubeconfig, crds, core, coordination, tmp_path_factory) -> Iterator[OperatorProcess]:
+    lease_ns = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
+    proc = OperatorProcess(kubeconfig, lease_ns, tmp_path_factory.mktemp("operator"))
+    try:
+        wait_for_leader(coordination, lease_ns)
+        yield proc
+    finally:
+        proc.stop()
+        print(proc.log_tail(20))
+        try:
+            core.delete_namespace(lease_ns)
+        except client.ApiException:
+            pass

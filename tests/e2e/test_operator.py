@@ -1,0 +1,175 @@
+"""The operator end to end: jobs applied through the API land on real (kwok) nodes, bound by
+kube-scheduler; every check reads pods and nodes back from the API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import pytest
+import requests
+from kubernetes import client, watch
+
+from tests.support.jobs import (
+    condition,
+    create_job,
+    delete_job,
+    get_job,
+    gpus_of,
+    make_job,
+    pods_of,
+    wait_bound,
+    wait_condition,
+)
+from tests.support.poll import poll
+
+pytestmark = pytest.mark.e2e
+
+
+def node_labels(core) -> dict[str, dict[str, str]]:
+    return {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+
+
+def assert_no_gpu_double_booked(api_client, core) -> None:
+    pods = api_client.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+    held = Counter()
+    for pod in pods:
+        annotations = pod["metadata"].get("annotations") or {}
+        if pod["spec"].get("nodeName") and "railyard.dev/gpus" in annotations and \
+                pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            for gpu in gpus_of(pod):
+                held[(pod["spec"]["nodeName"], gpu)] += 1
+    doubles = {k: v for k, v in held.items() if v > 1}
+    assert not doubles, f"GPUs held twice: {doubles}"
+
+
+def test_jobs_of_several_sizes_land_where_their_constraints_say(operator, api_client, core, custom, namespace):
+    jobs = {
+        "whole": make_job("whole", 8, topology={"preferredTier": "tor"}),
+        "partial": make_job("partial", 4, gpus=4, topology={"railAlignment": "required"}),
+        "leafbound": make_job("leafbound", 6, topology={"requiredTier": "leaf"},
+                              parallelism={"tensor": 8, "pipeline": 2, "data": 3}),
+    }
+    for body in jobs.values():
+        create_job(custom, namespace, body)
+    labels = node_labels(core)
+    placed = {name: wait_bound(api_client, core, namespace, name, body["spec"]["replicas"])
+              for name, body in jobs.items()}
+    for name, pods in placed.items():
+        for pod in pods:
+            # kube-scheduler bound each pod to the node Railyard pinned it to.
+            assert pod["spec"]["nodeName"] == pod["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+            assert len(gpus_of(pod)) == jobs[name]["spec"]["template"]["spec"]["containers"][0]["resources"][
+                "limits"]["nvidia.com/gpu"]
+    leaves = {labels[p["spec"]["nodeName"]]["topology.railyard.dev/leaf"] for p in placed["leafbound"]}
+    assert len(leaves) == 1, f"requiredTier leaf broken: {leaves}"
+    rails_per_pod = []
+    for pod in placed["partial"]:
+        rails = labels[pod["spec"]["nodeName"]]["topology.railyard.dev/gpu-rail"].split(".")
+        rails_per_pod.append([rails[g] for g in gpus_of(pod)])
+    assert all(r == rails_per_pod[0] for r in rails_per_pod), f"not rail-aligned: {rails_per_pod}"
+    # Ranks follow the topology: each TOR holds one contiguous run of ranks.
+    tors = [labels[p["spec"]["nodeName"]]["topology.railyard.dev/tor"] for p in placed["whole"]]
+    runs = [t for i, t in enumerate(tors) if i == 0 or tors[i - 1] != t]
+    assert len(runs) == len(set(runs)), f"ranks jump between TORs: {tors}"
+    assert_no_gpu_double_booked(api_client, core)
+    env = {e["name"]: e["value"] for e in placed["whole"][3]["spec"]["containers"][0]["env"]}
+    assert env["RANK"] == "3" and env["WORLD_SIZE"] == "8" and env["PET_NPROC_PER_NODE"] == "8"
+    assert env["MASTER_ADDR"] == f"whole-0.whole.{namespace}.svc" and env["NCCL_CROSS_NIC"] == "0"
+    job = wait_condition(custom, namespace, "whole", "Placed", reason="Released")
+    assert job["status"]["placement"]["tors"] == len(set(tors))
+    service = core.read_namespaced_service("whole", namespace)
+    assert service.spec.cluster_ip == "None"
+
+
+def test_gang_is_released_only_after_every_pod_exists(operator, api_client, core, custom, namespace):
+    events: list[tuple[str, str, bool]] = []
+    stop = threading.Event()
+
+    def record() -> None:
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=60):
+            pod = ev["object"]
+            gated = any(g.name == "railyard.dev/gang" for g in pod.spec.scheduling_gates or [])
+            events.append((ev["type"], pod.metadata.name, gated))
+            if stop.is_set():
+                w.stop()
+
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    poll(lambda: thread.is_alive(), 5, "watch started")
+    create_job(custom, namespace, make_job("gang", 12))
+    wait_bound(api_client, core, namespace, "gang", 12)
+    stop.set()
+    created_before_release = set()
+    for kind, name, gated in events:
+        if kind == "ADDED":
+            assert gated, f"pod {name} was created without the gang gate"
+            created_before_release.add(name)
+        if not gated:
+            assert len(created_before_release) == 12, \
+                f"{name} released while only {len(created_before_release)} of 12 pods existed"
+            break
+    else:
+        pytest.fail(f"no release seen in {len(events)} events")
+
+
+def test_unplaceable_job_waits_with_a_reason_and_is_placed_when_capacity_frees(
+        operator, api_client, core, custom, namespace):
+    usable = len([n for n in core.list_node().items if "topology.railyard.dev/tor" in (n.metadata.labels or {})])
+    blocker = usable - 20
+    create_job(custom, namespace, make_job("blocker", blocker))
+    wait_bound(api_client, core, namespace, "blocker", blocker, timeout=90)
+    create_job(custom, namespace, make_job("waiting", 30))
+    job = wait_condition(custom, namespace, "waiting", "Placed", status="False", reason="Unschedulable")
+    message = condition(job, "Placed")["message"]
+    assert "job needs 30" in message and "free whole nodes" in message
+    assert not pods_of(api_client, core, namespace, "waiting")
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=waiting").items
+    assert any(e.reason == "Unschedulable" for e in events)
+    delete_job(custom, namespace, "blocker")
+    wait_bound(api_client, core, namespace, "waiting", 30, timeout=120)
+    assert_no_gpu_double_booked(api_client, core)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"replicas": 2, "minReplicas": 3}, "spec.minReplicas must be <= spec.replicas"),
+    ({"replicas": 2, "topology": {"requiredTier": "rack"}}, 'supported values: "node", "tor", "leaf", "spine"'),
+    ({"replicas": 0}, "spec.replicas: Invalid value: 0"),
+    ({"replicas": 2, "parallelism": {"tensor": 8, "pipeline": 3, "data": 1}}, "tensor*pipeline*data must equal"),
+])
+def test_malformed_job_is_rejected_by_the_api_server(crds, custom, namespace, spec, message):
+    body = make_job("bad", 2)
+    body["spec"].update(spec)
+    with pytest.raises(client.ApiException) as err:
+        create_job(custom, namespace, body)
+    assert err.value.status == 422
+    assert message in json.loads(err.value.body)["message"]
+
+
+def test_job_succeeds_or_fails_with_its_pods(operator, api_client, core, custom, namespace):
+    if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
+        pytest.skip("needs kwok nodes to simulate containers exiting")
+    create_job(custom, namespace, make_job("ok", 2, annotations={"railyard.dev/simulate": "succeed"}))
+    create_job(custom, namespace, make_job("broken", 3, annotations={"railyard.dev/simulate": "fail"}))
+    job = wait_condition(custom, namespace, "ok", "Succeeded")
+    assert job["status"].get("completionTime")
+    job = wait_condition(custom, namespace, "broken", "Failed")
+    assert "simulated NCCL failure" in condition(job, "Failed")["message"]
+    # A failed gang does not keep half its replicas running.
+    poll(lambda: all(p["status"]["phase"] in ("Failed", "Succeeded") for p in pods_of(api_client, core, namespace,
+                                                                                      "broken")),
+         60, "no running replica of the failed gang")
+
+
+def test_metrics_are_exposed(operator, custom, namespace, api_client, core):
+    create_job(custom, namespace, make_job("metered", 1))
+    wait_bound(api_client, core, namespace, "metered", 1)
+    text = poll(lambda: (r := requests.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5)).ok
+                and r.text, 20, "metrics")
+    for name in ("railyard_jobs{", "railyard_queue_length", "railyard_placement_solve_seconds_bucket",
+                 "railyard_job_release_seconds_bucket", "railyard_free_gpus", "railyard_placements_total",
+                 'railyard_largest_free_block_nodes{tier="tor"}', "railyard_is_leader 1.0"):
+        assert name in text, f"{name} missing from /metrics"
+    assert get_job(custom, namespace, "metered")["status"]["replicas"] == 1

@@ -1,0 +1,74 @@
+"""Building TrainingJobs and reading their outcome back from the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railyard.topology.api import GROUP, PLURAL, VERSION
+
+from tests.support.poll import poll
+
+
+def make_job(name: str, replicas: int, gpus: int = 8, topology: dict | None = None,
+             parallelism: dict | None = None, annotations: dict | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {"replicas": replicas, **spec, "template": {
+            "metadata": {"annotations": annotations or {}},
+            "spec": {"containers": [{"name": "trainer", "image": "registry.invalid/trainer:0",
+                                     "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        }},
+    }
+    if topology:
+        body["spec"]["topology"] = topology
+    if parallelism:
+        body["spec"]["parallelism"] = parallelism
+    return body
+
+
+def create_job(custom, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def get_job(custom, namespace: str, name: str) -> dict[str, Any]:
+    return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def delete_job(custom, namespace: str, name: str) -> None:
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def wait_condition(custom, namespace: str, name: str, type_: str, status: str = "True", reason: str | None = None,
+                   timeout: float = 60) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        job = get_job(custom, namespace, name)
+        c = condition(job, type_)
+        if c and c["status"] == status and (reason is None or c.get("reason") == reason):
+            return job
+        return None
+
+    return poll(check, timeout, f"{namespace}/{name} {type_}={status} {reason or ''}")
+
+
+def pods_of(api_client, core, namespace: str, name: str) -> list[dict[str, Any]]:
+    pods = core.list_namespaced_pod(namespace, label_selector=f"railyard.dev/job-name={name}").items
+    return sorted(api_client.sanitize_for_serialization(pods),
+                  key=lambda p: int(p["metadata"]["labels"]["railyard.dev/rank"]))
+
+
+def wait_bound(api_client, core, namespace: str, name: str, replicas: int, timeout: float = 60) -> list[dict]:
+    def check() -> list[dict] | None:
+        pods = pods_of(api_client, core, namespace, name)
+        if len(pods) == replicas and all(p["spec"].get("nodeName") for p in pods):
+            return pods
+        return None
+
+    return poll(check, timeout, f"{replicas} bound pods of {namespace}/{name}")
+
+
+def gpus_of(pod: dict[str, Any]) -> list[int]:
+    return [int(g) for g in pod["metadata"]["annotations"]["railyard.dev/gpus"].split(",")]

@@ -1,0 +1,58 @@
+"""Runs the real operator (`railyard operator`, Kopf) as a subprocess for e2e tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.support.poll import poll
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: str, lease_namespace: str, log_dir: Path, crash_after: str | None = None,
+                 name: str = "op") -> None:
+        self.metrics_port = free_port()
+        env = {**os.environ, "KUBECONFIG": kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
+               "RAILYARD_METRICS_PORT": str(self.metrics_port), "RAILYARD_LEASE_SECONDS": "6",
+               "RAILYARD_RENEW_SECONDS": "1", "RAILYARD_RESYNC_SECONDS": "2",
+               "RAILYARD_BIND_TIMEOUT_SECONDS": "60"}
+        env.pop("RAILYARD_TEST_CRASH_AFTER", None)
+        if crash_after:
+            env["RAILYARD_TEST_CRASH_AFTER"] = crash_after
+        self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, kill: bool = False) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def wait_for_leader(coordination, namespace: str, timeout: float = 40) -> str:
+    def holder() -> str | None:
+        lease = coordination.read_namespaced_lease("railyard-operator", namespace)
+        return lease.spec.holder_identity
+
+    return poll(holder, timeout, f"a leader in {namespace}")
