@@ -3,6 +3,7 @@ placements back from the API (never from the operator's own status)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -37,10 +38,8 @@ def coordination(api_client):
 def lease_namespace(core) -> Iterator[str]:
     name = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
     yield name
-    try:
+    with contextlib.suppress(client.ApiException):
         core.delete_namespace(name)
-    except client.ApiException:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,5 @@ def operator(kubeconfig, crds, core, coordination, tmp_path_factory) -> Iterator
     finally:
         proc.stop()
         print(proc.log_tail(20))
-        try:
+        with contextlib.suppress(client.ApiException):
             core.delete_namespace(lease_ns)
-        except client.ApiException:
-            pass

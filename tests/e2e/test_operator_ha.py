@@ -1,0 +1,69 @@
+"""Crash safety and leader election: real operator processes killed at the worst moments."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
+from tests.support.operator import OperatorProcess, wait_for_leader
+from tests.support.poll import poll
+
+pytestmark = pytest.mark.e2e
+
+
+def test_operator_killed_between_pod_creation_and_release_leaves_no_partial_gang(
+        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    doomed = OperatorProcess(kubeconfig, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        create_job(custom, namespace, make_job("survivor", 6))
+        poll(lambda: doomed.proc.poll() is not None, 60, "the operator to crash after creating pods")
+        assert doomed.proc.returncode == 17, doomed.log_tail()
+    finally:
+        doomed.stop()
+    pods = pods_of(api_client, core, namespace, "survivor")
+    assert len(pods) == 6, "the crash point is after all pods were created"
+    assert all(p["spec"].get("schedulingGates") for p in pods), "no pod may be released before the crash"
+    assert not any(p["spec"].get("nodeName") for p in pods), "gated pods are never bound"
+
+    successor = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="successor")
+    try:
+        bound = wait_bound(api_client, core, namespace, "survivor", 6, timeout=90)
+        assert all(not p["spec"].get("schedulingGates") for p in bound)
+        job = wait_condition(custom, namespace, "survivor", "Placed", reason="Released")
+        recorded = {r["pod"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+        # The successor finished the recorded placement; it did not invent a new one.
+        assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound} == recorded
+    finally:
+        successor.stop()
+
+
+def test_two_operators_never_place_the_same_gpu_twice(
+        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    operators = [OperatorProcess(kubeconfig, lease_namespace, tmp_path, name=f"ha{i}") for i in range(2)]
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        shapes = [(1, 8), (2, 4), (1, 2), (2, 8)]
+        names = []
+        for i in range(50):
+            replicas, gpus = shapes[i % len(shapes)]
+            names.append((f"burst-{i}", replicas))
+            create_job(custom, namespace, make_job(f"burst-{i}", replicas, gpus=gpus))
+        # Fail over in the middle of the burst: kill the leader hard (no lease release).
+        holder = coordination.read_namespaced_lease("railyard-operator", lease_namespace).spec.holder_identity
+        poll(lambda: sum(1 for n, _ in names if (get_job(custom, namespace, n).get("status") or {})
+                         .get("placement")) >= 10, 60, "ten jobs placed")
+        # Each process logs its identity at start; the lease names the leader's.
+        leader = next(o for o in operators if f"started as {holder}" in o.log_path.read_text(errors="replace"))
+        leader.stop(kill=True)
+        for name, replicas in names:
+            wait_bound(api_client, core, namespace, name, replicas, timeout=120)
+        assert_no_gpu_double_booked(api_client, core)
+        for name, _ in names:
+            placement = get_job(custom, namespace, name)["status"]["placement"]
+            pods = {p["metadata"]["name"]: p for p in pods_of(api_client, core, namespace, name)}
+            assert {r["pod"] for r in placement["ranks"]} == set(pods), f"{name}: pods and placement disagree"
+    finally:
+        for o in operators:
+            o.stop()
