@@ -1,0 +1,146 @@
+"""Pure parts of the operator: builders, conditions, the per-job decision, the queue rule, state."""
+
+from __future__ import annotations
+
+import time
+
+from railyard.operator import conditions as cond
+from railyard.operator.builders import build_pod, build_service, placement_status
+from railyard.operator.queue import QueuedJob, order, reserved_nodes, without
+from railyard.operator.reconcile import RELEASED, assess
+from railyard.operator.state import ClusterState
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+from railyard.topology.tiers import Tier
+from tests.support.clusters import profile_nodes, snapshot
+
+JOB = {
+    "apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "llm", "namespace": "ml", "uid": "u-1", "generation": 1,
+                 "creationTimestamp": "2026-01-01T00:00:00Z"},
+    "spec": {"replicas": 2, "template": {
+        "metadata": {"labels": {"team": "a"}},
+        "spec": {"schedulingGates": [{"name": "other"}],
+                 "containers": [{"name": "t", "env": [{"name": "RANK", "value": "99"}, {"name": "KEEP", "value": "1"}],
+                                 "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
+}
+
+
+def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
+    pod = build_pod(JOB, 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", 29500)
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
+    assert spec["schedulingGates"] == [{"name": "other"}, {"name": "railyard.dev/gang"}]
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    labels = pod["metadata"]["labels"]
+    assert labels["team"] == "a" and labels["railyard.dev/rank"] == "1"
+    assert labels["scheduling.x-k8s.io/pod-group"] == "llm"
+    assert pod["metadata"]["annotations"]["railyard.dev/gpus"] == "0,1,2,3,4,5,6,7"
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    assert env["RANK"] == "1" and env["KEEP"] == "1"  # placement env wins, the template's other env stays
+    assert env["MASTER_ADDR"] == "llm-0.llm.ml.svc" and env["PET_NNODES"] == "2"
+    assert env["NCCL_CROSS_NIC"] == "0" and env["RAILYARD_RESTART_COUNT"] == "0"
+    assert spec["hostname"] == "llm-1" and spec["subdomain"] == "llm"
+    assert JOB["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "other"}], "template not mutated"
+
+
+def test_no_cross_nic_hint_without_rail_alignment():
+    env = build_pod(JOB, 0, "n", [0], 2, False, "pid", 29500)["spec"]["containers"][0]["env"]
+    assert "NCCL_CROSS_NIC" not in {e["name"] for e in env}
+
+
+def test_service_is_headless():
+    svc = build_service(JOB)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
+
+
+def test_condition_transition_time_moves_only_on_status_change():
+    c1 = cond.set_condition([], "Placed", "False", "Unschedulable", "a", 1, now="t1")
+    c2 = cond.set_condition(c1, "Placed", "False", "Unschedulable", "b", 1, now="t2")
+    c3 = cond.set_condition(c2, "Placed", "True", "Released", "c", 1, now="t3")
+    assert [c["lastTransitionTime"] for c in (c1[0], c2[0], c3[0])] == ["t1", "t1", "t3"]
+    both = cond.set_condition(c3, "Running", "True", "AllRunning", "", 1)
+    assert [c["type"] for c in both] == ["Running", "Placed"]  # most advanced first for the State column
+    assert cond.state_of(both) == "Running"
+
+
+def _placed_job(reason: str, nodes: list[str]) -> dict:
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    decision = solve(snap, GangRequest("llm", 2, 8, namespace="ml"))
+    job = {**JOB, "status": {"placement": placement_status(decision.placement, "llm", "pid"),
+                             "conditions": cond.set_condition([], "Placed", "True", reason, "m", 1,
+                                                              now="2026-01-01T00:00:00Z")}}
+    return job
+
+
+def _pod(name: str, node: str | None, phase: str = "Pending", gated: bool = False, pid: str = "pid") -> dict:
+    return {"metadata": {"name": name, "annotations": {"railyard.dev/placement-id": pid}},
+            "spec": {"nodeName": node, "schedulingGates": [{"name": "railyard.dev/gang"}] if gated else []},
+            "status": {"phase": phase}}
+
+
+def test_assess_walks_the_job_lifecycle():
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    nodes = [n.name for n in snap.nodes]
+    now = time.time()
+    assert assess(JOB, [], snap, now, 60).kind == "queue"
+    placing = _placed_job("Placing", nodes)
+    action = assess(placing, [_pod("llm-0", None, gated=True)], snap, now, 60)
+    assert action.kind == "resume" and action.pods == ("llm-1",)
+    released = _placed_job(RELEASED, nodes)
+    running = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", nodes[1], "Running")]
+    assert assess(released, running, snap, now, 60).kind == "running"
+    done = [_pod("llm-0", nodes[0], "Succeeded"), _pod("llm-1", nodes[1], "Succeeded")]
+    assert assess(released, done, snap, now, 60).kind == "succeed"
+    failed = [_pod("llm-0", nodes[0], "Failed"), _pod("llm-1", nodes[1], "Running")]
+    assert assess(released, failed, snap, now, 60).kind == "fail"
+    unbound = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", None)]
+    assert assess(released, unbound, snap, now, 60).kind == "rollback"  # released long ago, never bound
+    stale = [_pod("llm-0", nodes[0], "Running", pid="old"), *running[1:]]
+    assert assess(released, stale, snap, now, 60).kind == "fail"  # rank 0 of this placement is gone
+
+
+def test_assess_rolls_back_a_placement_whose_node_vanished():
+    placing = _placed_job("Placing", [])
+    full = snapshot(leaves=1, tors=1, nodes=2)
+    lost = placing["status"]["placement"]["ranks"][1]["node"]
+    smaller = without(full, frozenset({lost}))
+    action = assess(placing, [_pod("llm-0", None, gated=True)], smaller, time.time(), 60)
+    assert action.kind == "rollback" and action.reason == "NodeLost"
+    assert action.pods == ("llm-0",)  # the pods already created are deleted
+
+
+def test_invalid_job_is_reported_not_raised():
+    bad = {**JOB, "spec": {**JOB["spec"], "replicas": 0}}
+    action = assess(bad, [], snapshot(), time.time(), 60)
+    assert action.kind == "invalid" and "spec.replicas" in action.message
+
+
+def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
+    def q(name, priority, since, **kw):
+        return QueuedJob(("ns", name), priority, since, GangRequest(name, 2, 8, **kw))
+
+    jobs = [q("young", 0, 20.0), q("old", 0, 10.0), q("urgent", 5, 30.0)]
+    assert [j.key[1] for j in order(jobs)] == ["urgent", "old", "young"]
+    snap = snapshot()  # 2 leaves x 2 TORs x 4 nodes
+    busy = [n.name for n in snap.nodes if n.tor == "tor-0-0-0"][:3]
+    snap = snap.allocate((n, range(8)) for n in busy)
+    reserved = reserved_nodes(q("big", 0, 0.0, required_tier=Tier.TOR), snap)
+    assert len(reserved) == 4 and all(snap.node(n).tor != "tor-0-0-0" for n in reserved)
+    assert len(without(snap, reserved).nodes) == len(snap.nodes) - 4
+    assert len(reserved_nodes(q("any", 0, 0.0), snap)) == len(snap.nodes)
+
+
+def test_state_counts_recorded_placements_before_pods_exist():
+    state = ClusterState()
+    for node in profile_nodes(leaves=1, tors=1, nodes=2):
+        state.apply_node("ADDED", node)
+    job = _placed_job("Placing", [])
+    job["metadata"] = {**job["metadata"], "resourceVersion": "10"}
+    state.apply_job("ADDED", job)
+    assert state.snapshot().free_gpus == 0
+    stale = {**job, "metadata": {**job["metadata"], "resourceVersion": "9"}, "status": {}}
+    state.apply_job("MODIFIED", stale)
+    assert state.snapshot().free_gpus == 0, "an older event must not erase the recorded placement"
+    state.apply_job("DELETED", job)
+    assert state.snapshot().free_gpus == 16
