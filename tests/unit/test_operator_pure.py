@@ -12,6 +12,7 @@ from railyard.operator.state import ClusterState
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.tiers import Tier
+
 from tests.support.clusters import profile_nodes, snapshot
 
 JOB = {
