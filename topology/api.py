@@ -63,13 +63,16 @@ class TrainingJobSpec(_Model):
                 f"need minReplicas <= replicas <= maxReplicas, got minReplicas={low}, "
                 f"replicas={self.replicas}, maxReplicas={high}"
             )
-        if self.parallelism is not None:
+        containers = (self.template.get("spec") or {}).get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise ValueError("template.spec.containers must list at least one container")
+        if self.parallelism is not None and self.parallelism.data is not None:
+            # Same rule as the CRD's CEL validation: checked when data is given.
             p = self.parallelism
             world = self.replicas * self.gpus_per_replica
-            data = p.data if p.data is not None else world // max(1, p.tensor * p.pipeline)
-            if p.tensor * p.pipeline * data != world:
+            if p.tensor * p.pipeline * p.data != world:
                 raise ValueError(
-                    f"parallelism tensor*pipeline*data = {p.tensor}*{p.pipeline}*{p.data or data} must equal "
+                    f"parallelism tensor*pipeline*data = {p.tensor}*{p.pipeline}*{p.data} must equal "
                     f"replicas*GPUs per replica = {self.replicas}*{self.gpus_per_replica} = {world}"
                 )
         return self

@@ -1,0 +1,85 @@
+"""The CRD schema (with its CEL rules) and the pydantic models accept and reject the same specs.
+
+The API server is the judge of the CRD (server-side dry run); pydantic is the operator's and the
+planner's view. A disagreement means one of them lets through what the other refuses."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from kubernetes import client
+from pydantic import ValidationError
+
+from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
+from tests.support.jobs import make_job
+
+pytestmark = pytest.mark.e2e
+BASE = make_job("schema", 4)
+
+
+def variant(**changes) -> dict:
+    body = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        target = body["spec"]
+        keys = path.split("__")
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        if value is None:
+            target.pop(keys[-1], None)
+        else:
+            target[keys[-1]] = value
+    return body
+
+
+CASES = {
+    "minimal": variant(),
+    "elastic": variant(minReplicas=2, maxReplicas=8),
+    "tiers": variant(topology={"requiredTier": "spine", "preferredTier": "tor", "railAlignment": "required"}),
+    "parallelism": variant(parallelism={"tensor": 8, "pipeline": 2, "data": 2}),
+    "parallelism-no-data": variant(parallelism={"tensor": 8, "pipeline": 2}),
+    "string-gpu-count": variant(template={"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}),
+    "priority": variant(priority=100),
+    "zero-replicas": variant(replicas=0),
+    "min-above-replicas": variant(minReplicas=5),
+    "replicas-above-max": variant(maxReplicas=3),
+    "unknown-tier": variant(topology={"requiredTier": "rack"}),
+    "unknown-alignment": variant(topology={"railAlignment": "always"}),
+    "preferred-above-required": variant(topology={"requiredTier": "tor", "preferredTier": "spine"}),
+    "parallelism-mismatch": variant(parallelism={"tensor": 8, "pipeline": 3, "data": 1}),
+    "zero-tensor": variant(parallelism={"tensor": 0, "pipeline": 1, "data": 1}),
+    "no-template": variant(template=None),
+    "no-containers": variant(template={"spec": {"containers": []}}),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_run_namespace(core):
+    """Dry runs create nothing, so one namespace serves every case."""
+    name = "railyard-schema-check"
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    return name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_crd_and_models_agree(name, crds, custom, dry_run_namespace):
+    namespace = dry_run_namespace
+    body = CASES[name]
+    try:
+        TrainingJob.model_validate(body)
+        model_ok, model_error = True, ""
+    except ValidationError as e:
+        model_ok, model_error = False, str(e)
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
+        server_ok, server_error = True, ""
+    except client.ApiException as e:
+        assert e.status == 422, e.body
+        server_ok, server_error = False, e.body
+    assert model_ok == server_ok, f"{name}: models {'accept' if model_ok else 'reject'} " \
+        f"({model_error[:300]}), API server {'accepts' if server_ok else 'rejects'} ({server_error[:300]})"
