@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.operator.state import placement_reservations
+from railyard.topology.api import GROUP, PLURAL, VERSION
+
 
 def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from kubernetes import client, config
@@ -14,4 +17,11 @@ def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dic
     pods = api.sanitize_for_serialization(
         core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
     )
-    return nodes, pods
+    # Placements recorded by the operator hold their GPUs even before their pods exist.
+    try:
+        jobs = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    except client.ApiException as e:
+        if e.status != 404:  # no CRD installed: no reservations
+            raise
+        jobs = []
+    return nodes, pods + list(placement_reservations(jobs))

@@ -113,22 +113,26 @@ class ClusterState:
         return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
 
     def reservations(self) -> Iterable[dict[str, Any]]:
-        """Recorded placements of live jobs, as pseudo-pods: a placement holds its GPUs from the moment
-        it is written to status, before (and whether or not) its pods exist."""
-        for job in self.jobs.values():
-            status = job.get("status") or {}
-            placement = status.get("placement") or {}
-            if not placement.get("ranks") or _finished(status):
-                continue
-            for rank in placement["ranks"]:
-                yield {"metadata": {"annotations": {ANNOTATION_GPUS: ",".join(map(str, rank["gpus"]))}},
-                       "spec": {"nodeName": rank["node"]}, "status": {"phase": "Pending"}}
+        return placement_reservations(self.jobs.values())
 
     def snapshot(self) -> Snapshot:
         nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
         by_name = {n.name: n for n in nodes}
         used = used_gpus(by_name, [*self.pods.values(), *self.reservations()])
         return Snapshot(nodes, used, tuple(sorted(self.excluded.values(), key=lambda e: e.node)))
+
+
+def placement_reservations(jobs: Iterable[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
+    """Recorded placements of live jobs, as pseudo-pods: a placement holds its GPUs from the moment
+    it is written to status, before (and whether or not) its pods exist."""
+    for job in jobs:
+        status = job.get("status") or {}
+        placement = status.get("placement") or {}
+        if not placement.get("ranks") or _finished(status):
+            continue
+        for rank in placement["ranks"]:
+            yield {"metadata": {"annotations": {ANNOTATION_GPUS: ",".join(map(str, rank["gpus"]))}},
+                   "spec": {"nodeName": rank["node"]}, "status": {"phase": "Pending"}}
 
 
 def _older(candidate: str | None, current: str | None) -> bool:

@@ -10,8 +10,8 @@ import copy
 import pytest
 from kubernetes import client
 from pydantic import ValidationError
-
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
+
 from tests.support.jobs import make_job
 
 pytestmark = pytest.mark.e2e

@@ -173,3 +173,18 @@ def test_metrics_are_exposed(operator, custom, namespace, api_client, core):
                  'railyard_largest_free_block_nodes{tier="tor"}', "railyard_is_leader 1.0"):
         assert name in text, f"{name} missing from /metrics"
     assert get_job(custom, namespace, "metered")["status"]["replicas"] == 1
+
+
+def test_plan_reads_the_live_cluster(operator, api_client, core, custom, namespace, kubeconfig, tmp_path, capsys):
+    from railyard.operator.cli import main
+
+    create_job(custom, namespace, make_job("resident", 4))
+    resident = wait_bound(api_client, core, namespace, "resident", 4)
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(json.dumps(make_job("whatif", 2)))
+    assert main(["plan", "--kubeconfig", kubeconfig, "--jobs", str(jobs), "-o", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["jobs"][0]
+    assert plan["placed"] and len(plan["ranks"]) == 2
+    taken = {p["spec"]["nodeName"] for p in resident}
+    assert not taken & {r["node"] for r in plan["ranks"]}, "the plan reused GPUs that are in use"
+    assert not pods_of(api_client, core, namespace, "whatif"), "planning creates nothing"
