@@ -266,15 +266,17 @@ def _pid_file(name: str) -> Path:
 def _alive(pid: int, name: str) -> bool:
     """True if `pid` is still the component we started (pids get reused)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:
         return False
-    return Path(cmdline).name == Path(str(binary(name))).name
+    if name == "railyard-operator":
+        return any(Path(a).name == "railyard" for a in argv[:2]) and "operator" in argv
+    return bool(argv) and Path(argv[0]).name == Path(str(binary(name))).name
 
 
 def running() -> dict[str, int]:
     out: dict[str, int] = {}
-    for comp in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+    for comp in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "railyard-operator"):
         f = _pid_file(comp)
         if f.exists():
             pid = int(f.read_text().strip() or 0)
@@ -316,7 +318,9 @@ def start(comp: Component) -> None:
 
 def stop_all() -> list[str]:
     stopped = []
-    for comp in reversed(["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]):
+    # The demo's operator (if any) goes first, while the API server it talks to is still up.
+    for comp in ["railyard-operator", *reversed(["etcd", "kube-apiserver", "kube-controller-manager",
+                                                 "kube-scheduler", "kwok"])]:
         pid = running().get(comp)
         if pid is None:
             continue
@@ -333,7 +337,7 @@ def stop_all() -> list[str]:
 def up(profile: str | None) -> None:
     if profile:
         nodes = load_profile_nodes(profile)  # validate before starting anything
-    state = running()
+    state = {k: v for k, v in running().items() if k != "railyard-operator"}
     if len(state) == 5 and all(c.health() for c in components()):
         log(f"already running ({KUBECONFIG})")
         if profile:
@@ -506,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status")
     sub.add_parser("nodes")
     sub.add_parser("kubeconfig")
+    sub.add_parser("state-dir")
     p_nodes = sub.add_parser("create-nodes")
     p_nodes.add_argument("profile")
     args = parser.parse_args(argv)
@@ -520,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
             show_nodes()
         elif args.command == "kubeconfig":
             print(KUBECONFIG)
+        elif args.command == "state-dir":
+            print(STATE)
         elif args.command == "create-nodes":
             create_nodes(load_profile_nodes(args.profile))
     except RigError as e:

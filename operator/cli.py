@@ -2,7 +2,9 @@
 
     railyard plan --nodes NODES.yaml [--pods PODS.yaml] --jobs JOBS.yaml [--output table|json]
     railyard plan --kubeconfig ~/.kube/config --jobs JOBS.yaml      # "where would this go now?"
+    railyard status [--namespace NS]                                  # where did my jobs land?
     railyard bench [--quick]
+    railyard operator
 
 Exit 0 when the input is valid (even if jobs stay unplaced), 2 for invalid input.
 """
@@ -72,6 +74,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Where the cluster's TrainingJobs landed, read from their bound pods."""
+    from railyard.operator.kube import live_placements
+
+    result = live_placements(args.kubeconfig, resolve_scheme(args.labels), args.namespace)
+    print(render_table(result))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from railyard.topology.bench.run import run_bench
 
@@ -97,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", default="native", help="label preset(s), e.g. native, aws, gke, topograph, aws,gfd")
     p.add_argument("--kubeconfig", help="read nodes and pods from this cluster instead of files")
     p.set_defaults(func=cmd_plan)
+    st = sub.add_parser("status", help="where TrainingJobs landed (from their bound pods)")
+    st.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
+    st.add_argument("--namespace", "-n", help="only this namespace")
+    st.add_argument("--labels", default="native", help="label preset(s)")
+    st.set_defaults(func=cmd_status)
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")
     b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")
     b.set_defaults(func=cmd_bench)

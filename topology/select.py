@@ -225,13 +225,8 @@ def select_best(root: Domain, need: int, objective: Objective) -> Selection:
     """Both strategies; the better placement by the objective wins (hierarchical on ties)."""
     options = [select(root, need, objective), select_level_by_level(root, need, objective)]
     for option in options:
-        option.counts = _clip(counts_of(option.takes), root.level)
+        option.counts = counts_of(option.takes)  # true counts, including tiers above a flattened tree
     return min(options, key=lambda o: (objective(o.counts), o.broken))
-
-
-def _clip(counts: Counts, root_level: int) -> Counts:
-    """Counts above the tree's top level are not the tree's business (the scope is one domain)."""
-    return tuple(c if level < root_level else 0 for level, c in enumerate(counts))  # type: ignore[return-value]
 
 
 def _best_single(fitting: list[Domain], need: int, objective: Objective) -> Selection:

@@ -127,10 +127,13 @@ def _scopes(candidate: _Candidate, request: GangRequest) -> list[tuple[str, list
     return sorted(groups.items())
 
 
+def _full_top(request: GangRequest) -> int:
+    """The highest tier the selection tree starts from: below the required tier's scope."""
+    return 3 if request.required_tier is None else request.required_tier.level - 1
+
+
 def _top_level(request: GangRequest) -> int:
-    top = 3
-    if request.required_tier is not None:
-        top = request.required_tier.level - 1
+    top = _full_top(request)
     if request.preferred_tier is not None:
         top = min(top, request.preferred_tier.level)
     return top
@@ -156,8 +159,12 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
         if top < 0:  # requiredTier node: the scope is one node; best fit is the fullest one
             selection = Selection((1, 0, 0, 0), [(slots[0][0], need)])
         else:
-            tree = build_tree(slots, top, scope_id, free_gpus=lambda n: len(snapshot.free(n)))
-            selection = select_best(tree, need, objective)
+            # The tree flattened at the preferred tier finds the fewest domains there; the full tree
+            # (spines first) finds placements that also share upper tiers. Keep the better.
+            free = lambda n: len(snapshot.free(n))  # noqa: E731
+            trees = {top, _full_top(request)}
+            selection = min((select_best(build_tree(slots, t, scope_id, free_gpus=free), need, objective)
+                             for t in sorted(trees)), key=lambda sel: (objective(sel.counts), sel.broken))
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)

@@ -135,3 +135,9 @@ def test_required_tier_node_packs_one_node():
 def test_same_input_same_output():
     snap = snapshot(spines=2)
     assert solve(snap, req(10)) == solve(snap, req(10))
+
+
+def test_preferred_tier_still_keeps_the_upper_tiers_tight():
+    snap = snapshot(spines=2, leaves=2, tors=2, nodes=4)  # a leaf holds 8 nodes, a spine 16
+    d = solve(snap, req(12, preferred_tier=Tier.LEAF))
+    assert (d.placement.leaves, d.placement.spines) == (2, 1)
