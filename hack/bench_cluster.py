@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Control-plane figures: warm `up`, creating the 2,048-node profile, and kube-apiserver / etcd memory
+with 2,048 nodes and 20,000 pods. Prints JSON. Restarts the local rig (its state is disposable)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from bench_common import cluster, fresh_cluster, rss_mib, wait
+from railyard.operator.kubeapi import KubeApi
+
+PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+
+
+def main() -> None:
+    figures = fresh_cluster("superpod-2k")
+    pids = cluster.running()
+    figures["idle_with_nodes_rss_mib"] = {c: rss_mib(pids[c]) for c in ("kube-apiserver", "etcd")}
+    api = KubeApi(workers=32)
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
+    nodes = [n["metadata"]["name"] for n in api.request("GET", "/api/v1/nodes")["items"]]
+
+    def create(i: int) -> None:
+        body = {"metadata": {"name": f"p-{i}", "namespace": "bench",
+                             "annotations": {"railyard.dev/gpus": str(i % 8)}},
+                "spec": {"nodeName": nodes[i % len(nodes)],
+                         "containers": [{"name": "c", "image": "registry.invalid/x:0",
+                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        for attempt in range(5):
+            try:
+                api.request("POST", "/api/v1/namespaces/bench/pods", body)
+                return
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(create, range(PODS)))
+    figures[f"create_{PODS}_pods_seconds"] = round(time.monotonic() - t0, 1)
+
+    def running() -> bool:
+        items = api.request("GET", "/api/v1/namespaces/bench/pods",
+                            query=[("fieldSelector", "status.phase=Running"), ("limit", "1")])
+        remaining = items["metadata"].get("remainingItemCount", 0)
+        return len(items["items"]) + remaining >= PODS
+
+    wait(running, 600, "all pods Running", interval=2)
+    figures[f"{PODS}_pods_running_seconds"] = round(time.monotonic() - t0, 1)
+    figures[f"with_{PODS}_pods_rss_mib"] = {c: rss_mib(pids[c]) for c in ("kube-apiserver", "etcd")}
+    figures["peak_rss_mib"] = {c: rss_mib(pids[c], "VmHWM") for c in ("kube-apiserver", "etcd", "kwok")}
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Helpers shared by the control-plane and operator benchmarks (run from the repo's venv)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HACK = Path(__file__).resolve().parent
+sys.path.insert(0, str(HACK))
+sys.path.insert(0, str(HACK.parent))
+
+import cluster  # noqa: E402  (hack/cluster.py)
+
+
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached in {timeout}s")
+
+
+def fresh_cluster(profile: str | None) -> dict[str, float]:
+    """Restart the rig (binaries already built) and return timings."""
+    subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
+    t0 = time.monotonic()
+    cluster.up(None)
+    up_seconds = time.monotonic() - t0
+    figures = {"warm_up_seconds": round(up_seconds, 2)}
+    if profile:
+        nodes = cluster.load_profile_nodes(profile)
+        t0 = time.monotonic()
+        cluster.create_nodes(nodes)
+        figures[f"create_{len(nodes)}_nodes_ready_seconds"] = round(time.monotonic() - t0, 2)
+    return figures
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))], 3)
