@@ -8,11 +8,10 @@ from railyard.operator.labels import ANNOTATION_GPUS, LABEL_JOB, LABEL_RANK
 from railyard.operator.state import placement_reservations
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 from railyard.topology.labels import LabelScheme
-from railyard.topology.metrics import domains_spanned, rail_aligned, ring_cost
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, Placement, ReplicaPlacement
+from railyard.topology.solver import Decision, Placement
 
 
 def _api(kubeconfig: str | None):
@@ -79,9 +78,5 @@ def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str 
         replicas = [(after.node(p["spec"]["nodeName"]),
                      tuple(int(g) for g in p["metadata"]["annotations"][ANNOTATION_GPUS].split(",") if g))
                     for p in bound]
-        nodes_ = [n for n, _ in replicas]
-        tors, leaves, spines = domains_spanned(nodes_)
-        placement = Placement(tuple(ReplicaPlacement(i, n.name, g) for i, (n, g) in enumerate(replicas)),
-                              tors, leaves, spines, rail_aligned(replicas), ring_cost(nodes_))
-        decisions.append(Decision(request, placement, None))
+        decisions.append(Decision(request, Placement.from_replicas(replicas), None))
     return PlanResult(tuple(decisions), before, after, 0.0)

@@ -45,6 +45,15 @@ class Placement:
     def allocations(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(r.node, r.gpus) for r in self.replicas]
 
+    @classmethod
+    def from_replicas(cls, replicas: Sequence[tuple[GpuNode, Sequence[int]]]) -> Placement:
+        """A placement of these (node, GPUs in local-rank order), in rank order, with its metrics."""
+        nodes = [n for n, _ in replicas]
+        tors, leaves, spines = domains_spanned(nodes)
+        aligned = any(gpus for _, gpus in replicas) and rail_aligned(replicas)
+        return cls(tuple(ReplicaPlacement(i, n.name, tuple(g)) for i, (n, g) in enumerate(replicas)),
+                   tors, leaves, spines, aligned, ring_cost(nodes))
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -183,17 +192,13 @@ def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> P
             slots.append((node, gpus))
     ordered = order_replicas(slots, size, request.parallelism)
     reference: list[int] | None = None
-    replicas: list[ReplicaPlacement] = []
     final: list[tuple[GpuNode, list[int]]] = []
-    for rank, (node, gpus) in enumerate(ordered):
+    for node, gpus in ordered:
         local = local_rank_order(node, gpus, reference)
         if reference is None:
             reference = list(rails_of(node, local))
-        replicas.append(ReplicaPlacement(rank, node.name, tuple(local)))
         final.append((node, local))
-    nodes = [n for n, _ in final]
-    tors, leaves, spines = domains_spanned(nodes)
-    return Placement(tuple(replicas), tors, leaves, spines, size > 0 and rail_aligned(final), ring_cost(nodes))
+    return Placement.from_replicas(final)
 
 
 def _unit(size: int, nodes: Sequence[GpuNode]) -> str:

@@ -10,17 +10,9 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 
-from railyard.topology.metrics import domains_spanned, rail_aligned, ring_cost
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, ReplicaPlacement
-
-
-def _placement(snapshot: Snapshot, picks: list[tuple[GpuNode, tuple[int, ...]]]) -> Placement:
-    nodes = [n for n, _ in picks]
-    tors, leaves, spines = domains_spanned(nodes)
-    replicas = tuple(ReplicaPlacement(i, n.name, g) for i, (n, g) in enumerate(picks))
-    return Placement(replicas, tors, leaves, spines, rail_aligned(picks), ring_cost(nodes))
+from railyard.topology.solver import Placement
 
 
 def spread(snapshot: Snapshot, request: GangRequest) -> Placement | None:
@@ -35,7 +27,7 @@ def spread(snapshot: Snapshot, request: GangRequest) -> Placement | None:
         picks.append((snapshot.node(name), tuple(gpus)))
         if len(free[name]) >= size:
             heapq.heappush(heap, (-len(free[name]), name))
-    return _placement(snapshot, picks) if len(picks) == request.replicas else None
+    return Placement.from_replicas(picks) if len(picks) == request.replicas else None
 
 
 def best_fit(snapshot: Snapshot, request: GangRequest) -> Placement | None:
@@ -66,4 +58,4 @@ def best_fit(snapshot: Snapshot, request: GangRequest) -> Placement | None:
             free = free[size:]
         if len(picks) == need:
             break
-    return _placement(snapshot, picks)
+    return Placement.from_replicas(picks)
