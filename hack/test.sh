@@ -25,6 +25,8 @@ if [[ -z ${KUBECONFIG:-} ]]; then
 fi
 phase lint bash -c '.venv/bin/ruff check . && .venv/bin/lint-imports'
 if [[ -z ${KUBECONFIG:-} ]]; then
+  # A fresh local cluster: whatever a demo left running (jobs, its operator) would disturb the tests.
+  .venv/bin/python hack/cluster.py down >/dev/null
   phase cluster-start .venv/bin/python hack/cluster.py up --profile small
   started_cluster=1
   KUBECONFIG=$(.venv/bin/python hack/cluster.py kubeconfig)
