@@ -59,6 +59,9 @@ class Placer:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.placement.resync_seconds)
+            # Let a burst of events (200 jobs created at once, a heartbeat wave) land first, so one
+            # iteration sees them all instead of one iteration per event.
+            await asyncio.sleep(0.05)
             self._wake.clear()
             leader = self.is_leader()
             metrics.IS_LEADER.set(int(leader))
