@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ def fresh_cluster(profile: str | None) -> dict[str, float]:
     t0 = time.monotonic()
     cluster.up(None)
     up_seconds = time.monotonic() - t0
+    os.environ["KUBECONFIG"] = str(cluster.KUBECONFIG)
     figures = {"warm_up_seconds": round(up_seconds, 2)}
     if profile:
         nodes = cluster.load_profile_nodes(profile)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +22,8 @@ def load_config() -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # Read $KUBECONFIG now: the client captures it at import time, which may be too early.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     cfg = client.Configuration.get_default_copy()
     cfg.connection_pool_maxsize = 64
     return client.ApiClient(cfg)
