@@ -71,7 +71,7 @@ def binary(component: str) -> Path:
 
 
 def ensure_binaries() -> None:
-    missing = [c for c in ("etcd", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    missing = [c for c in ("etcd", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
                if not binary(c).exists()]
     if not (binary("kwok").parent / "stages").is_dir():
         missing.append("kwok stages")
@@ -511,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("nodes")
     sub.add_parser("kubeconfig")
     sub.add_parser("state-dir")
+    sub.add_parser("bin-dir", help="where the pinned kubectl and control-plane binaries are")
     p_nodes = sub.add_parser("create-nodes")
     p_nodes.add_argument("profile")
     args = parser.parse_args(argv)
@@ -527,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
             print(KUBECONFIG)
         elif args.command == "state-dir":
             print(STATE)
+        elif args.command == "bin-dir":
+            print(binary("kube-apiserver").parent)
         elif args.command == "create-nodes":
             create_nodes(load_profile_nodes(args.profile))
     except RigError as e:

@@ -8,7 +8,9 @@ hack/build-binaries.sh
 .venv/bin/python hack/cluster.py nodes
 KUBECONFIG=$(.venv/bin/python hack/cluster.py kubeconfig)
 STATE=$(.venv/bin/python hack/cluster.py state-dir)
-export KUBECONFIG
+# The kubectl built with the control plane, so the demo needs nothing preinstalled.
+PATH="$(.venv/bin/python hack/cluster.py bin-dir):$PATH"
+export KUBECONFIG PATH
 kubectl apply -f crds/ >/dev/null
 kubectl wait --for=condition=Established crd/trainingjobs.railyard.dev --timeout=30s >/dev/null
 
