@@ -112,7 +112,17 @@ class Placer:
         holder: Key | None = None
         placed: list[tuple[dict[str, Any], Decision]] = []
         unplaced: list[tuple[dict[str, Any], Decision, bool]] = []
-        for job in order(queued):
+        ordered = order(queued)
+        # A reservation, once taken, holds across iterations: its holder goes first and its domain is
+        # fenced off before anything else is tried (timestamps have one-second resolution, so queue
+        # order alone could let a job created in the same second slip in front of it).
+        for job in ordered:
+            body = self.state.jobs.get(job.key) or {}
+            if (cond.get((body.get("status") or {}).get("conditions"), cond.PLACED) or {}).get("reason") == "Reserving":
+                holder, reserved = job.key, reserved_nodes(job, current)
+                ordered = [job, *(j for j in ordered if j.key != job.key)]
+                break
+        for job in ordered:
             view = without(current, reserved) if holder is not None and job.key != holder else current
             started = time.perf_counter()
             decision = solve(view, job.request)
@@ -123,6 +133,8 @@ class Placer:
             if decision.placement is not None:
                 current = current.allocate(decision.placement.allocations)
                 placed.append((body, decision))
+                if job.key == holder:  # the reservation served its purpose
+                    holder, reserved = None, frozenset()
                 continue
             starving = now - job.queued_since > self.settings.placement.starvation_seconds
             if starving and holder is None:

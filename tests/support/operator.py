@@ -21,13 +21,14 @@ def free_port() -> int:
 
 class OperatorProcess:
     def __init__(self, kubeconfig: str, lease_namespace: str, log_dir: Path, crash_after: str | None = None,
-                 name: str = "op") -> None:
+                 name: str = "op", extra_env: dict[str, str] | None = None) -> None:
         self.metrics_port = free_port()
         env = {**os.environ, "KUBECONFIG": kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
                "RAILYARD_METRICS_PORT": str(self.metrics_port), "RAILYARD_LEASE_SECONDS": "6",
                "RAILYARD_RENEW_SECONDS": "1", "RAILYARD_RESYNC_SECONDS": "2",
                "RAILYARD_BIND_TIMEOUT_SECONDS": "60"}
         env.pop("RAILYARD_TEST_CRASH_AFTER", None)
+        env.update(extra_env or {})
         if crash_after:
             env["RAILYARD_TEST_CRASH_AFTER"] = crash_after
         self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"

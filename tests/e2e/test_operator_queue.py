@@ -1,0 +1,53 @@
+"""The starvation rule end to end: a gang that waited too long reserves the domain it waits for;
+jobs behind it may not take capacity there, and it lands when that domain frees up."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.support.jobs import condition, create_job, delete_job, get_job, make_job, wait_bound, wait_condition
+from tests.support.operator import OperatorProcess, wait_for_leader
+
+pytestmark = pytest.mark.e2e
+
+
+def pinned(name: str, replicas: int, tor: str) -> dict:
+    body = make_job(name, replicas)
+    body["spec"]["template"]["spec"]["nodeSelector"] = {"topology.railyard.dev/tor": tor}
+    return body
+
+
+def test_starving_gang_reserves_its_domain(kubeconfig, crds, api_client, core, custom, coordination, namespace,
+                                           lease_namespace, tmp_path):
+    sizes = Counter((n.metadata.labels or {}).get("topology.railyard.dev/tor") for n in core.list_node().items)
+    sizes.pop(None, None)
+    size = min(sizes.values())
+    tors = sorted(t for t, count in sizes.items() if count == size)
+    op = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="queue",
+                         extra_env={"RAILYARD_STARVATION_SECONDS": "0"})
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        # One busy node in every TOR: no TOR can hold a gang of `size` whole nodes.
+        for i, tor in enumerate(tors):
+            create_job(custom, namespace, pinned(f"fill-{i}", 1, tor))
+        for i in range(len(tors)):
+            wait_bound(api_client, core, namespace, f"fill-{i}", 1)
+        create_job(custom, namespace, make_job("big", size, topology={"requiredTier": "tor"}))
+        job = wait_condition(custom, namespace, "big", "Placed", status="False", reason="Reserving")
+        assert "its domain is reserved" in condition(job, "Placed")["message"]
+        reserved = tors[0]  # every TOR has the same free capacity: the first by name is reserved
+        create_job(custom, namespace, pinned("behind-reserved", 1, reserved))
+        create_job(custom, namespace, pinned("behind-elsewhere", 1, tors[1]))
+        wait_bound(api_client, core, namespace, "behind-elsewhere", 1)
+        waiting = wait_condition(custom, namespace, "behind-reserved", "Placed", status="False")
+        assert not (waiting.get("status") or {}).get("placement"), "a job behind the reservation took its domain"
+        delete_job(custom, namespace, "fill-0")  # the reserved TOR frees up
+        pods = wait_bound(api_client, core, namespace, "big", size, timeout=90)
+        placed_tors = {core.read_node(p["spec"]["nodeName"]).metadata.labels["topology.railyard.dev/tor"]
+                       for p in pods}
+        assert placed_tors == {reserved}
+        assert condition(get_job(custom, namespace, "big"), "Placed")["reason"] == "Released"
+    finally:
+        op.stop()
