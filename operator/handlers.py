@@ -61,19 +61,21 @@ async def cleanup(**_: Any) -> None:
         await leader.release()
 
 
+# The handlers are coroutines on purpose: Kopf runs sync handlers on a thread pool, which would
+# mutate the state while the placer (on the event loop) reads it, and costs a thread hop per event.
 @kopf.on.event("", "v1", "nodes")
-def on_node(event: dict[str, Any], **_: Any) -> None:
+async def on_node(event: dict[str, Any], **_: Any) -> None:
     STATE.apply_node(event.get("type"), event["object"])
     _wake()
 
 
 @kopf.on.event("", "v1", "pods")
-def on_pod(event: dict[str, Any], **_: Any) -> None:
+async def on_pod(event: dict[str, Any], **_: Any) -> None:
     STATE.apply_pod(event.get("type"), event["object"])
     _wake()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def on_job(event: dict[str, Any], **_: Any) -> None:
+async def on_job(event: dict[str, Any], **_: Any) -> None:
     STATE.apply_job(event.get("type"), event["object"])
     _wake()

@@ -67,6 +67,9 @@ def render_table(result: PlanResult) -> str:
                 used[node] = used.get(node, frozenset()) | frozenset(gpus)
         lines.append("")
     placed = sum(d.placed for d in result.decisions)
-    lines.append(f"{placed}/{len(result.decisions)} jobs placed; free GPUs {result.before.free_gpus} -> "
-                 f"{result.after.free_gpus}; solve {result.solve_seconds * 1000:.1f} ms")
+    summary = f"{placed}/{len(result.decisions)} jobs placed; free GPUs {result.before.free_gpus} -> " \
+              f"{result.after.free_gpus}"
+    if result.solve_seconds:
+        summary += f"; solve {result.solve_seconds * 1000:.1f} ms"
+    lines.append(summary)
     return "\n".join(lines)
