@@ -67,3 +67,38 @@ def test_two_operators_never_place_the_same_gpu_twice(
     finally:
         for o in operators:
             o.stop()
+
+
+def test_gang_that_cannot_be_bound_is_replanned(
+        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    # Stop an operator between pod creation and release, let a foreign pod take the GPUs of rank 0's
+    # node behind Railyard's back (as another scheduler would), then let a new operator release.
+    doomed = OperatorProcess(kubeconfig, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        create_job(custom, namespace, make_job("contested", 4))
+        poll(lambda: doomed.proc.poll() is not None, 60, "the operator to crash after creating pods")
+    finally:
+        doomed.stop()
+    first = {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+             for p in pods_of(api_client, core, namespace, "contested")}
+    taken = first["contested-0"]
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "squatter"},
+        "spec": {"nodeName": taken, "containers": [{"name": "c", "image": "registry.invalid/x:0",
+                                                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+    successor = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="successor",
+                                extra_env={"RAILYARD_BIND_TIMEOUT_SECONDS": "5"})
+    try:
+        def replanned() -> list[dict] | None:
+            pods = pods_of(api_client, core, namespace, "contested")
+            ok = len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
+            return pods if ok else None
+
+        pods = poll(replanned, 120, "the gang re-planned and bound")
+        assert taken not in {p["spec"]["nodeName"] for p in pods}
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=contested").items
+        assert any(e.reason == "BindTimeout" for e in events), [e.reason for e in events]
+        assert_no_gpu_double_booked(api_client, core)
+    finally:
+        successor.stop()
