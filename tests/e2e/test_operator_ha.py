@@ -12,16 +12,22 @@ from tests.support.poll import poll
 pytestmark = pytest.mark.e2e
 
 
-def test_operator_killed_between_pod_creation_and_release_leaves_no_partial_gang(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+def crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path, job) -> None:
+    """Run an operator that exits right after creating a gang's pods, before releasing them."""
     doomed = OperatorProcess(kubeconfig, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
     try:
         wait_for_leader(coordination, lease_namespace)
-        create_job(custom, namespace, make_job("survivor", 6))
+        create_job(custom, namespace, job)
         poll(lambda: doomed.proc.poll() is not None, 60, "the operator to crash after creating pods")
         assert doomed.proc.returncode == 17, doomed.log_tail()
     finally:
         doomed.stop()
+
+
+def test_operator_killed_between_pod_creation_and_release_leaves_no_partial_gang(
+        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path,
+                              make_job("survivor", 6))
     pods = pods_of(api_client, core, namespace, "survivor")
     assert len(pods) == 6, "the crash point is after all pods were created"
     assert all(p["spec"].get("schedulingGates") for p in pods), "no pod may be released before the crash"
@@ -73,13 +79,8 @@ def test_gang_that_cannot_be_bound_is_replanned(
         kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
     # Stop an operator between pod creation and release, let a foreign pod take the GPUs of rank 0's
     # node behind Railyard's back (as another scheduler would), then let a new operator release.
-    doomed = OperatorProcess(kubeconfig, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
-    try:
-        wait_for_leader(coordination, lease_namespace)
-        create_job(custom, namespace, make_job("contested", 4))
-        poll(lambda: doomed.proc.poll() is not None, 60, "the operator to crash after creating pods")
-    finally:
-        doomed.stop()
+    crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path,
+                              make_job("contested", 4))
     first = {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"]
              for p in pods_of(api_client, core, namespace, "contested")}
     taken = first["contested-0"]
