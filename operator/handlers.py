@@ -26,6 +26,20 @@ STATE = ClusterState(resolve_scheme(SETTINGS.placement.label_preset))
 RUNTIME: dict[str, Any] = {}
 
 
+class EventOnlyDiffBase(kopf.DiffBaseStorage):
+    """Railyard has only `on.event` handlers, so Kopf's diff base (a deep copy of every Pod and Node
+    body on every event) is never read; building it was a sixth of the operator's CPU at 2k nodes."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
 def _wake() -> None:
     placer: Placer | None = RUNTIME.get("placer")
     if placer is not None:
@@ -35,7 +49,7 @@ def _wake() -> None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = EventOnlyDiffBase()
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     # Idle watches must be re-established rather than hang forever (kopf#698, #204).
     settings.watching.server_timeout = 300
