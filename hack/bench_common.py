@@ -12,7 +12,6 @@ from typing import Any
 
 HACK = Path(__file__).resolve().parent
 sys.path.insert(0, str(HACK))
-sys.path.insert(0, str(HACK.parent))
 
 import cluster  # noqa: E402  (hack/cluster.py)
 

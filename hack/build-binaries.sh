@@ -119,17 +119,6 @@ build_kwok() {
   say "kwok $KWOK_VERSION: built in $(( $(stamp) - t0 )) s"
 }
 
-build_helm() {
-  local out="$cache/bin/helm-$HELM_VERSION"
-  if [[ -x $out/helm ]]; then say "helm $HELM_VERSION: cached in $out"; return; fi
-  local t0; t0=$(stamp)
-  mkdir -p "$out.tmp"
-  say "helm $HELM_VERSION: building"
-  GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "helm $HELM_VERSION: built in $(( $(stamp) - t0 )) s"
-}
-
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes)
 for t in "${targets[@]}"; do
@@ -137,7 +126,6 @@ for t in "${targets[@]}"; do
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     kubernetes) build_kubernetes ;;
-    helm) build_helm ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm)" >&2; exit 2 ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes)" >&2; exit 2 ;;
   esac
 done

@@ -407,8 +407,6 @@ def wait_for_default_service_account() -> None:
 def load_profile_nodes(profile: str) -> list[dict]:
     import yaml
     from pydantic import ValidationError
-
-    sys.path.insert(0, str(REPO))
     from railyard.topology.profile import ClusterProfile, node_objects
 
     path = Path(profile)
@@ -481,8 +479,6 @@ def status() -> int:
 
 def show_nodes() -> None:
     from kubernetes import client
-
-    sys.path.insert(0, str(REPO))
     from railyard.topology.nodes import build_snapshot
 
     core = client.CoreV1Api(api())

@@ -21,6 +21,12 @@ def is_true(conditions: list[dict[str, Any]] | None, type_: str) -> bool:
     return bool(c and c.get("status") == "True")
 
 
+def unchanged(conditions: list[dict[str, Any]] | None, type_: str, reason: str, message: str) -> bool:
+    """True if the condition already says exactly this (avoids status churn and duplicate events)."""
+    c = get(conditions, type_)
+    return bool(c and c.get("reason") == reason and c.get("message") == message)
+
+
 def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: str, reason: str, message: str,
                   generation: int | None, now: str | None = None) -> list[dict[str, Any]]:
     """A new list with `type_` set; lastTransitionTime changes only when the status does."""

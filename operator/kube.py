@@ -8,7 +8,7 @@ from railyard.operator.labels import ANNOTATION_GPUS, LABEL_JOB, LABEL_RANK
 from railyard.operator.state import placement_reservations
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 from railyard.topology.labels import LabelScheme
-from railyard.topology.nodes import build_snapshot
+from railyard.topology.nodes import build_snapshot, parse_gpu_annotation
 from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement
@@ -76,7 +76,6 @@ def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str 
             decisions.append(Decision(request, None, placed["message"] if placed else "not placed yet"))
             continue
         replicas = [(after.node(p["spec"]["nodeName"]),
-                     tuple(int(g) for g in p["metadata"]["annotations"][ANNOTATION_GPUS].split(",") if g))
-                    for p in bound]
+                     parse_gpu_annotation(p["metadata"]["annotations"][ANNOTATION_GPUS])) for p in bound]
         decisions.append(Decision(request, Placement.from_replicas(replicas), None))
     return PlanResult(tuple(decisions), before, after, 0.0)

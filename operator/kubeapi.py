@@ -33,7 +33,6 @@ class KubeApi:
     def __init__(self, workers: int = 24, api_client: client.ApiClient | None = None) -> None:
         self.api = api_client or load_config()
         self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railyard-api")
 

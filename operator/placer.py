@@ -86,7 +86,8 @@ class Placer:
                 action = assess(job, self.state.job_pods(key), snapshot, now,
                                 self.settings.placement.bind_timeout_seconds)
                 if action.kind == "queue":
-                    queued.append(self._queued(key, job, now))
+                    assert action.model is not None
+                    queued.append(self._queued(key, job, action.model, now))
                 elif action.kind not in ("wait", "done"):
                     work.append(self._guard(key, self._act(key, job, action)))
             except Exception:
@@ -101,8 +102,7 @@ class Placer:
         except Exception:
             log.exception("job %s/%s: step failed; will retry", *key)
 
-    def _queued(self, key: Key, job: dict[str, Any], now: float) -> QueuedJob:
-        model = TrainingJob.model_validate(job)
+    def _queued(self, key: Key, job: dict[str, Any], model: TrainingJob, now: float) -> QueuedJob:
         since = (job.get("status") or {}).get("queuedSince") or job["metadata"].get("creationTimestamp")
         return QueuedJob(key, model.spec.priority, _epoch(since, now), GangRequest.from_job(model))
 
@@ -222,9 +222,8 @@ class Placer:
         message = decision.reason or "no placement"
         if reserving:
             message += "; waited past the starvation limit: its domain is reserved"
-        previous = cond.get(status.get("conditions"), cond.PLACED)
-        if previous and previous.get("message") == message and previous.get("reason") == reason:
-            return  # nothing new to say
+        if cond.unchanged(status.get("conditions"), cond.PLACED, reason, message):
+            return
         metrics.PLACEMENT_FAILURES.labels(reason).inc()
         patch = {
             "queuedSince": status.get("queuedSince") or meta.get("creationTimestamp"),
@@ -251,8 +250,7 @@ class Placer:
             return
         patch: dict[str, Any]
         if action.kind == "invalid":
-            previous = cond.get(conditions, cond.PLACED)
-            if previous and previous.get("reason") == action.reason and previous.get("message") == action.message:
+            if cond.unchanged(conditions, cond.PLACED, action.reason, action.message):
                 return
             patch = {"conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
                                                       action.message, generation)}

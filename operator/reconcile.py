@@ -26,6 +26,7 @@ class Action:
     reason: str = ""
     message: str = ""
     pods: tuple[str, ...] = field(default=())  # pod names the action concerns (to delete / to create)
+    model: TrainingJob | None = None  # the validated job, for `queue`
 
 
 def _seconds_since(timestamp: str | None, now: float) -> float:
@@ -50,14 +51,14 @@ def assess(job: dict[str, Any], pods: list[dict[str, Any]], snapshot: Snapshot, 
                  and not p["metadata"].get("deletionTimestamp")]
         return Action("cleanup", pods=tuple(alive)) if alive else Action("done")
     try:
-        TrainingJob.model_validate(job)
+        model = TrainingJob.model_validate(job)
     except ValidationError as e:
         return Action("invalid", "InvalidSpec", format_validation(e))
     placement = status.get("placement") or {}
     if not placement.get("ranks"):
         stray = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
         return Action("rollback", "StalePods", "pods without a recorded placement", tuple(stray)) if stray \
-            else Action("queue")
+            else Action("queue", model=model)
     placement_id = placement.get("id", "")
     mine = {p["metadata"]["name"]: p for p in pods
             if p["metadata"]["annotations"].get(ANNOTATION_PLACEMENT_ID) == placement_id}

@@ -128,7 +128,7 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _parse_gpu_annotation(raw: str) -> list[int]:
+def parse_gpu_annotation(raw: str) -> list[int]:
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     if not all(p.isdigit() for p in parts):
         raise ValueError(f"annotation {ANNOTATION_GPUS}={raw!r}: expected comma-separated GPU indices")
@@ -167,7 +167,7 @@ def used_gpus(by_name: Mapping[str, GpuNode], pod_objects: Iterable[Mapping[str,
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if ANNOTATION_GPUS in annotations:
             try:
-                gpus = _parse_gpu_annotation(annotations[ANNOTATION_GPUS])
+                gpus = parse_gpu_annotation(annotations[ANNOTATION_GPUS])
             except ValueError:
                 gpus = None
             if gpus is not None:

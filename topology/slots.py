@@ -72,8 +72,7 @@ def pick_gpus(
         return [()] * count
     if target is None:
         groups = _locality_groups(node, free, size)
-        # Best fit inside the node: take groups from the fullest cells first so whole cells stay free.
-        return groups[:count]
+        return groups[:count]  # cells in order: NVLink island + NUMA cells are filled one at a time
     available = sorted(free)
     groups: list[tuple[int, ...]] = []
     need = Counter(target)

@@ -18,7 +18,6 @@ class Tier(StrEnum):
 
 # Bottom to top; a tier's level is its index here.
 TIER_ORDER: tuple[Tier, ...] = (Tier.NODE, Tier.TOR, Tier.LEAF, Tier.SPINE)
-TIER_NAMES = ", ".join(t.value for t in TIER_ORDER)
 
 
 class RailAlignment(StrEnum):

@@ -18,7 +18,7 @@ def req(replicas: int, gpus: int = 8, **kw) -> GangRequest:
 
 
 def placed_nodes(decision):
-    return [decision.placement.replicas[i].node for i in range(len(decision.placement.replicas))]
+    return [r.node for r in decision.placement.replicas]
 
 
 def test_gang_fits_in_one_tor_when_it_can():
