@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench_common import HACK, cluster, fresh_cluster, percentile, rss_mib, wait
-from railyard.operator.kubeapi import KubeApi
+from railyard.operator.apiclient import KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

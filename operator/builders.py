@@ -6,9 +6,10 @@ Nothing here does I/O: a TrainingJob body and a placement in, plain dicts out.
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
-from railyard.operator.labels import (
+from railyard.operator.keys import (
     ANNOTATION_GPUS,
     ANNOTATION_PLACEMENT_ID,
     LABEL_JOB,
@@ -87,7 +88,7 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
     for container in spec.get("containers") or []:
         # The placement's env wins over the template's for the same variable.
         container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + env
-    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": node}
+    _pin(spec, node)
     spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": SCHEDULING_GATE}]
     spec["hostname"] = name
     spec["subdomain"] = service_name(meta["name"])
@@ -98,6 +99,17 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
                      "ownerReferences": [owner_reference(job)]},
         "spec": spec,
     }
+
+
+def _pin(spec: dict[str, Any], node: str) -> None:
+    """Pin to the node by its name (node affinity on the field metadata.name): the hostname label can
+    differ from the node name on some clouds. Added to every required term, so the template's own
+    node affinity still holds (terms are ORed, expressions inside a term ANDed)."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]} for t in terms]
 
 
 def build_service(job: dict[str, Any]) -> dict[str, Any]:
@@ -112,14 +124,23 @@ def build_service(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_event(job: dict[str, Any], type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
+def event_name(job: dict[str, Any], reason: str, key: str) -> str:
+    """One Event object per (job, reason, stable key): repeats bump its count, as kube's
+    EventCorrelator aggregates, instead of creating a new object each time."""
+    meta = job["metadata"]
+    digest = hashlib.sha1(f"{meta.get('uid')}/{reason}/{key}".encode()).hexdigest()[:12]
+    return f"{meta['name'][:200]}.{digest}"
+
+
+def build_event(job: dict[str, Any], type_: str, reason: str, message: str, now: str, key: str = "",
+                count: int = 1, first: str | None = None) -> dict[str, Any]:
     meta = job["metadata"]
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "metadata": {"name": event_name(job, reason, key or message), "namespace": meta["namespace"]},
         "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
                            "namespace": meta["namespace"], "uid": meta.get("uid")},
         "type": type_, "reason": reason, "message": message[:1024],
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "firstTimestamp": first or now, "lastTimestamp": now, "count": count,
         "source": {"component": "railyard-operator"}, "reportingComponent": "railyard-operator",
     }

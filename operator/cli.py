@@ -51,7 +51,7 @@ def read_nodes(path: str) -> list[dict[str, Any]]:
 
 
 def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from railyard.operator.kube import list_nodes_and_pods
+    from railyard.operator.live import list_nodes_and_pods
 
     return list_nodes_and_pods(kubeconfig)
 
@@ -76,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Where the cluster's TrainingJobs landed, read from their bound pods."""
-    from railyard.operator.kube import live_placements
+    from railyard.operator.live import live_placements
 
     result = live_placements(args.kubeconfig, resolve_scheme(args.labels), args.namespace)
     print(render_table(result))

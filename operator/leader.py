@@ -1,27 +1,35 @@
 """Leader election on a coordination.k8s.io Lease: exactly one operator replica places at a time.
 
-Kopf's peering only pauses operators; it is not a lock. The Lease is updated with optimistic
-concurrency (resourceVersion), so two replicas can never both believe they won the same term.
+Kopf's peering only pauses operators; it is not a lock. As in client-go's leaderelection:
+- the Lease is replaced with optimistic concurrency (resourceVersion), so two replicas can never both
+  win the same term;
+- another holder's lease counts as expired only when this replica has seen no change of the Lease
+  record for leaseDurationSeconds, timed on this replica's own monotonic clock (never by comparing
+  the other machine's renewTime with ours: clocks differ);
+- our own term ends `lease_seconds * 0.8` after the start of the last successful renewal, so we stop
+  (and fence our writes) before any other replica may take over.
+The elector has its own client and thread pool with short timeouts: renewal is never queued behind
+placement writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from railyard.operator.kubeapi import KubeApi
+from railyard.operator.apiclient import ApiException, KubeApi
 from railyard.operator.settings import LeaderSettings
 
 log = logging.getLogger("railyard.leader")
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -30,6 +38,8 @@ class LeaderElector:
         self.settings = settings
         self.on_elected = on_elected
         self._valid_until = 0.0  # monotonic deadline of our current term
+        self._observed: tuple[Any, ...] | None = None  # (holder, renewTime, resourceVersion) last seen
+        self._observed_at = 0.0  # monotonic time we first saw that record
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._valid_until
@@ -38,82 +48,93 @@ class LeaderElector:
         await self._ensure_namespace()
         while True:
             was_leader = self.is_leader()
+            started = time.monotonic()
             try:
-                started = time.monotonic()
-                if await self.api.run(self._try_acquire_or_renew):
-                    # A term lasts from the start of the successful request, minus a safety margin.
-                    self._valid_until = started + self.settings.lease_seconds * 0.8
-                    if not was_leader:
-                        log.info("became leader (%s)", self.settings.identity)
-                        self.on_elected()
-                else:
-                    if was_leader:
-                        log.warning("lost leadership")
-                    self._valid_until = 0.0
-            except Exception as e:
+                won = await asyncio.wait_for(self.api.run(self._try_acquire_or_renew),
+                                             timeout=self.settings.renew_seconds * 2 + 2)
+            except Exception as e:  # timeouts and API errors alike: the term just runs out
                 log.warning("lease update failed: %s", e)
+                won = None
+            if won:
+                self._valid_until = started + self.settings.lease_seconds * 0.8
+                if not was_leader:
+                    log.info("became leader (%s)", self.settings.identity)
+                    self.on_elected()
+            elif won is False:
+                if was_leader:
+                    log.warning("lost leadership")
+                self._valid_until = 0.0
             await asyncio.sleep(self.settings.renew_seconds)
 
     async def release(self) -> None:
         """On shutdown hand the lease back at once, so a standby takes over without waiting it out."""
         if not self.is_leader():
             return
-        self._valid_until = 0.0
         try:
-            await self.api.run(self._release)
+            await asyncio.wait_for(self.api.run(self._release), timeout=5)
         except Exception as e:
             log.warning("could not release the lease: %s", e)
+        self._valid_until = 0.0
 
     def _release(self) -> None:
         s = self.settings
-        lease = self.api.coordination.read_namespaced_lease(s.lease_name, s.namespace)
-        if lease.spec.holder_identity != s.identity:
+        path = self.api.lease_path(s.namespace, s.lease_name)
+        lease = self.api.request("GET", path, timeout=3)
+        if (lease.get("spec") or {}).get("holderIdentity") != s.identity:
             return
-        lease.spec.holder_identity = None
-        lease.spec.renew_time = None
-        self.api.coordination.replace_namespaced_lease(s.lease_name, s.namespace, lease)
+        lease["spec"]["holderIdentity"] = None
+        lease["spec"]["renewTime"] = None
+        self.api.request("PUT", path, lease, timeout=3)
 
     async def _ensure_namespace(self) -> None:
-        try:
-            await self.api.run(self.api.core.create_namespace, {"metadata": {"name": self.settings.namespace}})
-        except ApiException as e:
-            if e.status not in (403, 409):
-                raise
+        with contextlib.suppress(ApiException):  # 403 without the right, 409 when it exists
+            await self.api.run(self.api.request, "POST", "/api/v1/namespaces",
+                               {"metadata": {"name": self.settings.namespace}})
+
+    def _expired(self, lease: dict[str, Any]) -> bool:
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), lease["metadata"].get("resourceVersion"))
+        now = time.monotonic()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        if not spec.get("holderIdentity"):
+            return True
+        return now - self._observed_at > (spec.get("leaseDurationSeconds") or 15)
 
     def _try_acquire_or_renew(self) -> bool:
+        """True: we hold the lease now. False: someone else does. Raises on API trouble."""
         s = self.settings
-        coordination: client.CoordinationV1Api = self.api.coordination
-        now = _now()
+        path = self.api.lease_path(s.namespace, s.lease_name)
+        now = _now_micro()
+        timeout = max(1.0, s.renew_seconds)
         try:
-            lease = coordination.read_namespaced_lease(s.lease_name, s.namespace)
+            lease = self.api.request("GET", path, timeout=timeout)
         except ApiException as e:
             if e.status != 404:
                 raise
-            body = {"metadata": {"name": s.lease_name, "namespace": s.namespace},
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": s.lease_name, "namespace": s.namespace},
                     "spec": {"holderIdentity": s.identity, "leaseDurationSeconds": int(s.lease_seconds),
                              "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
             try:
-                coordination.create_namespaced_lease(s.namespace, body)
+                self.api.request("POST", self.api.lease_path(s.namespace), body, timeout=timeout)
                 return True
             except ApiException as e2:
                 if e2.status == 409:
                     return False
                 raise
-        spec = lease.spec
-        holder = spec.holder_identity
-        renewed = spec.renew_time
-        expired = not holder or renewed is None or \
-            (now - renewed).total_seconds() > (spec.lease_duration_seconds or 15)
-        if holder != s.identity and not expired:
+        spec = lease.setdefault("spec", {})
+        mine = spec.get("holderIdentity") == s.identity
+        if not mine and not self._expired(lease):
             return False
-        if holder != s.identity:
-            spec.acquire_time = now
-            spec.lease_transitions = (spec.lease_transitions or 0) + 1
-            spec.holder_identity = s.identity
-        spec.renew_time = now
-        spec.lease_duration_seconds = int(s.lease_seconds)
+        if not mine:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
+            spec["holderIdentity"] = s.identity
+        spec["renewTime"] = now
+        spec["leaseDurationSeconds"] = int(s.lease_seconds)
         try:
-            coordination.replace_namespaced_lease(s.lease_name, s.namespace, lease)  # carries resourceVersion
+            self.api.request("PUT", path, lease, timeout=timeout)  # carries resourceVersion
             return True
         except ApiException as e:
             if e.status == 409:

@@ -44,3 +44,14 @@ def observe_capacity(snapshot: Snapshot) -> None:
         LARGEST_FREE_BLOCK.labels(tier).set(max(whole.values(), default=0))
     whole_cluster = sum(1 for n in snapshot.nodes if len(snapshot.free(n)) == n.gpu_count)
     LARGEST_FREE_BLOCK.labels("cluster").set(whole_cluster)
+
+# Operator internals: API traffic, watch health, loop cost (bounded labels: verb, resource, kind).
+API_REQUESTS = Counter("railyard_api_requests", "API requests sent by the operator", ["verb", "resource"])
+FENCED_WRITES = Counter("railyard_fenced_writes", "Writes refused because the leadership term had ended")
+WATCH_EVENTS = Counter("railyard_watch_events", "Watch events applied to the state", ["kind"])
+RELISTS = Counter("railyard_relists", "Complete lists (initial and after a watch expired)", ["kind"])
+ITERATION_SECONDS = Histogram("railyard_placement_iteration_seconds", "One placement loop iteration",
+                              buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+LOOP_LAG_SECONDS = Histogram("railyard_event_loop_lag_seconds", "How late the event loop runs a 100 ms timer",
+                             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+STATE_READY = Gauge("railyard_state_synced", "1 once Nodes, Pods and TrainingJobs have been listed")

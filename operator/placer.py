@@ -1,35 +1,41 @@
-"""The placement loop: snapshot -> pure decisions -> API calls. Runs only on the leader.
+"""The placement loop: snapshot -> pure decisions -> API calls. Runs only on the leader, and only
+once the state has listed Nodes, Pods and TrainingJobs.
 
 Placing a job is crash-safe by construction:
-1. the placement (ranks, nodes, GPUs, a placement id) is written to the job's status first; from then
-   on those GPUs count as used even if no pod exists yet;
-2. the headless Service and all pods are created, gated and pinned (creation is idempotent);
+1. the placement (ranks, nodes, GPUs, a placement id) is written to the job's status first, as a
+   conditional write (resourceVersion precondition); from then on those GPUs count as used;
+2. the headless Service and all pods are created, gated and pinned (creation is idempotent: a name
+   conflict is ours only when the object carries this placement's id or the job's UID);
 3. only when every pod exists are all gates removed, then `Placed` becomes reason `Released`.
-A leader that starts later finds any job stuck between 1 and 3 (`assess` -> resume) and finishes
-it, or rolls it back if a node of the placement is gone.
+A leader that starts later finds any job stuck between 1 and 3 (`assess` -> RESUME) and finishes it,
+or rolls it back if a node of the placement is gone. Every write response is applied to the state at
+once, so the state never lags behind what this replica itself did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from railyard.operator import conditions as cond
 from railyard.operator import metrics
-from railyard.operator.builders import build_event, build_pod, build_service, placement_status, selector
-from railyard.operator.kubeapi import KubeApi
-from railyard.operator.queue import QueuedJob, order, reserved_nodes, without
-from railyard.operator.reconcile import PLACING, RELEASED, Action, assess
+from railyard.operator.apiclient import ApiException, Fenced, KubeApi
+from railyard.operator.builders import build_event, build_pod, build_service, event_name, placement_status, selector
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.queue import QueuedJob, order, reserved_nodes
+from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
-from railyard.topology.api import TrainingJob
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, solve
@@ -43,6 +49,30 @@ def _epoch(timestamp: str | None, default: float) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
+def stable_key(message: str) -> str:
+    """The binding constraint of an Unschedulable message without its live counts: the condition and
+    its Event change when the constraint changes, not every time a count moves."""
+    return re.sub(r"\d+", "#", message)
+
+
+class CreateRefused(Exception):
+    """The API server refused an object the placement needs; `reason` says how the job is marked."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class _Failure:
+    """Why a queued job did not fit last time, and what capacity it saw then."""
+
+    freed: int
+    generation: int | None
+    at: float
+
+
 class Placer:
     def __init__(self, state: ClusterState, api: KubeApi, settings: Settings, is_leader: Callable[[], bool]) -> None:
         self.state = state
@@ -51,6 +81,10 @@ class Placer:
         self.is_leader = is_leader
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
+        self._failures: dict[Key, _Failure] = {}
+        self._events: dict[str, tuple[int, str]] = {}  # event name -> (count, firstTimestamp)
+        self.last_iteration = time.monotonic()  # liveness: the loop is turning
+        self.iterations = 0
 
     def wake(self) -> None:
         self._wake.set()
@@ -63,48 +97,86 @@ class Placer:
             # iteration sees them all instead of one iteration per event.
             await asyncio.sleep(0.05)
             self._wake.clear()
+            self.last_iteration = time.monotonic()
             leader = self.is_leader()
             metrics.IS_LEADER.set(int(leader))
-            if not leader:
+            metrics.STATE_READY.set(int(self.state.ready))
+            if not leader or not self.state.ready:
                 continue
+            started = time.perf_counter()
             try:
                 await self.run_once()
+            except Fenced:
+                log.info("leadership ended during an iteration; stopped writing")
             except Exception:  # the loop must survive anything one iteration meets
                 log.exception("placement iteration failed; retrying")
+            metrics.ITERATION_SECONDS.observe(time.perf_counter() - started)
+            self.iterations += 1
+            self.last_iteration = time.monotonic()
 
     # --- one iteration ------------------------------------------------------------------------------
 
     async def run_once(self) -> None:
+        if not self.state.ready:
+            return  # never decide on a partial view: a missing pod would look like free GPUs
         now = time.time()
         snapshot = self.state.snapshot()
         queued: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
+        placement = self.settings.placement
         for key, job in list(self.state.jobs.items()):
             if job["metadata"].get("deletionTimestamp"):
                 continue
             try:
-                action = assess(job, self.state.job_pods(key), snapshot, now,
-                                self.settings.placement.bind_timeout_seconds)
-                if action.kind == "queue":
-                    assert action.model is not None
-                    queued.append(self._queued(key, job, action.model, now))
-                elif action.kind not in ("wait", "done"):
-                    work.append(self._guard(key, self._act(key, job, action)))
+                action = assess(job, self.state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
+                                placement.force_delete_seconds)
             except Exception:
                 log.exception("job %s/%s: cannot assess; skipping it this round", *key)
+                continue
+            match action.kind:
+                case Kind.QUEUE:
+                    assert action.request is not None
+                    queued.append(self._queued(key, job, action.request, now))
+                case Kind.WAIT | Kind.DONE:
+                    pass
+                case _:
+                    work.append(self._guard(key, self._act(key, job, action)))
         await asyncio.gather(*work)
-        placements = await self._place_queue(queued, snapshot, now)
-        self._observe(snapshot if not placements else self.state.snapshot())
+        self.state.prune_tombstones()
+        placed = await self._place_queue(queued, snapshot, now)
+        self._observe(self.state.snapshot() if placed else snapshot)
 
     async def _guard(self, key: Key, step: Awaitable[None]) -> None:
         try:
             await step
+        except Fenced:
+            raise
+        except ApiException as e:
+            if e.status == 409:  # someone wrote since we read: re-read, the next iteration re-decides
+                fresh = await self.api.get_job(*key)
+                if fresh is not None:
+                    self.state.apply_job("MODIFIED", fresh)
+                self.wake()
+                return
+            log.warning("job %s/%s: step failed (%s %s); will retry", *key, e.status, e.reason)
         except Exception:
             log.exception("job %s/%s: step failed; will retry", *key)
 
-    def _queued(self, key: Key, job: dict[str, Any], model: TrainingJob, now: float) -> QueuedJob:
-        since = (job.get("status") or {}).get("queuedSince") or job["metadata"].get("creationTimestamp")
-        return QueuedJob(key, model.spec.priority, _epoch(since, now), GangRequest.from_job(model))
+    def _queued(self, key: Key, job: dict[str, Any], request: GangRequest, now: float) -> QueuedJob:
+        status = job.get("status") or {}
+        since = status.get("queuedSince") or job["metadata"].get("creationTimestamp")
+        avoid = frozenset(a["node"] for a in status.get("avoidNodes") or [] if _epoch(a.get("until"), 0) > now)
+        return QueuedJob(key, job["spec"].get("priority") or 0, _epoch(since, now), request, avoid)
+
+    def _worth_solving(self, job: QueuedJob, now: float) -> bool:
+        """An unschedulable job is solved again only when capacity was freed since it last failed,
+        its spec changed, or the retry period passed (the loop stays cheap with 200 waiting jobs)."""
+        failure = self._failures.get(job.key)
+        if failure is None:
+            return True
+        body = self.state.jobs.get(job.key) or {}
+        return (failure.freed != self.state.usage.freed or failure.generation != body["metadata"].get("generation")
+                or now - failure.at > self.settings.placement.retry_seconds)
 
     async def _place_queue(self, queued: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         current = snapshot
@@ -113,6 +185,7 @@ class Placer:
         placed: list[tuple[dict[str, Any], Decision]] = []
         unplaced: list[tuple[dict[str, Any], Decision, bool]] = []
         ordered = order(queued)
+        self._failures = {k: v for k, v in self._failures.items() if k in self.state.jobs}
         # A reservation, once taken, holds across iterations: its holder goes first and its domain is
         # fenced off before anything else is tried (timestamps have one-second resolution, so queue
         # order alone could let a job created in the same second slip in front of it).
@@ -123,31 +196,50 @@ class Placer:
                 ordered = [job, *(j for j in ordered if j.key != job.key)]
                 break
         for job in ordered:
-            view = without(current, reserved) if holder is not None and job.key != holder else current
+            starving = now - job.queued_since > self.settings.placement.starvation_seconds
+            if not self._worth_solving(job, now) and not (starving and holder is None):
+                continue
+            view = current.without_nodes(reserved) if holder is not None and job.key != holder else current
+            view = view.without_nodes(job.avoid)
             started = time.perf_counter()
             decision = solve(view, job.request)
             metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
+            await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
             body = self.state.jobs.get(job.key)
             if body is None:
                 continue
             if decision.placement is not None:
-                current = current.allocate(decision.placement.allocations)
+                current = current.allocate(decision.placement.allocations, job.request.resources)
                 placed.append((body, decision))
+                self._failures.pop(job.key, None)
                 if job.key == holder:  # the reservation served its purpose
                     holder, reserved = None, frozenset()
                 continue
-            starving = now - job.queued_since > self.settings.placement.starvation_seconds
+            self._failures[job.key] = _Failure(self.state.usage.freed, body["metadata"].get("generation"), now)
+            if job.avoid:
+                decision = Decision(decision.request, None, f"{decision.reason}; avoiding nodes "
+                                    f"{', '.join(sorted(job.avoid))} after a bind failure")
             if starving and holder is None:
                 holder, reserved = job.key, reserved_nodes(job, current)
             unplaced.append((body, decision, job.key == holder))
         await asyncio.gather(*(self._guard(self._key(b), self._mark_unplaced(b, d, r)) for b, d, r in unplaced))
         await asyncio.gather(*(self._guard(self._key(b), self._place(b, d)) for b, d in placed))
-        metrics.QUEUE_LENGTH.set(len(unplaced))
+        metrics.QUEUE_LENGTH.set(len(queued) - len(placed))
         return len(placed)
 
     @staticmethod
     def _key(job: dict[str, Any]) -> Key:
         return (job["metadata"]["namespace"], job["metadata"]["name"])
+
+    async def _patch_status(self, job: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any] | None:
+        """A conditional status write (409 if the job changed since we read it); the response is
+        applied to the state at once."""
+        meta = job["metadata"]
+        patch.setdefault("observedGeneration", meta.get("generation"))
+        updated = await self.api.patch_job_status(meta["namespace"], meta["name"], patch, meta.get("resourceVersion"))
+        if updated is not None:
+            self.state.apply_job("MODIFIED", updated)
+        return updated
 
     # --- placing ------------------------------------------------------------------------------------
 
@@ -163,15 +255,12 @@ class Placer:
             "placement": placement_status(placement, meta["name"], placement_id),
             "replicas": len(placement.replicas),
             "selector": selector(meta["name"]),
-            "observedGeneration": meta.get("generation"),
             "queuedSince": status.get("queuedSince") or meta.get("creationTimestamp"),
             "conditions": cond.set_condition(status.get("conditions"), cond.PLACED, "True", PLACING, message,
                                              meta.get("generation")),
         }
-        updated = await self.api.patch_job_status(meta["namespace"], meta["name"], patch)
-        if updated is None:
+        if await self._patch_status(job, patch) is None:
             return
-        self.state.apply_job("MODIFIED", updated)  # count the reservation before the watch echoes it
         await self._materialise(self.state.jobs[self._key(job)], None)
 
     async def _materialise(self, job: dict[str, Any], only: tuple[str, ...] | None) -> None:
@@ -180,29 +269,72 @@ class Placer:
         status = job["status"]
         placement = status["placement"]
         ranks = placement["ranks"]
-        await self.api.create_service(build_service(job))
-        pods = [
-            build_pod(job, r["rank"], r["node"], r["gpus"], len(ranks), placement.get("railAligned", False),
-                      placement["id"], self.settings.placement.master_port)
-            for r in ranks if only is None or r["pod"] in only
-        ]
-        await asyncio.gather(*(self._limited(self.api.create_pod(p)) for p in pods))
+        try:
+            await self._create_owned("services", build_service(job), placement["id"])
+            pods = [
+                build_pod(job, r["rank"], r["node"], r["gpus"], len(ranks), placement.get("railAligned", False),
+                          placement["id"], self.settings.placement.master_port)
+                for r in ranks if only is None or r["pod"] in only
+            ]
+            await asyncio.gather(*(self._limited(self._create_owned("pods", p, placement["id"])) for p in pods))
+        except CreateRefused as refused:
+            await self._refuse(job, refused)
+            return
         self._crash_point("pods-created")
         gate = len((job["spec"].get("template") or {}).get("spec", {}).get("schedulingGates") or [])
-        await asyncio.gather(*(self._limited(self.api.release_pod(meta["namespace"], r["pod"], gate)) for r in ranks))
+        released = await asyncio.gather(*(self._limited(self.api.release_pod(meta["namespace"], r["pod"], gate))
+                                          for r in ranks))
+        for pod in released:
+            if pod:
+                self.state.apply_pod("MODIFIED", pod)
         self._crash_point("released")
-        conditions = cond.set_condition(status.get("conditions"), cond.PLACED, "True", RELEASED,
-                                        cond.get(status.get("conditions"), cond.PLACED)["message"],
+        current = self.state.jobs.get(self._key(job)) or job
+        conditions = cond.set_condition((current.get("status") or {}).get("conditions"), cond.PLACED, "True",
+                                        RELEASED, cond.get(status.get("conditions"), cond.PLACED)["message"],
                                         meta.get("generation"))
-        updated = await self.api.patch_job_status(meta["namespace"], meta["name"], {"conditions": conditions})
-        if updated is not None:
-            self.state.apply_job("MODIFIED", updated)
+        if await self._patch_status(current, {"conditions": conditions}) is None:
+            return
         created = _epoch(meta.get("creationTimestamp"), time.time())
         metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - created))
         metrics.PLACEMENTS.inc()
         metrics.TORS_SPANNED.observe(placement.get("tors", 0))
         await self._event(job, "Normal", "Released", f"gang of {len(ranks)} released: "
-                          f"{placement.get('tors')} TORs, rail-aligned={placement.get('railAligned')}")
+                          f"{placement.get('tors')} TORs, rail-aligned={placement.get('railAligned')}",
+                          key=placement["id"])
+
+    async def _create_owned(self, plural: str, body: dict[str, Any], placement_id: str) -> None:
+        """Create, or accept an existing object only if it is ours (this placement's id, or owned by
+        this job). Someone else's object, or a body the API server refuses, stops the placement."""
+        try:
+            created, stored = await self.api.create(plural, body)
+        except ApiException as e:
+            if e.status in (400, 403, 422):
+                raise CreateRefused(INVALID_SPEC, f"the API server refused {plural[:-1]} "
+                                    f"{body['metadata']['name']}: {_api_message(e)}") from None
+            raise
+        if stored is None:
+            return
+        if not created:
+            meta = stored.get("metadata") or {}
+            owner_uid = body["metadata"]["ownerReferences"][0]["uid"]
+            ours = (meta.get("annotations") or {}).get(ANNOTATION_PLACEMENT_ID) == placement_id or \
+                any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or [])
+            if not ours:
+                raise CreateRefused(NAME_CONFLICT, f"{plural[:-1]} {meta.get('namespace')}/{meta.get('name')} "
+                                    "already exists and does not belong to this job; rename the job or delete it")
+        if plural == "pods":
+            self.state.apply_pod("ADDED", stored)
+
+    async def _refuse(self, job: dict[str, Any], refused: CreateRefused) -> None:
+        """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
+        key = self._key(job)
+        placement_id = (job.get("status") or {}).get("placement", {}).get("id", "")
+        await self._delete_pods(key, [p.name for p in self.state.pods_of_placement(key, placement_id)], ())
+        current = self.state.jobs.get(key) or job
+        conditions = cond.set_condition((current.get("status") or {}).get("conditions"), cond.PLACED, "False",
+                                        refused.reason, refused.message, job["metadata"].get("generation"))
+        await self._patch_status(current, {"placement": None, "replicas": 0, "conditions": conditions})
+        await self._event(job, "Warning", refused.reason, refused.message)
 
     async def _limited(self, step: Awaitable[Any]) -> Any:
         async with self._limit:
@@ -222,66 +354,84 @@ class Placer:
         message = decision.reason or "no placement"
         if reserving:
             message += "; waited past the starvation limit: its domain is reserved"
-        if cond.unchanged(status.get("conditions"), cond.PLACED, reason, message):
-            return
+        previous = cond.get(status.get("conditions"), cond.PLACED) or {}
+        if previous.get("reason") == reason and stable_key(previous.get("message", "")) == stable_key(message):
+            return  # same binding constraint, only counts moved: no write, no Event
         metrics.PLACEMENT_FAILURES.labels(reason).inc()
         patch = {
             "queuedSince": status.get("queuedSince") or meta.get("creationTimestamp"),
-            "observedGeneration": meta.get("generation"),
             "conditions": cond.set_condition(status.get("conditions"), cond.PLACED, "False", reason, message,
                                              meta.get("generation")),
         }
-        updated = await self.api.patch_job_status(meta["namespace"], meta["name"], patch)
-        if updated is not None:
-            self.state.apply_job("MODIFIED", updated)
-            await self._event(job, "Warning", reason, message)
+        if await self._patch_status(job, patch) is not None:
+            await self._event(job, "Warning", reason, message, key=stable_key(message))
+
+    async def _delete_pods(self, key: Key, names: list[str] | tuple[str, ...], force: tuple[str, ...]) -> None:
+        ns = key[0]
+        uids = {p.name: p.uid for p in self.state.job_pods(key)}
+        await asyncio.gather(*(self._limited(self.api.delete_pod(ns, n, uids.get(n))) for n in names if n not in force),
+                             *(self._limited(self.api.delete_pod(ns, n, uids.get(n), grace_seconds=0))
+                               for n in force))
 
     async def _act(self, key: Key, job: dict[str, Any], action: Action) -> None:
         meta = job["metadata"]
         status = job.get("status") or {}
         conditions = status.get("conditions")
         generation = meta.get("generation")
-        ns = meta["namespace"]
-        if action.kind == "resume":
-            await self._materialise(job, action.pods)
-            return
-        if action.kind == "cleanup":
-            await asyncio.gather(*(self._limited(self.api.delete_pod(ns, p)) for p in action.pods))
-            return
         patch: dict[str, Any]
-        if action.kind == "invalid":
-            if cond.unchanged(conditions, cond.PLACED, action.reason, action.message):
+        match action.kind:
+            case Kind.RESUME:
+                await self._materialise(job, action.pods)
                 return
-            patch = {"conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
-                                                      action.message, generation)}
-            await self._event(job, "Warning", action.reason, action.message)
-        elif action.kind == "rollback":
-            await asyncio.gather(*(self._limited(self.api.delete_pod(ns, p)) for p in action.pods))
-            patch = {"placement": None, "replicas": 0,
-                     "conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
-                                                      action.message, generation)}
-            await self._event(job, "Warning", action.reason, action.message)
-        elif action.kind == "running":
-            patch = {"startTime": status.get("startTime") or cond.now_iso(),
-                     "conditions": cond.set_condition(conditions, cond.RUNNING, "True", action.reason,
-                                                      action.message, generation)}
-        elif action.kind in ("succeed", "fail"):
-            type_ = cond.SUCCEEDED if action.kind == "succeed" else cond.FAILED
-            updated = cond.set_condition(conditions, type_, "True", action.reason, action.message, generation)
-            if cond.get(updated, cond.RUNNING):
-                updated = cond.set_condition(updated, cond.RUNNING, "False", action.reason, action.message,
-                                             generation)
-            patch = {"completionTime": cond.now_iso(), "conditions": updated}
-            await self._event(job, "Normal" if action.kind == "succeed" else "Warning", action.reason,
-                              action.message)
-        else:
-            return
-        result = await self.api.patch_job_status(ns, meta["name"], patch)
-        if result is not None:
-            self.state.apply_job("MODIFIED", result)
+            case Kind.CLEANUP:
+                await self._delete_pods(key, action.pods, action.force)
+                return
+            case Kind.INVALID:
+                if cond.unchanged(conditions, cond.PLACED, action.reason, action.message):
+                    return
+                patch = {"conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
+                                                          action.message, generation)}
+                await self._event(job, "Warning", action.reason, action.message)
+            case Kind.ROLLBACK:
+                await self._delete_pods(key, action.pods, action.force)
+                patch = {"placement": None, "replicas": 0,
+                         "conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
+                                                          action.message, generation)}
+                if action.avoid:
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                          time.gmtime(time.time() + self.settings.placement.avoid_seconds))
+                    kept = [a for a in status.get("avoidNodes") or [] if a.get("node") not in action.avoid]
+                    patch["avoidNodes"] = kept + [{"node": n, "reason": action.reason, "until": stamp}
+                                                  for n in action.avoid]
+                await self._event(job, "Warning", action.reason, action.message)
+            case Kind.RUNNING:
+                patch = {"startTime": status.get("startTime") or cond.now_iso(),
+                         "conditions": cond.set_condition(conditions, cond.RUNNING, "True", action.reason,
+                                                          action.message, generation)}
+            case Kind.SUCCEED | Kind.FAIL:
+                type_ = cond.SUCCEEDED if action.kind is Kind.SUCCEED else cond.FAILED
+                updated = cond.set_condition(conditions, type_, "True", action.reason, action.message, generation)
+                if cond.get(updated, cond.RUNNING):
+                    updated = cond.set_condition(updated, cond.RUNNING, "False", action.reason, action.message,
+                                                 generation)
+                patch = {"completionTime": cond.now_iso(), "conditions": updated}
+                await self._event(job, "Normal" if action.kind is Kind.SUCCEED else "Warning", action.reason,
+                                  action.message)
+            case _:
+                return
+        await self._patch_status(job, patch)
 
-    async def _event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        await self.api.create_event(build_event(job, type_, reason, message, cond.now_iso()))
+    async def _event(self, job: dict[str, Any], type_: str, reason: str, message: str, key: str = "") -> None:
+        """Post an Event; a repeat (same job, reason and key) bumps the existing Event's count."""
+        now = cond.now_iso()
+        name = event_name(job, reason, key or message)
+        count, first = self._events.get(name, (0, now))
+        self._events[name] = (count + 1, first)
+        if len(self._events) > 10000:  # bounded: forget the oldest half
+            for old in list(self._events)[:5000]:
+                del self._events[old]
+        await self.api.post_event(build_event(job, type_, reason, message, now, key or message, count + 1, first),
+                                  existing=count > 0)
 
     # --- metrics ------------------------------------------------------------------------------------
 
@@ -292,3 +442,10 @@ class Placer:
         for state, count in states.items():
             metrics.JOBS.labels(state).set(count)
         metrics.observe_capacity(snapshot)
+
+
+def _api_message(e: ApiException) -> str:
+    try:
+        return json.loads(e.body or "{}").get("message") or str(e.reason)
+    except ValueError:
+        return str(e.reason)

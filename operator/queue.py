@@ -24,6 +24,7 @@ class QueuedJob:
     priority: int
     queued_since: float  # epoch seconds
     request: GangRequest
+    avoid: frozenset[str] = frozenset()  # nodes this job may not use for now (bind failures)
 
 
 def order(jobs: list[QueuedJob]) -> list[QueuedJob]:
@@ -44,9 +45,3 @@ def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:
         return frozenset()
     domain = min(capacity, key=lambda d: (-capacity[d], d))
     return frozenset(n.name for n in snapshot.nodes if n.domain(level) == domain)
-
-
-def without(snapshot: Snapshot, nodes: frozenset[str]) -> Snapshot:
-    if not nodes:
-        return snapshot
-    return Snapshot(tuple(n for n in snapshot.nodes if n.name not in nodes), snapshot.used, snapshot.excluded)

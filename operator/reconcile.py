@@ -1,98 +1,138 @@
-"""What a TrainingJob needs next: a pure function of the job, its pods and the time.
+"""What a TrainingJob needs next: a pure function of the job, its pods, the snapshot and the time.
 
 The placer (the only API caller for jobs) turns each Action into API calls.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 from railyard.operator import conditions as cond
-from railyard.operator.labels import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
+from railyard.operator.views import PodView
 from railyard.topology.api import TrainingJob
 from railyard.topology.documents import format_validation
 from railyard.topology.model import Snapshot
+from railyard.topology.request import GangRequest
 
 RELEASED = "Released"
 PLACING = "Placing"
+INVALID_SPEC = "InvalidSpec"
+NAME_CONFLICT = "NameConflict"
+
+
+class Kind(enum.Enum):
+    DONE = "done"  # nothing to do, ever again (finished)
+    WAIT = "wait"  # nothing to do now
+    QUEUE = "queue"  # needs a placement
+    INVALID = "invalid"  # spec cannot be placed: say so, hold nothing
+    RESUME = "resume"  # finish a recorded placement (create missing pods, release)
+    ROLLBACK = "rollback"  # drop the placement and its pods, re-queue
+    CLEANUP = "cleanup"  # delete what is left of a finished gang
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    RUNNING = "running"
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # done | cleanup | invalid | queue | resume | rollback | succeed | fail | running | wait
+    kind: Kind
     reason: str = ""
     message: str = ""
     pods: tuple[str, ...] = field(default=())  # pod names the action concerns (to delete / to create)
-    model: TrainingJob | None = None  # the validated job, for `queue`
+    request: GangRequest | None = None  # for QUEUE
+    force: tuple[str, ...] = field(default=())  # pods to delete with grace 0 (stuck on a gone node)
+    avoid: tuple[str, ...] = field(default=())  # nodes to avoid for a while (ROLLBACK after BindTimeout)
 
 
-def _seconds_since(timestamp: str | None, now: float) -> float:
+def seconds_since(timestamp: str | None, now: float) -> float:
     if not timestamp:
         return 0.0
     return now - datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def _gated(pod: dict[str, Any]) -> bool:
-    return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or [])
+def _stuck(pods: list[PodView], snapshot: Snapshot, now: float, force_after: float) -> tuple[str, ...]:
+    """Pods Terminating for longer than `force_after` on a node that is gone or not Ready: no kubelet
+    will ever confirm their deletion, so only a forced delete frees the name (and their GPUs)."""
+    out = []
+    for p in pods:
+        if not p.terminating or seconds_since(p.deleted_at, now) < force_after:
+            continue
+        node = p.node_name or (p.usage.node if p.usage else None)
+        if node is None or not snapshot.has_node(node):
+            out.append(p.name)
+    return tuple(out)
 
 
-def assess(job: dict[str, Any], pods: list[dict[str, Any]], snapshot: Snapshot, now: float,
-           bind_timeout: float) -> Action:
+def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
+           force_after: float = 60.0, conflict_retry: float = 30.0) -> Action:
     status = job.get("status") or {}
     conditions = status.get("conditions") or []
-    if cond.is_true(conditions, cond.SUCCEEDED):
-        return Action("done")
-    if cond.is_true(conditions, cond.FAILED):
-        alive = [p["metadata"]["name"] for p in pods
-                 if p["status"].get("phase") not in ("Succeeded", "Failed")
-                 and not p["metadata"].get("deletionTimestamp")]
-        return Action("cleanup", pods=tuple(alive)) if alive else Action("done")
+    generation = job["metadata"].get("generation")
+    force = _stuck(pods, snapshot, now, force_after)
+    if cond.is_true(conditions, cond.SUCCEEDED) or cond.is_true(conditions, cond.FAILED):
+        alive = tuple(p.name for p in pods if not p.finished and not p.terminating)
+        return Action(Kind.CLEANUP, pods=alive, force=force) if alive or force else Action(Kind.DONE)
     try:
         model = TrainingJob.model_validate(job)
+        request = GangRequest.from_job(model)
     except ValidationError as e:
-        return Action("invalid", "InvalidSpec", format_validation(e))
+        return Action(Kind.INVALID, INVALID_SPEC, format_validation(e))
+    except ValueError as e:
+        return Action(Kind.INVALID, INVALID_SPEC, f"spec.template: {e}")
+    placed = cond.get(conditions, cond.PLACED) or {}
     placement = status.get("placement") or {}
     if not placement.get("ranks"):
-        stray = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
-        return Action("rollback", "StalePods", "pods without a recorded placement", tuple(stray)) if stray \
-            else Action("queue", model=model)
+        stray = tuple(p.name for p in pods if not p.terminating)
+        if stray or force:
+            return Action(Kind.ROLLBACK, "StalePods", "pods without a recorded placement", stray, force=force)
+        if placed.get("reason") == INVALID_SPEC and placed.get("observedGeneration") == generation:
+            return Action(Kind.WAIT)  # the API server refused its pods; holds nothing until the spec changes
+        if placed.get("reason") == NAME_CONFLICT and seconds_since(placed.get("lastTransitionTime"), now) < \
+                conflict_retry:
+            return Action(Kind.WAIT)
+        return Action(Kind.QUEUE, request=request)
     placement_id = placement.get("id", "")
-    mine = {p["metadata"]["name"]: p for p in pods
-            if p["metadata"]["annotations"].get(ANNOTATION_PLACEMENT_ID) == placement_id}
-    stale = tuple(p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in mine)
+    mine = {p.name: p for p in pods if p.placement_id == placement_id}
+    stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
     wanted = {r["pod"]: r for r in placement["ranks"]}
-    placed = cond.get(conditions, cond.PLACED) or {}
     if placed.get("reason") != RELEASED:
         # Placement recorded but not released: a previous leader stopped mid-way. Finish it if the
-        # nodes and GPUs are still ours, else roll back and re-queue.
+        # nodes are still usable, else roll back and re-queue.
         for rank in placement["ranks"]:
             if not snapshot.has_node(rank["node"]):
-                return Action("rollback", "NodeLost", f"node {rank['node']} of rank {rank['rank']} is gone or "
-                              "not usable", tuple(mine) + stale)
+                return Action(Kind.ROLLBACK, "NodeLost", f"node {rank['node']} of rank {rank['rank']} is gone or "
+                              "not usable", tuple(mine) + stale, force=force)
         missing = tuple(sorted(set(wanted) - set(mine)))
-        return Action("resume", PLACING, "", missing)
+        return Action(Kind.RESUME, PLACING, "", missing)
     # Released: watch the gang.
-    phases = [mine[p]["status"].get("phase") if p in mine else None for p in wanted]
-    failed = [p for p in wanted if p in mine and mine[p]["status"].get("phase") == "Failed"]
+    failed = [p for p in wanted if p in mine and mine[p].phase == "Failed"]
     if failed:
         pod = mine[failed[0]]
-        why = pod["status"].get("terminated") or "pod failed"
-        return Action("fail", "PodFailed", f"pod {failed[0]} failed: {why}")
+        return Action(Kind.FAIL, "PodFailed", f"pod {failed[0]} failed: {pod.terminated or 'pod failed'}")
     gone = [p for p in wanted if p not in mine]
     if gone:
-        return Action("fail", "PodDeleted", f"pod {gone[0]} of the gang was deleted")
+        # Only after the pod was observed and then deleted (DELETED event or a re-list): the state
+        # holds every pod from the moment its creation was answered.
+        return Action(Kind.FAIL, "PodDeleted", f"pod {gone[0]} of the gang was deleted")
+    phases = [mine[p].phase for p in wanted]
     if all(ph == "Succeeded" for ph in phases):
-        return Action("succeed", "AllSucceeded", f"all {len(wanted)} replicas succeeded")
-    unbound = [p for p in wanted if not mine[p]["spec"].get("nodeName")]
-    if unbound and _seconds_since(placed.get("lastTransitionTime"), now) > bind_timeout:
-        return Action("rollback", "BindTimeout",
-                      f"{len(unbound)} pods not bound {bind_timeout:.0f}s after release (e.g. {unbound[0]}); "
-                      "re-planning the gang", tuple(mine) + stale)
+        return Action(Kind.SUCCEED, "AllSucceeded", f"all {len(wanted)} replicas succeeded")
+    unbound = [p for p in wanted if not mine[p].node_name]
+    if unbound and not any(mine[p].gated for p in wanted) and \
+            seconds_since(placed.get("lastTransitionTime"), now) > bind_timeout:
+        nodes = tuple(sorted({wanted[p]["node"] for p in unbound}))
+        return Action(Kind.ROLLBACK, "BindTimeout",
+                      f"{len(unbound)} pods not bound {bind_timeout:.0f}s after release (e.g. {unbound[0]} on "
+                      f"{wanted[unbound[0]]['node']}); re-planning the gang without nodes {', '.join(nodes)}",
+                      tuple(mine) + stale, force=force, avoid=nodes)
     if all(ph == "Running" for ph in phases) and not cond.is_true(conditions, cond.RUNNING):
-        return Action("running", "AllRunning", f"all {len(wanted)} replicas running")
-    if any(_gated(mine[p]) for p in wanted):
-        return Action("resume", PLACING, "release interrupted", ())
-    return Action("wait")
+        return Action(Kind.RUNNING, "AllRunning", f"all {len(wanted)} replicas running")
+    if any(mine[p].gated for p in wanted):
+        return Action(Kind.RESUME, PLACING, "release interrupted", ())
+    if force:
+        return Action(Kind.CLEANUP, force=force)
+    return Action(Kind.WAIT)

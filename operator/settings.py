@@ -30,6 +30,12 @@ class PlacementSettings:
     # Released pods not bound within this long mean a lost race: the gang is re-planned.
     bind_timeout_seconds: float = field(default_factory=lambda: float(_env("BIND_TIMEOUT_SECONDS", "60")))
     resync_seconds: float = field(default_factory=lambda: float(_env("RESYNC_SECONDS", "5")))
+    # An unschedulable job is solved again when capacity is freed, or at the latest after this long.
+    retry_seconds: float = field(default_factory=lambda: float(_env("RETRY_SECONDS", "30")))
+    # A node where a released pod could not be bound is avoided by that job for this long.
+    avoid_seconds: float = field(default_factory=lambda: float(_env("AVOID_SECONDS", "600")))
+    # A pod Terminating this long on a node that is gone is deleted with gracePeriodSeconds 0.
+    force_delete_seconds: float = field(default_factory=lambda: float(_env("FORCE_DELETE_SECONDS", "60")))
     master_port: int = 29500
 
 
@@ -44,10 +50,20 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class HealthSettings:
+    port: int = field(default_factory=lambda: int(_env("HEALTH_PORT", "8081")))
+    # Liveness fails when the placement loop has not completed a turn for this long.
+    stall_seconds: float = field(default_factory=lambda: float(_env("STALL_SECONDS", "120")))
+
+
+@dataclass(frozen=True)
 class Settings:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
+    # Fault injection for e2e tests only: deliver pod watch events this many seconds late.
+    test_pod_watch_delay: float = field(default_factory=lambda: float(_env("TEST_POD_WATCH_DELAY_SECONDS", "0")))
     # Fault injection for the crash-safety e2e test only: exit right after this step.
     crash_after: str | None = field(default_factory=lambda: os.environ.get("RAILYARD_TEST_CRASH_AFTER") or None)

@@ -1,155 +1,306 @@
-"""The operator's view of the cluster, fed by watch events (never a list call per decision).
+"""The operator's view of the cluster, fed by its reflectors (list, then watch) and by the responses
+to its own writes.
 
-Pods are kept slim (only what placement and job status need) so 20k pods stay cheap; node models
-are parsed once per node change, not per decision.
+Guarantees the placer stands on:
+- **Ordering.** An object is only ever replaced by a newer resourceVersion, so a late watch event
+  cannot undo a write whose response was already applied.
+- **Expectations by write response.** A pod the operator created or released is in the state from
+  the moment the API server answered; a lagging watch can never make it look deleted. A pod leaves
+  the state only when a DELETED event or a re-list says it is gone.
+- **Resync (Replace).** After a re-list (initial, or after 410 Gone), objects missing from the list
+  leave the state — unless the state already holds a newer version than the list (a write answered
+  after the list was cut).
+- **Tombstones.** A deleted object is remembered (uid, resourceVersion) for a while, so a write
+  response that arrives after the DELETED event never brings it back.
+- **Readiness.** `ready` only once Nodes, Pods and TrainingJobs have each been listed completely.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from railyard.operator.labels import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABEL_RANK
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.usage import Usage
+from railyard.operator.views import Key, PodView, pod_view, resource_version
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.nodes import NodeError, node_from_object, used_gpus
+from railyard.topology.nodes import NodeError, PodUsage, node_from_object
+from railyard.topology.resources import pod_requests
 
-Key = tuple[str, str]
-
-
-def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    containers = [
-        {"resources": {"limits": {GPU_RESOURCE: ((c.get("resources") or {}).get("limits") or {})[GPU_RESOURCE]}}}
-        for c in spec.get("containers") or []
-        if GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {})
-    ]
-    return {
-        "metadata": {
-            "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-            "creationTimestamp": meta.get("creationTimestamp"),
-            "deletionTimestamp": meta.get("deletionTimestamp"),
-            "labels": {k: v for k, v in labels.items() if k in (LABEL_JOB, LABEL_RANK)},
-            "annotations": {k: v for k, v in annotations.items() if k in (ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID)},
-        },
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "nodeSelector": {k: v for k, v in (spec.get("nodeSelector") or {}).items()
-                             if k == "kubernetes.io/hostname"},
-            "schedulingGates": spec.get("schedulingGates") or [],
-            "containers": containers,
-        },
-        "status": {
-            "phase": status.get("phase"),
-            "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message")}
-                           for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"],
-            "terminated": _termination(status),
-        },
-    }
+KINDS = ("nodes", "pods", "trainingjobs")  # what the reflectors list and watch
+TOMBSTONE_SECONDS = 600.0
 
 
-def _termination(status: Mapping[str, Any]) -> str | None:
-    for cs in status.get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and term.get("exitCode", 0) != 0:
-            return f"container {cs.get('name')} exited {term.get('exitCode')}: {term.get('reason') or ''} " \
-                   f"{term.get('message') or ''}".strip()
-    return status.get("reason") or status.get("message")
+def _newer(candidate: int | None, held: int | None) -> bool:
+    """Whether an incoming version may replace the held one (equal versions are the same object)."""
+    return candidate is None or held is None or candidate >= held
 
 
-class ClusterState:
-    def __init__(self, scheme: LabelScheme = NATIVE) -> None:
-        self.scheme = scheme
-        self.nodes: dict[str, GpuNode] = {}
-        self.excluded: dict[str, Exclusion] = {}
-        self.pods: dict[Key, dict[str, Any]] = {}
-        self.jobs: dict[Key, dict[str, Any]] = {}
-        self._pods_by_job: dict[Key, set[Key]] = {}
-
-    # --- events ---------------------------------------------------------------------------------
-
-    def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        name = body["metadata"]["name"]
-        self.nodes.pop(name, None)
-        self.excluded.pop(name, None)
-        if event_type == "DELETED":
-            return
-        try:
-            self.nodes[name] = node_from_object(body, self.scheme)
-        except NodeError as e:
-            self.excluded[name] = Exclusion(name, str(e))
-
-    def apply_pod(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        meta = body["metadata"]
-        key = (meta["namespace"], meta["name"])
-        job = (meta.get("labels") or {}).get(LABEL_JOB)
-        if event_type == "DELETED":
-            self.pods.pop(key, None)
-            if job:
-                self._pods_by_job.get((meta["namespace"], job), set()).discard(key)
-            return
-        self.pods[key] = slim_pod(body)
-        if job:
-            self._pods_by_job.setdefault((meta["namespace"], job), set()).add(key)
-
-    def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        meta = body["metadata"]
-        key = (meta["namespace"], meta["name"])
-        if event_type == "DELETED":
-            self.jobs.pop(key, None)
-            return
-        current = self.jobs.get(key)
-        if current is not None and _older(meta.get("resourceVersion"), current["metadata"].get("resourceVersion")):
-            return  # a late watch event must not undo the status the placer just wrote
-        self.jobs[key] = _plain(body)
-
-    # --- queries --------------------------------------------------------------------------------
-
-    def job_pods(self, key: Key) -> list[dict[str, Any]]:
-        return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
-
-    def reservations(self) -> Iterable[dict[str, Any]]:
-        return placement_reservations(self.jobs.values())
-
-    def snapshot(self) -> Snapshot:
-        nodes = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
-        by_name = {n.name: n for n in nodes}
-        used = used_gpus(by_name, [*self.pods.values(), *self.reservations()])
-        return Snapshot(nodes, used, tuple(sorted(self.excluded.values(), key=lambda e: e.node)))
+def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
+    """Everything node modelling reads; heartbeats change none of it, so they cost no re-modelling."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
+            tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
+            tuple(sorted((status.get("allocatable") or {}).items())), ready)
 
 
-def placement_reservations(jobs: Iterable[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
-    """Recorded placements of live jobs, as pseudo-pods: a placement holds its GPUs from the moment
-    it is written to status, before (and whether or not) its pods exist."""
-    for job in jobs:
-        status = job.get("status") or {}
-        placement = status.get("placement") or {}
-        if not placement.get("ranks") or _finished(status):
-            continue
-        for rank in placement["ranks"]:
-            yield {"metadata": {"annotations": {ANNOTATION_GPUS: ",".join(map(str, rank["gpus"]))}},
-                   "spec": {"nodeName": rank["node"]}, "status": {"phase": "Pending"}}
-
-
-def _older(candidate: str | None, current: str | None) -> bool:
-    """resourceVersions are etcd revisions in practice; compare numerically when both are numbers."""
-    try:
-        return int(candidate or "") < int(current or "")
-    except ValueError:
-        return False
-
-
-def _finished(status: Mapping[str, Any]) -> bool:
+def finished(status: Mapping[str, Any]) -> bool:
     return any(c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
                for c in status.get("conditions") or [])
 
 
+class ClusterState:
+    def __init__(self, scheme: LabelScheme = NATIVE, clock=time.monotonic) -> None:
+        self.scheme = scheme
+        self.clock = clock
+        self.nodes: dict[str, GpuNode] = {}
+        self.excluded: dict[str, Exclusion] = {}
+        self.pods: dict[Key, PodView] = {}
+        self.jobs: dict[Key, dict[str, Any]] = {}
+        self.usage = Usage()
+        self.synced: set[str] = set()
+        self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
+        self._pods_by_job: dict[Key, set[Key]] = {}
+        self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
+        self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
+        self._snapshot: Snapshot | None = None
+        self._nodes_sorted: tuple[GpuNode, ...] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.synced.issuperset(KINDS)
+
+    # --- events (watch, list, write responses) ---------------------------------------------------
+
+    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if kind == "nodes":
+            self.apply_node(event_type, body)
+        elif kind == "pods":
+            self.apply_pod(event_type, body)
+        else:
+            self.apply_job(event_type, body)
+
+    def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
+        stone = self._tombstones.get((kind, key))
+        if stone is None:
+            return False
+        uid, dead_at, _ = stone
+        if (body.get("metadata") or {}).get("uid") == uid or (rv is not None and dead_at is not None and rv <= dead_at):
+            return True
+        del self._tombstones[(kind, key)]  # a new object took the name
+        return False
+
+    def _bury(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> None:
+        self._tombstones[(kind, key)] = ((body.get("metadata") or {}).get("uid") or "", rv, self.clock())
+
+    def prune_tombstones(self) -> None:
+        cutoff = self.clock() - TOMBSTONE_SECONDS
+        for k in [k for k, (_, _, at) in self._tombstones.items() if at < cutoff]:
+            del self._tombstones[k]
+
+    def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        rv = resource_version(body)
+        held = self._node_meta.get(name)
+        if event_type == "DELETED":
+            if held is not None and not _newer(rv, held[0]):
+                return
+            self._drop_node(name)
+            self._bury("nodes", ("", name), body, rv)
+            return
+        if held is not None and not _newer(rv, held[0]):
+            return
+        if self._buried("nodes", ("", name), body, rv):
+            return
+        fingerprint = _node_fingerprint(body)
+        if held is not None and held[1] == fingerprint:
+            self._node_meta[name] = (rv, fingerprint)
+            return
+        self._drop_node(name)
+        self._node_meta[name] = (rv, fingerprint)
+        try:
+            self.nodes[name] = node_from_object(body, self.scheme)
+        except NodeError as e:
+            self.excluded[name] = Exclusion(name, str(e))
+        self.usage.freed += 1  # a new or changed node may offer what a waiting job needs
+        self._changed_nodes()
+
+    def _drop_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None or self.excluded.pop(name, None) is not None:
+            self._changed_nodes()
+        self._node_meta.pop(name, None)
+        self.usage.node_changed(name)
+
+    def _changed_nodes(self) -> None:
+        self._nodes_sorted = None
+        self._snapshot = None
+
+    def apply_pod(self, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+        view = body if isinstance(body, PodView) else pod_view(body)
+        key = view.key
+        held = self.pods.get(key)
+        if held is not None and not _newer(view.resource_version, held.resource_version):
+            return
+        raw = {"metadata": {"uid": view.uid}}
+        if event_type == "DELETED":
+            self._remove_pod(key)
+            self._bury("pods", key, raw, view.resource_version)
+            return
+        if self._buried("pods", key, raw, view.resource_version):
+            return
+        if held is not None and held.job_key != view.job_key:
+            self._remove_pod(key)
+        self.pods[key] = view
+        self.usage.set(("pod", key), view.usage)
+        if view.job_key:
+            self._pods_by_job.setdefault(view.job_key, set()).add(key)
+            self._refresh_reservation(view.job_key)
+        self._snapshot = None
+
+    def _remove_pod(self, key: Key) -> None:
+        view = self.pods.pop(key, None)
+        if view is None:
+            return
+        self.usage.set(("pod", key), None)
+        if view.job_key:
+            members = self._pods_by_job.get(view.job_key)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._pods_by_job[view.job_key]
+            self._refresh_reservation(view.job_key)
+        self._snapshot = None
+
+    def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        rv = resource_version(body)
+        current = self.jobs.get(key)
+        if current is not None and not _newer(rv, resource_version(current)):
+            return  # a late event must not undo a status the placer already wrote
+        if event_type == "DELETED":
+            self.jobs.pop(key, None)
+            self._bury("trainingjobs", key, body, rv)
+            self._refresh_reservation(key)
+            return
+        if self._buried("trainingjobs", key, body, rv):
+            return  # a write response for a job deleted meanwhile
+        self.jobs[key] = _plain(body)
+        self._refresh_reservation(key)
+
+    def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView], list_rv: int | None) -> None:
+        """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished."""
+        seen: set[Key] = set()
+        for body in bodies:
+            self.apply(kind, "MODIFIED", body)
+            if isinstance(body, PodView):
+                seen.add(body.key)
+            else:
+                meta = body["metadata"]
+                seen.add((meta.get("namespace") or "", meta["name"]) if kind != "nodes" else ("", meta["name"]))
+        for key, held_rv in self._held(kind):
+            if key in seen:
+                continue
+            if list_rv is not None and held_rv is not None and held_rv > list_rv:
+                continue  # we know a version newer than the list: written after the list was cut
+            self._forget(kind, key)
+        self.synced.add(kind)
+
+    def _held(self, kind: str) -> list[tuple[Key, int | None]]:
+        if kind == "nodes":
+            return [(("", n), meta[0]) for n, meta in self._node_meta.items()]
+        if kind == "pods":
+            return [(k, v.resource_version) for k, v in self.pods.items()]
+        return [(k, resource_version(j)) for k, j in self.jobs.items()]
+
+    def _forget(self, kind: str, key: Key) -> None:
+        if kind == "nodes":
+            self._drop_node(key[1])
+        elif kind == "pods":
+            self._remove_pod(key)
+        else:
+            self.jobs.pop(key, None)
+            self._refresh_reservation(key)
+
+    # --- reservations: a recorded placement holds its GPUs before its pods exist -------------------
+
+    def _refresh_reservation(self, key: Key) -> None:
+        """Ranks of a live placement whose pod does not exist yet hold their node's GPUs and the
+        template's requests; once the rank's pod exists it holds them itself."""
+        job = self.jobs.get(key)
+        status = (job or {}).get("status") or {}
+        placement = status.get("placement") or {}
+        ranks = (placement.get("ranks") or []) if job is not None and not finished(status) else []
+        wanted: dict[int, PodUsage] = {}
+        if ranks:
+            try:
+                requests = pod_requests(((job or {}).get("spec", {}).get("template") or {}).get("spec") or {})
+            except ValueError:
+                requests = {}
+            requests = {k: v for k, v in requests.items() if k != GPU_RESOURCE}
+            present = {self.pods[k].name for k in self._pods_by_job.get(key, ())
+                       if self.pods[k].placement_id == placement.get("id") and not self.pods[k].finished}
+            for r in ranks:
+                if r.get("pod") in present:
+                    continue
+                gpus = tuple(sorted(r.get("gpus") or []))
+                wanted[r["rank"]] = PodUsage(r["node"], gpus, len(gpus), requests)
+        reserved = self._reserved.setdefault(key, set()) if wanted else self._reserved.pop(key, set())
+        for rank in set(reserved) - set(wanted):
+            self.usage.set(("rank", key, rank), None)
+            reserved.discard(rank)
+        for rank, usage in wanted.items():
+            self.usage.set(("rank", key, rank), usage)
+            reserved.add(rank)
+        self._snapshot = None
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def job_pods(self, key: Key) -> list[PodView]:
+        return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
+
+    def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
+        return [p for p in self.job_pods(key) if p.placement_id == placement_id]
+
+    def snapshot(self) -> Snapshot:
+        """An immutable snapshot; cached until something it reads changes."""
+        if self._snapshot is None:
+            if self._nodes_sorted is None:
+                self._nodes_sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
+            used = {}
+            requested = {}
+            for node in self._nodes_sorted:
+                gpus = self.usage.gpus(node)
+                if gpus:
+                    used[node.name] = gpus
+                on_node = self.usage.requested(node.name)
+                if on_node:
+                    requested[node.name] = dict(on_node)
+            self._snapshot = Snapshot(self._nodes_sorted, used,
+                                      tuple(sorted(self.excluded.values(), key=lambda e: e.node)), requested)
+        return self._snapshot
+
+
+def placement_reservations(jobs: Iterable[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
+    """Recorded placements of live jobs, as pseudo-pods (for the CLI, which lists instead of watching)."""
+    for job in jobs:
+        status = job.get("status") or {}
+        placement = status.get("placement") or {}
+        if not placement.get("ranks") or finished(status):
+            continue
+        for rank in placement["ranks"]:
+            yield {"metadata": {"annotations": {"railyard.dev/gpus": ",".join(map(str, rank["gpus"])),
+                                                ANNOTATION_PLACEMENT_ID: placement.get("id", "")}},
+                   "spec": {"nodeName": rank["node"]}, "status": {"phase": "Pending"}}
+
+
 def _plain(value: Any) -> Any:
-    """Kopf bodies are read-only views; keep plain dicts."""
+    """Keep plain dicts (bodies may be read-only views)."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -29,6 +29,8 @@ class GpuNode:
     taints: tuple[Taint, ...] = ()
     product: str = ""
     nvlink_domain: str | None = None
+    # status.allocatable in milli-units (every resource, GPUs included); empty means "not modelled".
+    allocatable: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def gpu_count(self) -> int:
@@ -47,42 +49,54 @@ class Exclusion:
     reason: str
 
 
-@dataclass(frozen=True)
 class Snapshot:
-    """Nodes (sorted by name) and the GPU indices already in use on each.
+    """Nodes (sorted by name), the GPU indices in use on each and the resources requested there.
 
-    Immutable: `allocate` returns a new snapshot, so a plan over many jobs never mutates its input.
+    Immutable by interface: no setters, and `allocate` returns a new snapshot, so a plan over many
+    jobs never mutates its input. (A plain class rather than a frozen dataclass: it keeps derived
+    lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    nodes: tuple[GpuNode, ...]
-    used: Mapping[str, frozenset[int]] = field(default_factory=dict)
-    excluded: tuple[Exclusion, ...] = ()
+    __slots__ = ("_by_name", "_free", "excluded", "nodes", "requested", "used")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "used", MappingProxyType(dict(self.used)))
-        object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
-        object.__setattr__(self, "_free", {})
+    def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
+                 excluded: tuple[Exclusion, ...] = (),
+                 requested: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        self.nodes = tuple(nodes)
+        self.used: Mapping[str, frozenset[int]] = MappingProxyType(dict(used or {}))
+        self.excluded = tuple(excluded)
+        self.requested: Mapping[str, Mapping[str, int]] = MappingProxyType(dict(requested or {}))
+        self._by_name = {n.name: n for n in self.nodes}
+        self._free: dict[str, tuple[int, ...]] = {}
+
+    def __repr__(self) -> str:
+        return f"Snapshot({len(self.nodes)} nodes, {self.free_gpus} free GPUs, {len(self.excluded)} excluded)"
 
     def node(self, name: str) -> GpuNode:
-        return self._by_name[name]  # type: ignore[attr-defined]
+        return self._by_name[name]
 
     def has_node(self, name: str) -> bool:
-        return name in self._by_name  # type: ignore[attr-defined]
+        return name in self._by_name
 
     def free(self, node: GpuNode) -> tuple[int, ...]:
-        cache: dict[str, tuple[int, ...]] = self._free  # type: ignore[attr-defined]
-        free = cache.get(node.name)
+        free = self._free.get(node.name)
         if free is None:
             used = self.used.get(node.name)
             free = tuple(range(node.gpu_count)) if not used else tuple(
                 i for i in range(node.gpu_count) if i not in used
             )
-            cache[node.name] = free
+            self._free[node.name] = free
         return free
 
-    def allocate(self, allocations: Iterable[tuple[str, Iterable[int]]]) -> Snapshot:
-        """A new snapshot with these (node, gpu indices) marked used. Double-booking raises."""
+    def requested_on(self, node: str) -> Mapping[str, int]:
+        return self.requested.get(node) or {}
+
+    def allocate(self, allocations: Iterable[tuple[str, Iterable[int]]],
+                 requests: Mapping[str, int] | None = None) -> Snapshot:
+        """A new snapshot with these (node, gpu indices) marked used and, per allocation, `requests`
+        added to the node's requested resources. Double-booking raises."""
         used = {k: set(v) for k, v in self.used.items()}
+        requested = {k: dict(v) for k, v in self.requested.items()}
         for node_name, gpus in allocations:
             taken = used.setdefault(node_name, set())
             gpus = set(gpus)
@@ -90,7 +104,17 @@ class Snapshot:
             if clash:
                 raise ValueError(f"node {node_name}: GPUs {sorted(clash)} are already allocated")
             taken |= gpus
-        return Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded)
+            if requests:
+                on_node = requested.setdefault(node_name, {})
+                for name, amount in requests.items():
+                    on_node[name] = on_node.get(name, 0) + amount
+        return Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested)
+
+    def without_nodes(self, names: frozenset[str]) -> Snapshot:
+        if not names:
+            return self
+        return Snapshot(tuple(n for n in self.nodes if n.name not in names), self.used, self.excluded,
+                        self.requested)
 
     @property
     def total_gpus(self) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot, Taint
-from railyard.topology.quantity import parse_count
+from railyard.topology.quantity import parse_count, parse_milli
+from railyard.topology.resources import pod_requests
 
 # Per-GPU labels are dot-separated small integers, one per GPU index ("0.1.2.3.4.5.6.7").
 _MAX_GPUS_PER_NODE = 64
@@ -101,7 +103,18 @@ def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> G
         name=name, spine=spine, leaf=leaf, tor=tor, rails=rails, numa=numa, nvlink=nvlink,
         labels=dict(labels), taints=taints, product=labels.get("nvidia.com/gpu.product", ""),
         nvlink_domain=labels.get(scheme.nvlink_domain) if scheme.nvlink_domain else None,
+        allocatable=_allocatable(node),
     )
+
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, raw in ((node.get("status") or {}).get("allocatable") or {}).items():
+        try:
+            out[name] = parse_milli(raw)
+        except ValueError as e:
+            raise NodeError(f"status.allocatable[{name}]: {e}") from None
+    return out
 
 
 def pod_gpu_request(pod_spec: Mapping[str, Any]) -> int:
@@ -124,8 +137,59 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
         return spec["nodeName"]
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if ANNOTATION_GPUS in annotations:
-        return (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+        return pinned_node(spec)
     return None
+
+
+def pinned_node(spec: Mapping[str, Any]) -> str | None:
+    """The node a gated pod is pinned to: node affinity on the field metadata.name (what Railyard
+    writes: the hostname label differs from the node name on some clouds), else the hostname selector."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchFields") or []:
+            values = expr.get("values") or []
+            if expr.get("key") == "metadata.name" and expr.get("operator") == "In" and len(values) == 1:
+                return expr["values"][0]
+    return (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """What one pod holds on its node: GPU indices it names, how many GPUs it holds in all (never
+    fewer than it requests: kube-scheduler counts requests) and its other resource requests."""
+
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_count: int
+    requests: Mapping[str, int]
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
+    """None for a pod that holds nothing (finished, or neither bound nor pinned)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    node_name = pod_node(pod)
+    if not node_name:
+        return None
+    spec = pod.get("spec") or {}
+    try:
+        requests = pod_requests(spec)
+    except ValueError:
+        requests = {}
+    try:
+        count = pod_gpu_request(spec)
+    except ValueError:
+        count = 0
+    indices: tuple[int, ...] = ()
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS)
+    if raw is not None:
+        try:
+            indices = tuple(sorted(set(parse_gpu_annotation(raw))))
+        except ValueError:
+            indices = ()
+    return PodUsage(node_name, indices, max(count, len(indices)),
+                    {k: v for k, v in requests.items() if k != GPU_RESOURCE})
 
 
 def parse_gpu_annotation(raw: str) -> list[int]:
@@ -152,34 +216,43 @@ def model_nodes(
     return nodes, excluded
 
 
+def gpus_in_use(gpu_count: int, usages: Iterable[PodUsage]) -> frozenset[int]:
+    """The GPU indices held on one node: the indices pods name, then for every GPU a pod holds beyond
+    those (pods that name none, or fewer than they request) the lowest free indices."""
+    taken: set[int] = set()
+    extra = 0
+    for u in usages:
+        named = [g for g in u.gpu_indices if 0 <= g < gpu_count]
+        taken.update(named)
+        extra += max(0, u.gpu_count - len(named))
+    if extra:
+        free = [i for i in range(gpu_count) if i not in taken]
+        taken.update(free[:extra])
+    return frozenset(taken)
+
+
 def used_gpus(by_name: Mapping[str, GpuNode], pod_objects: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
-    """GPU indices held on each node. Pods that are Succeeded/Failed hold nothing. Railyard's pods say
-    which GPUs they hold in the `railyard.dev/gpus` annotation; other pods take their GPU count from
-    the lowest free indices (after Railyard's)."""
-    used: dict[str, set[int]] = {}
-    anonymous: list[tuple[str, int]] = []
+    """GPU indices held on each node (see `gpus_in_use`). Pods that are Succeeded/Failed hold nothing."""
+    per_node: dict[str, list[PodUsage]] = {}
     for pod in pod_objects:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        u = pod_usage(pod)
+        if u is not None and u.node in by_name:
+            per_node.setdefault(u.node, []).append(u)
+    out = {name: gpus_in_use(by_name[name].gpu_count, usages) for name, usages in per_node.items()}
+    return {k: v for k, v in out.items() if v}
+
+
+def requested_resources(pod_objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Non-GPU resource requests summed per node."""
+    out: dict[str, dict[str, int]] = {}
+    for pod in pod_objects:
+        u = pod_usage(pod)
+        if u is None:
             continue
-        node_name = pod_node(pod)
-        if node_name not in by_name:
-            continue
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if ANNOTATION_GPUS in annotations:
-            try:
-                gpus = parse_gpu_annotation(annotations[ANNOTATION_GPUS])
-            except ValueError:
-                gpus = None
-            if gpus is not None:
-                count = by_name[node_name].gpu_count
-                used.setdefault(node_name, set()).update(g for g in gpus if 0 <= g < count)
-                continue
-        anonymous.append((node_name, pod_gpu_request(pod.get("spec") or {})))
-    for node_name, count in anonymous:
-        taken = used.setdefault(node_name, set())
-        free = [i for i in range(by_name[node_name].gpu_count) if i not in taken]
-        taken.update(free[:count])
-    return {k: frozenset(v) for k, v in used.items() if v}
+        on_node = out.setdefault(u.node, {})
+        for name, amount in u.requests.items():
+            on_node[name] = on_node.get(name, 0) + amount
+    return out
 
 
 def build_snapshot(
@@ -189,4 +262,6 @@ def build_snapshot(
 ) -> Snapshot:
     """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold."""
     nodes, excluded = model_nodes(node_objects, scheme)
-    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pod_objects), tuple(excluded))
+    pods = list(pod_objects)
+    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods), tuple(excluded),
+                    requested_resources(pods))

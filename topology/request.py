@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from railyard.topology.api import Parallelism, TrainingJob
+from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.resources import pod_requests
 from railyard.topology.tiers import RailAlignment, Tier
 
 
@@ -22,6 +24,8 @@ class GangRequest:
     rail_alignment: RailAlignment = RailAlignment.PREFERRED
     parallelism: Parallelism | None = None
     pod_spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # Per-replica requests of every resource but GPUs (milli-units, `pods` included); see resources.py.
+    resources: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def key(self) -> str:
@@ -45,4 +49,5 @@ class GangRequest:
             rail_alignment=spec.topology.rail_alignment,
             parallelism=spec.parallelism,
             pod_spec=spec.pod_spec,
+            resources={k: v for k, v in pod_requests(spec.pod_spec).items() if k != GPU_RESOURCE},
         )

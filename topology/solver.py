@@ -9,20 +9,23 @@ decision carries a reason naming the binding constraint.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from railyard.topology.domains import Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
-from railyard.topology.metrics import domains_spanned, rail_aligned, rails_of, ring_cost
+from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.quality import domains_spanned, rail_aligned, rails_of, ring_cost
 from railyard.topology.ranks import local_rank_order, order_replicas
 from railyard.topology.request import GangRequest
-from railyard.topology.select import Selection, build_tree, objective_for, select_best
+from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import RailTarget, free_rail_counts, natural_targets, pick_gpus, slots_for_target
 from railyard.topology.tiers import RailAlignment, Tier
 
 _TIER_LABEL = {0: "node", 1: "TOR", 2: "leaf", 3: "spine"}
 _MAX_RAIL_TARGETS = 8
+_GPU_ONLY = frozenset({GPU_RESOURCE})  # GPUs are counted by index, not by amount
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,14 @@ class _Candidate:
     slots: list[tuple[GpuNode, int]]
 
 
-def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], Counter[str]]:
+def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
+    """Nodes the template may use, why the others may not, and how many replicas each node's
+    non-GPU resources (cpu, memory, pods, RDMA NICs ...) leave room for."""
     constraints = PodConstraints(request.pod_spec)
     unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
     rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
     eligible: list[GpuNode] = []
+    caps: dict[str, int] = {}
     for node in snapshot.nodes:
         if node.gpu_count < request.gpus_per_replica:
             rejected[f"fewer than {request.gpus_per_replica} GPUs"] += 1
@@ -86,12 +92,28 @@ def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], 
         reason = None if unconstrained else constraints.reject_reason(node)
         if reason:
             rejected[reason] += 1
-        else:
-            eligible.append(node)
-    return eligible, rejected
+            continue
+        if request.resources and node.allocatable:
+            fit, binding = replicas_that_fit(node.allocatable, snapshot.requested_on(node.name), request.resources,
+                                             _GPU_ONLY)
+            if fit == 0:
+                rejected[f"insufficient {binding}"] += 1
+                continue
+            caps[node.name] = fit
+        eligible.append(node)
+    return eligible, rejected, caps
 
 
-def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest) -> list[_Candidate]:
+def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest,
+                caps: Mapping[str, int] | None = None) -> list[_Candidate]:
+    caps = caps or {}
+    candidates = _gpu_candidates(snapshot, nodes, request)
+    if not caps:
+        return candidates
+    return [_Candidate(c.target, [(n, min(k, caps.get(n.name, k))) for n, k in c.slots]) for c in candidates]
+
+
+def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest) -> list[_Candidate]:
     size = request.gpus_per_replica
     if size == 0:
         return [_Candidate(None, [(n, 1) for n in nodes])]
@@ -246,8 +268,8 @@ def solve(snapshot: Snapshot, request: GangRequest) -> Decision:
     """Place the gang on the snapshot, or say why it cannot be placed. Deterministic."""
     if request.gpus_per_replica < 0 or request.replicas < 1:
         return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
-    nodes, rejected = _eligible(snapshot, request)
-    candidates = _candidates(snapshot, nodes, request)
+    nodes, rejected, caps = _eligible(snapshot, request)
+    candidates = _candidates(snapshot, nodes, request, caps)
     best: tuple | None = None
     chosen: _Option | None = None
     for index, candidate in enumerate(candidates):

@@ -6,9 +6,10 @@ import time
 
 from railyard.operator import conditions as cond
 from railyard.operator.builders import build_pod, build_service, placement_status
-from railyard.operator.queue import QueuedJob, order, reserved_nodes, without
-from railyard.operator.reconcile import RELEASED, assess
+from railyard.operator.queue import QueuedJob, order, reserved_nodes
+from railyard.operator.reconcile import RELEASED, Kind, assess
 from railyard.operator.state import ClusterState
+from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.tiers import Tier
@@ -30,7 +31,10 @@ JOB = {
 def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
     pod = build_pod(JOB, 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", 29500)
     spec = pod["spec"]
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
+    # Pinned by node name (matchFields), not by the hostname label, which differs on some clouds.
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]
+    assert "nodeSelector" not in spec
     assert spec["schedulingGates"] == [{"name": "other"}, {"name": "railyard.dev/gang"}]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     labels = pod["metadata"]["labels"]
@@ -74,47 +78,47 @@ def _placed_job(reason: str, nodes: list[str]) -> dict:
     return job
 
 
-def _pod(name: str, node: str | None, phase: str = "Pending", gated: bool = False, pid: str = "pid") -> dict:
-    return {"metadata": {"name": name, "annotations": {"railyard.dev/placement-id": pid}},
-            "spec": {"nodeName": node, "schedulingGates": [{"name": "railyard.dev/gang"}] if gated else []},
-            "status": {"phase": phase}}
+def _pod(name: str, node: str | None, phase: str = "Pending", gated: bool = False, pid: str = "pid"):
+    return pod_view({"metadata": {"name": name, "namespace": "ml", "annotations": {"railyard.dev/placement-id": pid}},
+                     "spec": {"nodeName": node, "schedulingGates": [{"name": "railyard.dev/gang"}] if gated else []},
+                     "status": {"phase": phase}})
 
 
 def test_assess_walks_the_job_lifecycle():
     snap = snapshot(leaves=1, tors=1, nodes=2)
     nodes = [n.name for n in snap.nodes]
     now = time.time()
-    assert assess(JOB, [], snap, now, 60).kind == "queue"
+    assert assess(JOB, [], snap, now, 60).kind is Kind.QUEUE
     placing = _placed_job("Placing", nodes)
     action = assess(placing, [_pod("llm-0", None, gated=True)], snap, now, 60)
-    assert action.kind == "resume" and action.pods == ("llm-1",)
+    assert action.kind is Kind.RESUME and action.pods == ("llm-1",)
     released = _placed_job(RELEASED, nodes)
     running = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", nodes[1], "Running")]
-    assert assess(released, running, snap, now, 60).kind == "running"
+    assert assess(released, running, snap, now, 60).kind is Kind.RUNNING
     done = [_pod("llm-0", nodes[0], "Succeeded"), _pod("llm-1", nodes[1], "Succeeded")]
-    assert assess(released, done, snap, now, 60).kind == "succeed"
+    assert assess(released, done, snap, now, 60).kind is Kind.SUCCEED
     failed = [_pod("llm-0", nodes[0], "Failed"), _pod("llm-1", nodes[1], "Running")]
-    assert assess(released, failed, snap, now, 60).kind == "fail"
+    assert assess(released, failed, snap, now, 60).kind is Kind.FAIL
     unbound = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", None)]
-    assert assess(released, unbound, snap, now, 60).kind == "rollback"  # released long ago, never bound
+    assert assess(released, unbound, snap, now, 60).kind is Kind.ROLLBACK  # released long ago, never bound
     stale = [_pod("llm-0", nodes[0], "Running", pid="old"), *running[1:]]
-    assert assess(released, stale, snap, now, 60).kind == "fail"  # rank 0 of this placement is gone
+    assert assess(released, stale, snap, now, 60).kind is Kind.FAIL  # rank 0 of this placement is gone
 
 
 def test_assess_rolls_back_a_placement_whose_node_vanished():
     placing = _placed_job("Placing", [])
     full = snapshot(leaves=1, tors=1, nodes=2)
     lost = placing["status"]["placement"]["ranks"][1]["node"]
-    smaller = without(full, frozenset({lost}))
+    smaller = full.without_nodes(frozenset({lost}))
     action = assess(placing, [_pod("llm-0", None, gated=True)], smaller, time.time(), 60)
-    assert action.kind == "rollback" and action.reason == "NodeLost"
+    assert action.kind is Kind.ROLLBACK and action.reason == "NodeLost"
     assert action.pods == ("llm-0",)  # the pods already created are deleted
 
 
 def test_invalid_job_is_reported_not_raised():
     bad = {**JOB, "spec": {**JOB["spec"], "replicas": 0}}
     action = assess(bad, [], snapshot(), time.time(), 60)
-    assert action.kind == "invalid" and "spec.replicas" in action.message
+    assert action.kind is Kind.INVALID and "spec.replicas" in action.message
 
 
 def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
@@ -128,7 +132,7 @@ def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
     snap = snap.allocate((n, range(8)) for n in busy)
     reserved = reserved_nodes(q("big", 0, 0.0, required_tier=Tier.TOR), snap)
     assert len(reserved) == 4 and all(snap.node(n).tor != "tor-0-0-0" for n in reserved)
-    assert len(without(snap, reserved).nodes) == len(snap.nodes) - 4
+    assert len(snap.without_nodes(reserved).nodes) == len(snap.nodes) - 4
     assert len(reserved_nodes(q("any", 0, 0.0), snap)) == len(snap.nodes)
 
 

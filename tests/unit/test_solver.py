@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from railyard.topology.api import Parallelism
-from railyard.topology.metrics import ring_cost
+from railyard.topology.quality import ring_cost
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.tiers import RailAlignment, Tier

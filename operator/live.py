@@ -1,10 +1,11 @@
-"""Small synchronous helpers over the official Kubernetes client (CLI use)."""
+"""Reads of a live cluster for the CLI (`railyard plan --kubeconfig`, `railyard status`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from railyard.operator.labels import ANNOTATION_GPUS, LABEL_JOB, LABEL_RANK
+from railyard.operator.apiclient import ApiException, KubeApi
+from railyard.operator.keys import ANNOTATION_GPUS, LABEL_JOB, LABEL_RANK
 from railyard.operator.state import placement_reservations
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 from railyard.topology.labels import LabelScheme
@@ -13,44 +14,33 @@ from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement
 
+JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
-def _api(kubeconfig: str | None):
-    from kubernetes import config
 
-    return config.new_client_from_config(config_file=kubeconfig) if kubeconfig else \
-        config.new_client_from_config()
+def _jobs(api: KubeApi) -> list[dict[str, Any]]:
+    try:
+        return api.list_all(JOBS_PATH)
+    except ApiException as e:
+        if e.status != 404:  # no CRD installed: no jobs
+            raise
+        return []
 
 
 def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from kubernetes import client
-
-    api = _api(kubeconfig)
-    core = client.CoreV1Api(api)
-    nodes = api.sanitize_for_serialization(core.list_node().items)
-    pods = api.sanitize_for_serialization(
-        core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
-    )
+    api = KubeApi(workers=1, kubeconfig=kubeconfig)
+    nodes = api.list_all("/api/v1/nodes")
+    pods = api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
     # Placements recorded by the operator hold their GPUs even before their pods exist.
-    try:
-        jobs = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-    except client.ApiException as e:
-        if e.status != 404:  # no CRD installed: no reservations
-            raise
-        jobs = []
-    return nodes, pods + list(placement_reservations(jobs))
+    return nodes, pods + list(placement_reservations(_jobs(api)))
 
 
 def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str | None = None) -> PlanResult:
     """The cluster's TrainingJobs as planner decisions, built from their bound pods (the truth),
     so `railyard status` draws them exactly like `railyard plan` draws a plan."""
-    from kubernetes import client
-
-    api = _api(kubeconfig)
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    nodes = api.sanitize_for_serialization(core.list_node().items)
-    pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
-    jobs = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    api = KubeApi(workers=1, kubeconfig=kubeconfig)
+    nodes = api.list_all("/api/v1/nodes")
+    pods = api.list_all("/api/v1/pods")
+    jobs = _jobs(api)
     if namespace:
         jobs = [j for j in jobs if j["metadata"]["namespace"] == namespace]
     background = [p for p in pods if not (p["metadata"].get("labels") or {}).get(LABEL_JOB)]

@@ -1,0 +1,91 @@
+"""Typed, slim views of the API objects the operator keeps in memory.
+
+A PodView holds only what placement, accounting and job status need (20k pods must stay cheap:
+a slotted dataclass is a fraction of a nested dict). Built on the reflector's thread from the raw
+JSON the API server sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABEL_RANK, SCHEDULING_GATE
+from railyard.topology.nodes import PodUsage, pod_usage
+
+Key = tuple[str, str]
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """resourceVersions are etcd revisions on every upstream API server: comparable as integers.
+    None when a server hands out something else (then ordering checks are skipped)."""
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: int | None
+    job: str | None
+    rank: int | None
+    placement_id: str | None
+    owner_uid: str | None
+    node_name: str | None  # bound node (spec.nodeName)
+    gated: bool  # still carries Railyard's scheduling gate
+    phase: str | None
+    terminating: bool
+    deleted_at: str | None
+    terminated: str | None  # why a container failed, for the job's Failed message
+    disrupted: str | None  # a DisruptionTarget condition's reason (evicted, preempted, ...)
+    usage: PodUsage | None  # what it holds on its node (None: nothing)
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    @property
+    def job_key(self) -> Key | None:
+        return (self.namespace, self.job) if self.job else None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    rank_raw = labels.get(LABEL_RANK)
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    disrupted = next((c.get("reason") or "DisruptionTarget" for c in status.get("conditions") or []
+                      if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    return PodView(
+        namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
+        resource_version=resource_version(pod), job=labels.get(LABEL_JOB),
+        rank=int(rank_raw) if isinstance(rank_raw, str) and rank_raw.isdigit() else None,
+        placement_id=annotations.get(ANNOTATION_PLACEMENT_ID), owner_uid=owner,
+        node_name=spec.get("nodeName"),
+        gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
+        phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
+        deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), disrupted=disrupted,
+        usage=pod_usage(pod),
+    )
+
+
+def _termination(status: Mapping[str, Any]) -> str | None:
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            return f"container {cs.get('name')} exited {term.get('exitCode')}: {term.get('reason') or ''} " \
+                   f"{term.get('message') or ''}".strip()
+    return status.get("reason") or status.get("message")
