@@ -237,6 +237,7 @@ class ClusterState:
         placement = status.get("placement") or {}
         ranks = (placement.get("ranks") or []) if job is not None and not finished(status) else []
         wanted: dict[int, PodUsage] = {}
+        present: set[str] = set()
         if ranks:
             try:
                 requests = pod_requests(((job or {}).get("spec", {}).get("template") or {}).get("spec") or {})
@@ -251,8 +252,9 @@ class ClusterState:
                 gpus = tuple(sorted(r.get("gpus") or []))
                 wanted[r["rank"]] = PodUsage(r["node"], gpus, len(gpus), requests)
         reserved = self._reserved.setdefault(key, set()) if wanted else self._reserved.pop(key, set())
+        pods_of = {r["rank"]: r.get("pod") for r in ranks}
         for rank in set(reserved) - set(wanted):
-            self.usage.set(("rank", key, rank), None)
+            self.usage.set(("rank", key, rank), None, handover=pods_of.get(rank) in present)
             reserved.discard(rank)
         for rank, usage in wanted.items():
             self.usage.set(("rank", key, rank), usage)

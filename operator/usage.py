@@ -20,7 +20,9 @@ class Usage:
         self._gpus: dict[str, frozenset[int]] = {}  # cache per node; dropped when the node changes
         self.freed = 0  # bumps whenever capacity is released: unschedulable jobs are worth a new try
 
-    def set(self, holder: Holder, usage: PodUsage | None) -> None:
+    def set(self, holder: Holder, usage: PodUsage | None, handover: bool = False) -> None:
+        """Record what `holder` holds now (None: nothing). `handover`: what it held is now held by
+        another holder (a rank's reservation by its pod), so nothing was freed."""
         old = self._holders.get(holder)
         if old == usage:
             return
@@ -29,7 +31,7 @@ class Usage:
             self._by_node[old.node].pop(holder, None)
             self._add_requests(old.node, old.requests, -1)
             self._gpus.pop(old.node, None)
-            if usage is None or usage.node != old.node or usage.gpu_count < old.gpu_count:
+            if not handover and (usage is None or usage.node != old.node or usage.gpu_count < old.gpu_count):
                 self.freed += 1
         if usage is not None:
             self._holders[holder] = usage

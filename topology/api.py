@@ -6,10 +6,12 @@ fields are ignored (the API server prunes them anyway) so newer manifests still 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.nodes import pod_gpu_request
 from railyard.topology.tiers import RailAlignment, Tier
 
@@ -45,10 +47,25 @@ class Parallelism(_Model):
     data: int | None = Field(None, ge=1)
 
 
+MAX_REPLICAS = 65536  # the CRD's maximum: ranks fit in 5 digits
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_WHOLE = re.compile(r"^[0-9]+$")
+
+
+def _gpu_values(template: dict[str, Any]) -> list[tuple[str, Any]]:
+    out = []
+    for i, c in enumerate((template.get("spec") or {}).get("containers") or []):
+        for part in ("limits", "requests"):
+            value = ((c.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE)
+            if value is not None:
+                out.append((f"spec.template.spec.containers[{i}].resources.{part}[{GPU_RESOURCE}]", value))
+    return out
+
+
 class TrainingJobSpec(_Model):
-    replicas: int = Field(ge=1)
-    min_replicas: int | None = Field(None, alias="minReplicas", ge=1)
-    max_replicas: int | None = Field(None, alias="maxReplicas", ge=1)
+    replicas: int = Field(ge=1, le=MAX_REPLICAS)
+    min_replicas: int | None = Field(None, alias="minReplicas", ge=1, le=MAX_REPLICAS)
+    max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
     priority: int = 0
     topology: TopologySpec = TopologySpec()
     parallelism: Parallelism | None = None
@@ -66,6 +83,9 @@ class TrainingJobSpec(_Model):
         containers = (self.template.get("spec") or {}).get("containers")
         if not isinstance(containers, list) or not containers:
             raise ValueError("template.spec.containers must list at least one container")
+        for field_path, value in _gpu_values(self.template):
+            if isinstance(value, bool) or not _WHOLE.match(str(value)):
+                raise ValueError(f"{field_path}={value!r}: must be a whole, non-negative number of GPUs")
         if self.parallelism is not None and self.parallelism.data is not None:
             # Same rule as the CRD's CEL validation: checked when data is given.
             p = self.parallelism
@@ -142,6 +162,18 @@ class TrainingJob(_Model):
     metadata: ObjectMeta
     spec: TrainingJobSpec
     status: TrainingJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _name(self) -> TrainingJob:
+        name = self.metadata.name
+        if not _DNS_1035.match(name):
+            raise ValueError(f"metadata.name={name!r} must be a DNS-1035 label (lower-case letters, digits and '-', "
+                             "starting with a letter): it names the job's Service and pod hostnames")
+        top = max(self.spec.replicas, self.spec.max_replicas or 0)
+        if len(f"{name}-{top - 1}") > 63:
+            raise ValueError(f"metadata.name={name!r} is too long: the pod hostname {name}-{top - 1} "
+                             "must fit in 63 characters")
+        return self
 
     @model_validator(mode="after")
     def _kind(self) -> TrainingJob:

@@ -32,6 +32,12 @@ def variant(**changes) -> dict:
     return body
 
 
+def named(name: str, **spec) -> dict:
+    body = variant(**spec)
+    body["metadata"]["name"] = name
+    return body
+
+
 CASES = {
     "minimal": variant(),
     "elastic": variant(minReplicas=2, maxReplicas=8),
@@ -51,6 +57,18 @@ CASES = {
     "zero-tensor": variant(parallelism={"tensor": 0, "pipeline": 1, "data": 1}),
     "no-template": variant(template=None),
     "no-containers": variant(template={"spec": {"containers": []}}),
+    "gpu-fraction": variant(template={"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1.5"}}}]}}),
+    "gpu-negative": variant(template={"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": -1}}}]}}),
+    "gpu-suffix": variant(template={"spec": {"containers": [
+        {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1k"}}}]}}),
+    "huge-replicas": variant(replicas=1_000_000_000),
+    "dotted-name": named("bad.dotted.name"),
+    "long-name": named("a" * 74),
+    "name-just-fits": named("a" * 61, replicas=10),  # a-9: 63 characters
+    "name-one-too-long": named("a" * 61, replicas=11),  # a-10: 64 characters
+    "digit-first-name": named("1job"),
 }
 
 
@@ -83,3 +101,21 @@ def test_crd_and_models_agree(name, crds, custom, dry_run_namespace):
         server_ok, server_error = False, e.body
     assert model_ok == server_ok, f"{name}: models {'accept' if model_ok else 'reject'} " \
         f"({model_error[:300]}), API server {'accepts' if server_ok else 'rejects'} ({server_error[:300]})"
+
+
+def test_template_topology_and_parallelism_are_immutable(crds, custom, namespace):
+    from tests.support.jobs import create_job
+
+    body = make_job("frozen", 2, parallelism={"tensor": 8, "pipeline": 1, "data": 2})
+    create_job(custom, namespace, body)
+    changes = {
+        "spec.template is immutable": {"template": make_job("x", 2, gpus=4)["spec"]["template"]},
+        "spec.topology is immutable": {"topology": {"requiredTier": "tor"}},
+        "spec.parallelism is immutable": {"parallelism": {"tensor": 4, "pipeline": 1, "data": 4}},
+    }
+    for message, patch in changes.items():
+        with pytest.raises(client.ApiException) as err:
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen", {"spec": patch})
+        assert err.value.status == 422 and message in err.value.body, err.value.body
+    # priority stays editable (it only orders the queue)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen", {"spec": {"priority": 3}})

@@ -25,7 +25,8 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.health_port = free_port()
         env = {**os.environ, "KUBECONFIG": kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
-               "RAILYARD_METRICS_PORT": str(self.metrics_port), "RAILYARD_HEALTH_PORT": str(self.health_port), "RAILYARD_LEASE_SECONDS": "6",
+               "RAILYARD_METRICS_PORT": str(self.metrics_port),
+               "RAILYARD_HEALTH_PORT": str(self.health_port), "RAILYARD_LEASE_SECONDS": "6",
                "RAILYARD_RENEW_SECONDS": "1", "RAILYARD_RESYNC_SECONDS": "2",
                "RAILYARD_BIND_TIMEOUT_SECONDS": "60"}
         env.pop("RAILYARD_TEST_CRASH_AFTER", None)

@@ -1,0 +1,149 @@
+"""An in-memory stand-in for the operator's KubeApi, for unit and property tests of the state +
+decision core only (e2e tests always use the real API server).
+
+It keeps objects with etcd-like resourceVersions and records every change as a watch event, so a
+test decides when (and whether, and in which order) the operator's state sees each event.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import uuid
+from typing import Any
+
+from railyard.operator.apiclient import ApiException, Fenced
+from railyard.operator.keys import SCHEDULING_GATE
+
+Event = tuple[str, str, dict[str, Any]]  # (kind, type, object)
+
+
+class FakeApi:
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self._rv = itertools.count(100)
+        self.revision = 99
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"nodes": {}, "pods": {}, "trainingjobs": {},
+                                                                          "services": {}}
+        self.log: list[Event] = []
+        self.posted_events: list[dict[str, Any]] = []
+        self.writes: list[tuple[str, str]] = []
+        self.fence = None
+        for node in nodes:
+            self._store("nodes", copy.deepcopy(node), "ADDED")
+
+    # --- bookkeeping -----------------------------------------------------------------------------
+
+    @property
+    def rv(self) -> int:
+        """The store's current revision (what a list returns as its resourceVersion)."""
+        return self.revision
+
+    def _key(self, obj: dict[str, Any]) -> tuple[str, str]:
+        return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+    def _next(self) -> str:
+        self.revision = next(self._rv)
+        return str(self.revision)
+
+    def _store(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
+        obj["metadata"]["resourceVersion"] = self._next()
+        obj["metadata"].setdefault("uid", uuid.uuid4().hex)
+        self.objects[kind][self._key(obj)] = obj
+        if kind != "services":
+            self.log.append((kind, event, copy.deepcopy(obj)))
+        return copy.deepcopy(obj)
+
+    def _remove(self, kind: str, key: tuple[str, str]) -> None:
+        obj = self.objects[kind].pop(key)
+        obj["metadata"]["resourceVersion"] = self._next()
+        self.log.append((kind, "DELETED", copy.deepcopy(obj)))
+
+    def _write(self, verb: str, what: str) -> None:
+        if self.fence is not None and not self.fence():
+            raise Fenced(f"{verb} {what}")
+        self.writes.append((verb, what))
+
+    def listing(self, kind: str) -> tuple[list[dict[str, Any]], int]:
+        return [copy.deepcopy(o) for o in self.objects[kind].values()], self.rv
+
+    # --- what users and kube-scheduler do ---------------------------------------------------------
+
+    def create_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        body["metadata"].setdefault("namespace", "default")
+        body["metadata"].setdefault("generation", 1)
+        body["metadata"].setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return self._store("trainingjobs", body, "ADDED")
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        if key not in self.objects["trainingjobs"]:
+            return
+        uid = self.objects["trainingjobs"][key]["metadata"]["uid"]
+        self._remove("trainingjobs", key)
+        for pkey, pod in list(self.objects["pods"].items()):  # the garbage collector
+            if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or []):
+                self._remove("pods", pkey)
+
+    def bind_released(self) -> int:
+        """kube-scheduler: bind every ungated, unbound pod to its pinned node."""
+        from railyard.topology.nodes import pinned_node
+
+        bound = 0
+        for pod in list(self.objects["pods"].values()):
+            if pod["spec"].get("schedulingGates") or pod["spec"].get("nodeName"):
+                continue
+            pod = copy.deepcopy(pod)
+            pod["spec"]["nodeName"] = pinned_node(pod["spec"])
+            pod.setdefault("status", {})["phase"] = "Running"
+            self._store("pods", pod, "MODIFIED")
+            bound += 1
+        return bound
+
+    # --- the KubeApi surface the placer uses -------------------------------------------------------
+
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any],
+                               resource_version: str | None = None) -> dict[str, Any] | None:
+        self._write("PATCH", f"trainingjobs/{name}/status")
+        job = self.objects["trainingjobs"].get((namespace, name))
+        if job is None:
+            return None
+        if resource_version and resource_version != job["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        job = copy.deepcopy(job)
+        current = job.setdefault("status", {})
+        for k, v in status.items():
+            if v is None:
+                current.pop(k, None)
+            else:
+                current[k] = copy.deepcopy(v)
+        return self._store("trainingjobs", job, "MODIFIED")
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        job = self.objects["trainingjobs"].get((namespace, name))
+        return copy.deepcopy(job) if job else None
+
+    async def create(self, plural: str, body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+        self._write("POST", plural)
+        key = self._key(body)
+        if key in self.objects[plural]:
+            return False, copy.deepcopy(self.objects[plural][key])
+        return True, self._store(plural, copy.deepcopy(body), "ADDED")
+
+    async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None:
+        self._write("PATCH", f"pods/{name}")
+        pod = copy.deepcopy(self.objects["pods"][(namespace, name)])
+        pod["spec"]["schedulingGates"] = [g for g in pod["spec"].get("schedulingGates") or []
+                                          if g.get("name") != SCHEDULING_GATE]
+        return self._store("pods", pod, "MODIFIED")
+
+    async def delete_pod(self, namespace: str, name: str, uid: str | None = None,
+                         grace_seconds: int | None = None) -> None:
+        self._write("DELETE", f"pods/{name}")
+        pod = self.objects["pods"].get((namespace, name))
+        if pod is not None and (uid is None or pod["metadata"]["uid"] == uid):
+            self._remove("pods", (namespace, name))
+
+    async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:
+        self.posted_events.append(event)

@@ -1,0 +1,342 @@
+"""The state + placer guarantees (operator v2): expectations, resync, tombstones, readiness, full
+resource accounting, graceful deletes, no write storms, incremental cost. Pure: the API is the
+in-memory FakeApi, never a stand-in for the e2e suite."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+
+from railyard.operator import conditions as cond
+from railyard.operator.placer import Placer
+from railyard.operator.reconcile import Kind, assess
+from railyard.operator.settings import Settings
+from railyard.operator.state import KINDS, ClusterState
+from railyard.operator.views import pod_view
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+
+from tests.support.clusters import profile_nodes
+from tests.support.fakeapi import FakeApi
+from tests.support.jobs import make_job
+
+
+def synced(api: FakeApi) -> ClusterState:
+    state = ClusterState()
+    for kind in KINDS:
+        items, rv = api.listing(kind)
+        state.replace(kind, items, rv)
+    api.log.clear()
+    return state
+
+
+def placer_for(state: ClusterState, api: FakeApi) -> Placer:
+    return Placer(state, api, Settings(), lambda: True)  # type: ignore[arg-type]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def job_status(api: FakeApi, name: str, ns: str = "default") -> dict:
+    return api.objects["trainingjobs"][(ns, name)].get("status") or {}
+
+
+def placed_reason(api: FakeApi, name: str) -> str | None:
+    return (cond.get(job_status(api, name).get("conditions"), cond.PLACED) or {}).get("reason")
+
+
+# --- 1. expectations -------------------------------------------------------------------------------
+
+def test_a_released_gang_is_not_taken_for_deleted_while_the_pod_watch_lags():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=4))
+    state = synced(api)
+    placer = placer_for(state, api)
+    api.create_job(make_job("small", 4, gpus=2))
+    for kind, event, obj in api.log:  # the job's ADDED event arrives; pod events will not
+        if kind == "trainingjobs":
+            state.apply(kind, event, obj)
+    run(placer.run_once())
+    assert placed_reason(api, "small") == "Released"
+    api.bind_released()
+    for _ in range(3):  # more iterations while the pod watch delivers nothing at all
+        run(placer.run_once())
+    assert placed_reason(api, "small") == "Released"
+    assert not cond.is_true(job_status(api, "small").get("conditions"), cond.FAILED)
+    assert len(api.objects["pods"]) == 4
+    released = [e for e in api.posted_events if e["reason"] == "Released"]
+    assert len(released) == 1 and released[0]["count"] == 1
+
+
+def test_a_pod_is_gone_only_after_it_was_observed_deleted():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    state = synced(api)
+    placer = placer_for(state, api)
+    api.create_job(make_job("pair", 2))
+    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    run(placer.run_once())
+    api.log.clear()
+    api._remove("pods", ("default", "pair-1"))  # someone deletes a rank
+    run(placer.run_once())
+    assert not cond.is_true(job_status(api, "pair").get("conditions"), cond.FAILED), "not observed yet"
+    for kind, event, obj in api.log:
+        state.apply(kind, event, obj)
+    run(placer.run_once())
+    assert cond.is_true(job_status(api, "pair").get("conditions"), cond.FAILED)
+
+
+# --- 2. resync and readiness -----------------------------------------------------------------------
+
+def test_objects_deleted_while_the_watch_was_down_are_forgotten_after_a_relist():
+    nodes = profile_nodes(leaves=1, tors=1, nodes=3)
+    api = FakeApi(nodes)
+    foreign = {"metadata": {"name": "squatter", "namespace": "x"},
+               "spec": {"nodeName": nodes[0]["metadata"]["name"],
+                        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+               "status": {"phase": "Running"}}
+    api._store("pods", foreign, "ADDED")
+    api.create_job(make_job("doomed", 1))
+    state = synced(api)
+    assert state.snapshot().free_gpus == 16 and ("default", "doomed") in state.jobs
+    # The watch is down: deletions happen, their events are lost.
+    api._remove("nodes", ("", nodes[2]["metadata"]["name"]))
+    api._remove("pods", ("x", "squatter"))
+    api._remove("trainingjobs", ("default", "doomed"))
+    api.log.clear()
+    for kind in KINDS:
+        items, rv = api.listing(kind)
+        state.replace(kind, items, rv)
+    assert sorted(state.nodes) == sorted(n["metadata"]["name"] for n in nodes[:2])
+    assert not state.pods and not state.jobs
+    assert state.snapshot().free_gpus == 16
+
+
+def test_relist_keeps_what_a_write_answered_after_the_list_was_cut():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=1))
+    state = synced(api)
+    items, list_rv = api.listing("pods")  # cut before the pod exists
+    created = api._store("pods", {"metadata": {"name": "p", "namespace": "d"}, "spec": {}, "status": {}}, "ADDED")
+    state.apply_pod("ADDED", created)  # the create response
+    state.replace("pods", items, list_rv)
+    assert ("d", "p") in state.pods
+
+
+def test_the_placer_does_nothing_before_every_kind_is_listed():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    api.create_job(make_job("early", 1))
+    state = ClusterState()
+    jobs, rv = api.listing("trainingjobs")
+    state.replace("trainingjobs", jobs, rv)
+    nodes, rv = api.listing("nodes")
+    state.replace("nodes", nodes, rv)
+    placer = placer_for(state, api)
+    run(placer.run_once())
+    assert api.writes == [], "placed before the pods were listed: their GPUs would look free"
+    pods, rv = api.listing("pods")
+    state.replace("pods", pods, rv)
+    run(placer.run_once())
+    assert placed_reason(api, "early") == "Released"
+
+
+# --- 8. tombstones and ordering --------------------------------------------------------------------
+
+def test_a_late_write_response_does_not_resurrect_a_deleted_job():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=1))
+    state = synced(api)
+    job = api.create_job(make_job("ghost", 1))
+    state.apply_job("ADDED", job)
+    late = copy.deepcopy(job)
+    late["status"] = {"placement": {"id": "x", "ranks": [{"rank": 0, "node": "n", "gpus": [0], "pod": "ghost-0"}]}}
+    api.delete_job("default", "ghost")
+    state.apply_job("DELETED", api.log[-1][2])
+    state.apply_job("MODIFIED", late)  # e.g. a patch answered after the job was deleted
+    assert ("default", "ghost") not in state.jobs
+    recreated = api.create_job(make_job("ghost", 1))  # a new object (new uid) may take the name
+    state.apply_job("ADDED", recreated)
+    assert ("default", "ghost") in state.jobs
+
+
+def test_an_older_pod_event_never_replaces_a_newer_one():
+    state = ClusterState()
+    new = {"metadata": {"name": "p", "namespace": "d", "resourceVersion": "20", "uid": "u"},
+           "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    old = copy.deepcopy(new)
+    old["metadata"]["resourceVersion"] = "10"
+    old["spec"]["nodeName"] = None
+    state.apply_pod("MODIFIED", new)
+    state.apply_pod("MODIFIED", old)
+    assert state.pods[("d", "p")].node_name == "n1"
+
+
+# --- 4. every resource counted, never less than the requests ---------------------------------------
+
+def test_gpu_annotation_claiming_fewer_gpus_than_requested_counts_the_request():
+    nodes = profile_nodes(leaves=1, tors=1, nodes=1)
+    state = ClusterState()
+    state.replace("nodes", nodes, None)
+    name = nodes[0]["metadata"]["name"]
+    pod = {"metadata": {"name": "p", "namespace": "d", "annotations": {"railyard.dev/gpus": "0,1"}},
+           "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+           "status": {"phase": "Running"}}
+    state.apply_pod("ADDED", pod)
+    assert state.snapshot().free_gpus == 0
+
+
+def test_cpu_memory_pods_and_extended_resources_bound_the_placement():
+    nodes = profile_nodes(leaves=1, tors=1, nodes=2, cpu="8", memory="64Gi")
+    for n in nodes:
+        n["status"]["allocatable"]["rdma/ib"] = "1"
+    state = ClusterState()
+    state.replace("nodes", nodes, None)
+    state.replace("pods", [{"metadata": {"name": "hog", "namespace": "d"},
+                            "spec": {"nodeName": nodes[0]["metadata"]["name"],
+                                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "7"}}}],
+                                     "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "7500m"}}}]},
+                            "status": {"phase": "Running"}}], None)
+    snap = state.snapshot()
+    job = make_job("t", 2, gpus=1)
+    job["metadata"]["namespace"] = "d"
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "rdma/ib": "1"}
+    from railyard.topology.api import TrainingJob
+
+    request = GangRequest.from_job(TrainingJob.model_validate(job))
+    decision = solve(snap, request)
+    assert decision.placement is None
+    assert "insufficient cpu" in (decision.reason or ""), decision.reason  # init container 7.5 of 8 cpu
+    one = solve(snap, GangRequest.from_job(TrainingJob.model_validate({**job, "spec": {**job["spec"], "replicas": 1}})))
+    assert one.placement is not None and one.placement.replicas[0].node == nodes[1]["metadata"]["name"]
+    # a second pod on node 1 would need a second rdma/ib: the extended resource bounds it to one replica
+    two_on_one = snap.without_nodes(frozenset({nodes[0]["metadata"]["name"]}))
+    assert solve(two_on_one, request).placement is None
+
+
+# --- 5. graceful deletes ---------------------------------------------------------------------------
+
+def _terminating(name: str, node: str, seconds_ago: float) -> dict:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds_ago))
+    return {"metadata": {"name": name, "namespace": "default", "deletionTimestamp": stamp,
+                         "labels": {"railyard.dev/job-name": "j"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_terminating_pods_keep_their_gpus_and_are_forced_only_on_a_gone_node_after_a_wait():
+    nodes = profile_nodes(leaves=1, tors=1, nodes=1)
+    state = ClusterState()
+    state.replace("nodes", nodes, None)
+    live = nodes[0]["metadata"]["name"]
+    state.apply_pod("ADDED", _terminating("a", live, 300))
+    assert state.snapshot().free_gpus == 0, "a Terminating pod still holds its GPUs"
+    job = {**make_job("j", 1), "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    job["metadata"]["namespace"] = "default"
+    snap = state.snapshot()
+    pods = [pod_view(_terminating("a", live, 300)), pod_view(_terminating("b", "vanished", 300)),
+            pod_view(_terminating("c", "vanished", 5))]
+    action = assess(job, pods, snap, time.time(), 60, force_after=60)
+    assert action.kind is Kind.CLEANUP and action.force == ("b",)
+
+
+def test_pods_are_deleted_with_their_grace_period():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    graces: list[int | None] = []
+    original = api.delete_pod
+
+    async def recording(namespace, name, uid=None, grace_seconds=None):
+        graces.append(grace_seconds)
+        await original(namespace, name, uid, grace_seconds)
+
+    api.delete_pod = recording  # type: ignore[method-assign]
+    state = synced(api)
+    placer = placer_for(state, api)
+    api.create_job(make_job("g", 2, annotations={}))
+    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    run(placer.run_once())
+    failed = copy.deepcopy(api.objects["pods"][("default", "g-0")])
+    failed["status"] = {"phase": "Failed"}
+    state.apply_pod("MODIFIED", api._store("pods", failed, "MODIFIED"))
+    run(placer.run_once())  # marks Failed
+    run(placer.run_once())  # cleans up the rest of the gang
+    assert graces == [None], graces
+
+
+# --- 9. no write storms ----------------------------------------------------------------------------
+
+def test_an_unschedulable_job_writes_once_while_only_counts_change():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=4))
+    state = synced(api)
+    placer = placer_for(state, api)
+    api.create_job(make_job("huge", 1000))
+    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    run(placer.run_once())
+    assert placed_reason(api, "huge") == "Unschedulable"
+    writes = len(api.writes)
+    for i in range(5):  # capacity moves (a small job comes and goes), the binding constraint does not
+        api.create_job(make_job(f"filler{i}", 1))
+        state.apply("trainingjobs", "ADDED", api.log[-1][2])
+        run(placer.run_once())
+        api.delete_job("default", f"filler{i}")
+        for kind, event, obj in api.log[-8:]:
+            state.apply(kind, event, obj)
+        run(placer.run_once())
+    huge_writes = [w for w in api.writes[writes:] if w == ("PATCH", "trainingjobs/huge/status")]
+    assert huge_writes == []
+    warnings = [e for e in api.posted_events if e["reason"] == "Unschedulable"]
+    assert len(warnings) == 1
+
+
+# --- 10. cost per iteration ------------------------------------------------------------------------
+
+def test_an_unschedulable_job_is_not_solved_again_until_capacity_is_freed(monkeypatch):
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    state = synced(api)
+    placer = placer_for(state, api)
+    solves: list[str] = []
+    import railyard.operator.placer as placer_module
+
+    real = placer_module.solve
+
+    def counting(snapshot, request):
+        solves.append(request.name)
+        return real(snapshot, request)
+
+    monkeypatch.setattr(placer_module, "solve", counting)
+    api.create_job(make_job("blocker", 2))
+    api.create_job(make_job("waiter", 2))
+    for kind, event, obj in api.log:
+        state.apply(kind, event, obj)
+    run(placer.run_once())
+    run(placer.run_once())
+    run(placer.run_once())
+    assert solves.count("waiter") == 1, solves
+    api.delete_job("default", "blocker")
+    for kind, event, obj in api.log[-3:]:
+        state.apply(kind, event, obj)
+    run(placer.run_once())
+    assert solves.count("waiter") == 2 and placed_reason(api, "waiter") == "Released"
+
+
+def test_usage_is_incremental_not_rebuilt_from_every_pod(monkeypatch):
+    nodes = profile_nodes(leaves=1, tors=2, nodes=4)
+    state = ClusterState()
+    state.replace("nodes", nodes, None)
+    pods = [{"metadata": {"name": f"p{i}", "namespace": "d"},
+             "spec": {"nodeName": nodes[i % 8]["metadata"]["name"],
+                      "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+             "status": {"phase": "Running"}} for i in range(40)]
+    state.replace("pods", pods, None)
+    state.snapshot()
+    import railyard.operator.usage as usage_module
+
+    computed: list[int] = []
+    real = usage_module.gpus_in_use
+
+    def counting(count, usages):
+        computed.append(1)
+        return real(count, usages)
+
+    monkeypatch.setattr(usage_module, "gpus_in_use", counting)
+    state.apply_pod("DELETED", pods[0])
+    snap = state.snapshot()
+    assert len(computed) == 1, "only the node whose pod changed is recomputed"
+    assert snap.free_gpus == 64 - 39
