@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import requests
 from kubernetes import client, watch
+from railyard.topology.nodes import pinned_node
 
 from tests.support.jobs import (
     condition,
@@ -59,7 +60,7 @@ def test_jobs_of_several_sizes_land_where_their_constraints_say(operator, api_cl
     for name, pods in placed.items():
         for pod in pods:
             # kube-scheduler bound each pod to the node Railyard pinned it to.
-            assert pod["spec"]["nodeName"] == pod["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+            assert pod["spec"]["nodeName"] == pinned_node(pod["spec"])
             assert len(gpus_of(pod)) == jobs[name]["spec"]["template"]["spec"]["containers"][0]["resources"][
                 "limits"]["nvidia.com/gpu"]
     leaves = {labels[p["spec"]["nodeName"]]["topology.railyard.dev/leaf"] for p in placed["leafbound"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from railyard.topology.nodes import pinned_node
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
@@ -81,7 +82,7 @@ def test_gang_that_cannot_be_bound_is_replanned(
     # node behind Railyard's back (as another scheduler would), then let a new operator release.
     crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path,
                               make_job("contested", 4))
-    first = {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+    first = {p["metadata"]["name"]: pinned_node(p["spec"])
              for p in pods_of(api_client, core, namespace, "contested")}
     taken = first["contested-0"]
     core.create_namespaced_pod(namespace, {
