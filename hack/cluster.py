@@ -34,6 +34,7 @@ REPO = HACK.parent
 CACHE = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard"))
 STATE = Path(os.environ.get("RAILYARD_CLUSTER_DIR", CACHE / "cluster"))
 KUBECONFIG = STATE / "kubeconfig"
+AUDIT_LOG = STATE / "audit.log"  # write requests only (see write_configs)
 
 PORTS = {"etcd": 23790, "etcd-peer": 23800, "kube-apiserver": 16443, "kube-controller-manager": 17257,
          "kube-scheduler": 17259, "kwok": 17247}
@@ -204,6 +205,9 @@ def components() -> list[Component]:
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
             f"--cert-dir={STATE / 'apiserver-certs'}", "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500", "--profiling=false",
+            # Writes are audited (metadata only) so tests can count what a client sent, and when.
+            f"--audit-policy-file={STATE / 'audit-policy.yaml'}", f"--audit-log-path={AUDIT_LOG}",
+            "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
         ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-apiserver']}/readyz", client_cert=True)),
         Component("kube-controller-manager", [
             str(binary("kube-controller-manager")), f"--kubeconfig={kc}",
@@ -233,6 +237,16 @@ def components() -> list[Component]:
 
 
 def write_configs() -> None:
+    (STATE / "audit-policy.yaml").write_text("""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    resources: [{group: "coordination.k8s.io", resources: [leases]}]
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+""")
     # The default client QPS (50) would cap binding far below what a 2k-node cluster needs.
     (STATE / "kube-scheduler.yaml").write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration

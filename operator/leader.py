@@ -61,7 +61,7 @@ class LeaderElector:
                     log.info("became leader (%s)", self.settings.identity)
                     self.on_elected()
             elif won is False:
-                if was_leader:
+                if self._valid_until:  # we held a term (maybe already run out while we were frozen)
                     log.warning("lost leadership")
                 self._valid_until = 0.0
             await asyncio.sleep(self.settings.renew_seconds)
