@@ -1,0 +1,167 @@
+"""A stateful property test of the state + decision core (hypothesis RuleBasedStateMachine).
+
+The in-memory API records every change as a watch event; the machine delivers those events to the
+operator's state late, out of order, twice, or never; re-lists; restarts the operator; lets
+kube-scheduler bind released pods; and runs placement iterations. Invariants, checked against the
+API's objects (the truth), after every step:
+- no GPU is held by two live pods;
+- no gang is partly released: a pod of a placement is ungated only if every pod of it exists;
+- no job is Failed: nothing in this world ever fails (no pod is deleted behind its back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from railyard.operator import conditions as cond
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
+from railyard.operator.placer import Placer
+from railyard.operator.settings import Settings
+from railyard.operator.state import KINDS, ClusterState
+from railyard.topology.nodes import parse_gpu_annotation, pinned_node
+
+from tests.support.clusters import profile_nodes
+from tests.support.fakeapi import FakeApi
+from tests.support.jobs import make_job
+
+SHAPES = [(1, 8), (2, 8), (3, 4), (2, 2), (4, 1), (5, 8)]
+
+
+class OperatorUnderChaos(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.api = FakeApi(profile_nodes(leaves=1, tors=2, nodes=3))
+        self.pending: list = []  # watch events not yet delivered, in API order
+        self.delivered: list = []
+        self.jobs = 0
+        self._restart()
+
+    def teardown(self) -> None:
+        self.loop.close()
+
+    def _restart(self) -> None:
+        """A fresh operator: lists everything, then watches."""
+        self.state = ClusterState()
+        for kind in KINDS:
+            items, rv = self.api.listing(kind)
+            self.state.replace(kind, items, rv)
+        self.pending = []
+        self.api.log.clear()
+        self.placer = Placer(self.state, self.api, Settings(), lambda: True)  # type: ignore[arg-type]
+
+    def _collect(self) -> None:
+        self.pending.extend(self.api.log)
+        self.api.log.clear()
+
+    def _deliver(self, event) -> None:
+        kind, type_, obj = event
+        self.state.apply(kind, type_, obj)
+        self.delivered.append(event)
+
+    # --- the world ---------------------------------------------------------------------------------
+
+    @rule(shape=st.sampled_from(SHAPES))
+    def create_job(self, shape: tuple[int, int]) -> None:
+        replicas, gpus = shape
+        self.api.create_job(make_job(f"job-{self.jobs}", replicas, gpus=gpus))
+        self.jobs += 1
+        self._collect()
+
+    @precondition(lambda self: self.api.objects["trainingjobs"])
+    @rule(data=st.data())
+    def delete_job(self, data) -> None:
+        key = data.draw(st.sampled_from(sorted(self.api.objects["trainingjobs"])))
+        self.api.delete_job(*key)
+        self._collect()
+
+    @rule()
+    def kube_scheduler_binds(self) -> None:
+        self.api.bind_released()
+        self._collect()
+
+    # --- the watch ---------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def deliver_in_order(self, data) -> None:
+        count = data.draw(st.integers(1, len(self.pending)))
+        for event in self.pending[:count]:
+            self._deliver(event)
+        del self.pending[:count]
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def deliver_out_of_order(self, data) -> None:
+        index = data.draw(st.integers(0, len(self.pending) - 1))
+        self._deliver(self.pending.pop(index))
+
+    @precondition(lambda self: self.delivered)
+    @rule(data=st.data())
+    def deliver_a_duplicate(self, data) -> None:
+        self._deliver(data.draw(st.sampled_from(self.delivered[-20:])))
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def drop_an_event(self, data) -> None:
+        self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
+
+    @rule(kind=st.sampled_from(KINDS))
+    def relist(self, kind: str) -> None:
+        """A watch restart: the reflector lists again (Replace) and watches from the list's version."""
+        items, rv = self.api.listing(kind)
+        self.state.replace(kind, items, rv)
+        self.pending = [e for e in self.pending if e[0] != kind]
+
+    @rule()
+    def operator_restarts(self) -> None:
+        self._restart()
+
+    # --- the operator ------------------------------------------------------------------------------
+
+    @rule()
+    def placement_iteration(self) -> None:
+        self.loop.run_until_complete(self.placer.run_once())
+        self._collect()
+
+    # --- invariants (on the API's objects) -----------------------------------------------------------
+
+    @invariant()
+    def no_gpu_double_booked(self) -> None:
+        held: Counter = Counter()
+        for pod in self.api.objects["pods"].values():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            node = pod["spec"].get("nodeName") or pinned_node(pod["spec"])
+            for gpu in parse_gpu_annotation(pod["metadata"]["annotations"]["railyard.dev/gpus"]):
+                held[(node, gpu)] += 1
+        assert not [k for k, v in held.items() if v > 1], held
+
+    @invariant()
+    def no_gang_partly_released(self) -> None:
+        by_placement: dict[str, list] = {}
+        for pod in self.api.objects["pods"].values():
+            by_placement.setdefault(pod["metadata"]["annotations"][ANNOTATION_PLACEMENT_ID], []).append(pod)
+        jobs = {j["status"]["placement"]["id"]: j for j in self.api.objects["trainingjobs"].values()
+                if (j.get("status") or {}).get("placement")}
+        for pid, pods in by_placement.items():
+            released = [p for p in pods if not any(g["name"] == SCHEDULING_GATE
+                                                   for g in p["spec"].get("schedulingGates") or [])]
+            if released and pid in jobs:
+                assert len(pods) == len(jobs[pid]["status"]["placement"]["ranks"]), \
+                    f"placement {pid}: {len(released)} released while {len(pods)} pods exist"
+
+    @invariant()
+    def no_job_failed_without_a_failure(self) -> None:
+        for job in self.api.objects["trainingjobs"].values():
+            conditions = (job.get("status") or {}).get("conditions")
+            assert not cond.is_true(conditions, cond.FAILED), cond.get(conditions, cond.FAILED)
+
+
+OperatorUnderChaos.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+                                                suppress_health_check=[HealthCheck.too_slow])
+TestOperatorUnderChaos = OperatorUnderChaos.TestCase
