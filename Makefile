@@ -22,6 +22,7 @@ test:
 lint: deps
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+	hack/typecheck.sh
 
 unit: deps
 	.venv/bin/pytest tests/unit

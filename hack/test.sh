@@ -23,7 +23,7 @@ started_cluster=0
 if [[ -z ${KUBECONFIG:-} ]]; then
   phase build hack/build-binaries.sh
 fi
-phase lint bash -c '.venv/bin/ruff check . && .venv/bin/lint-imports'
+phase lint bash -c '.venv/bin/ruff check . && .venv/bin/lint-imports && hack/typecheck.sh'
 if [[ -z ${KUBECONFIG:-} ]]; then
   # A fresh local cluster: whatever a demo left running (jobs, its operator) would disturb the tests.
   .venv/bin/python hack/cluster.py down >/dev/null

@@ -36,7 +36,7 @@ def set_condition(conditions: list[dict[str, Any]] | None, type_: str, status: s
     changed = previous is None or previous.get("status") != status
     out.append({
         "type": type_, "status": status, "reason": reason, "message": message[:32000],
-        "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),
+        "lastTransitionTime": now if changed or previous is None else previous.get("lastTransitionTime", now),
         "observedGeneration": generation,
     })
     # Most advanced first: the CRD's State column prints the first True condition.

@@ -205,9 +205,10 @@ class Placer:
             decision = solve(view, job.request)
             metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
             await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
-            body = self.state.jobs.get(job.key)
-            if body is None:
+            found = self.state.jobs.get(job.key)
+            if found is None:
                 continue
+            body = found
             if decision.placement is not None:
                 current = current.allocate(decision.placement.allocations, job.request.resources)
                 placed.append((body, decision))
@@ -289,9 +290,9 @@ class Placer:
                 self.state.apply_pod("MODIFIED", pod)
         self._crash_point("released")
         current = self.state.jobs.get(self._key(job)) or job
+        message = (cond.get(status.get("conditions"), cond.PLACED) or {}).get("message", "")
         conditions = cond.set_condition((current.get("status") or {}).get("conditions"), cond.PLACED, "True",
-                                        RELEASED, cond.get(status.get("conditions"), cond.PLACED)["message"],
-                                        meta.get("generation"))
+                                        RELEASED, message, meta.get("generation"))
         if await self._patch_status(current, {"conditions": conditions}) is None:
             return
         created = _epoch(meta.get("creationTimestamp"), time.time())

@@ -106,7 +106,7 @@ class Reflector:
                     raise Expired()
                 raise ApiException(status=obj.get("code"), reason=obj.get("message"))
             rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if kind == "BOOKMARK":
+            if kind == "BOOKMARK" or not kind:
                 continue
             self._deliver(kind, self.transform(obj), None, self.delay_events)
         return rv

@@ -77,11 +77,13 @@ class ClusterState:
 
     # --- events (watch, list, write responses) ---------------------------------------------------
 
-    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
-        if kind == "nodes":
-            self.apply_node(event_type, body)
-        elif kind == "pods":
+    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+        if kind == "pods":
             self.apply_pod(event_type, body)
+        elif isinstance(body, PodView):
+            raise TypeError(f"a pod view delivered as {kind}")
+        elif kind == "nodes":
+            self.apply_node(event_type, body)
         else:
             self.apply_job(event_type, body)
 

@@ -22,7 +22,7 @@ def resource_version(obj: Mapping[str, Any]) -> int | None:
     None when a server hands out something else (then ordering checks are skipped)."""
     raw = (obj.get("metadata") or {}).get("resourceVersion")
     try:
-        return int(raw)
+        return int(str(raw))
     except (TypeError, ValueError):
         return None
 

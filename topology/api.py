@@ -90,7 +90,7 @@ class TrainingJobSpec(_Model):
             # Same rule as the CRD's CEL validation: checked when data is given.
             p = self.parallelism
             world = self.replicas * self.gpus_per_replica
-            if p.tensor * p.pipeline * p.data != world:
+            if p.tensor * p.pipeline * self.parallelism.data != world:
                 raise ValueError(
                     f"parallelism tensor*pipeline*data = {p.tensor}*{p.pipeline}*{p.data} must equal "
                     f"replicas*GPUs per replica = {self.replicas}*{self.gpus_per_replica} = {world}"

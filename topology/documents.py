@@ -37,7 +37,8 @@ def load_objects(text: str, source: str) -> list[dict[str, Any]]:
 
 
 def describe(obj: dict[str, Any], index: int) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    raw = obj.get("metadata")
+    meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
     name = meta.get("name", "<unnamed>")
     namespace = meta.get("namespace")
     kind = obj.get("kind", "object")

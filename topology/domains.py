@@ -232,8 +232,7 @@ def select_best(root: Domain, need: int, objective: Objective) -> Selection:
 def _best_single(fitting: list[Domain], need: int, objective: Objective) -> Selection:
     if fitting[0].level == 0:
         # Nodes: the fullest node that still fits (best fit), then by name.
-        best = min(fitting, key=_node_fit_key)
-        return select(best, need, objective)
+        return select(min(fitting, key=_node_fit_key), need, objective)
     best_key: tuple | None = None
     best: Selection | None = None
     for child in fitting:

@@ -71,8 +71,8 @@ def pick_gpus(
     if size == 0:
         return [()] * count
     if target is None:
-        groups = _locality_groups(node, free, size)
-        return groups[:count]  # cells in order: NVLink island + NUMA cells are filled one at a time
+        # cells in order: NVLink island + NUMA cells are filled one at a time
+        return _locality_groups(node, free, size)[:count]
     available = sorted(free)
     groups: list[tuple[int, ...]] = []
     need = Counter(target)

@@ -30,7 +30,9 @@ def optimum(slots: list[tuple[GpuNode, int]], need: int) -> int | None:
     cost[n_nodes : n_nodes + len(tors)] = WEIGHTS[0]
     cost[n_nodes + len(tors) : n_nodes + len(tors) + len(leaves)] = WEIGHTS[1]
     cost[n_nodes + len(tors) + len(leaves) :] = WEIGHTS[2]
-    rows, lower, upper = [], [], []
+    rows: list[np.ndarray] = []
+    lower: list[float] = []
+    upper: list[float] = []
     demand = np.zeros(size)
     demand[:n_nodes] = 1
     rows.append(demand)

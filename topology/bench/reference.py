@@ -20,7 +20,7 @@ def spread(snapshot: Snapshot, request: GangRequest) -> Placement | None:
     free = {n.name: list(snapshot.free(n)) for n in snapshot.nodes}
     heap = [(-len(f), name) for name, f in free.items() if len(f) >= size]
     heapq.heapify(heap)
-    picks = []
+    picks: list[tuple[GpuNode, tuple[int, ...]]] = []
     while len(picks) < request.replicas and heap:
         _, name = heapq.heappop(heap)
         gpus, free[name] = free[name][:size], free[name][size:]

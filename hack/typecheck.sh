@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# mypy over the railyard package. The editable install maps topology/ and operator/ to railyard.*
+# through an import hook that type checkers cannot follow, so mypy reads a symlinked tree instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tree=.venv/typecheck/railyard
+mkdir -p "$tree"
+ln -sfn "$PWD/topology" "$tree/topology"
+ln -sfn "$PWD/operator" "$tree/operator"
+MYPYPATH=.venv/typecheck exec .venv/bin/mypy -p railyard.topology -p railyard.operator "$@"
