@@ -164,3 +164,28 @@ def test_an_unschedulable_job_does_not_storm_events(operator, api_client, core, 
     assert get_job(custom, namespace, "enormous")["metadata"]["resourceVersion"] == first, \
         "the job's status was rewritten although its binding constraint did not change"
     assert len(events_of(core, namespace, "enormous", "Unschedulable")) == 1
+
+
+def _health(port: int) -> requests.Response | None:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    except requests.ConnectionError:
+        return None
+
+
+def test_liveness_probe_reports_the_loop_and_fails_when_it_stalls(
+        operator, kubeconfig, crds, coordination, lease_namespace, tmp_path):
+    healthy = poll(lambda: (r := _health(operator.health_port)) is not None and r.status_code == 200 and r, 30,
+                   "a healthy liveness probe")
+    body = healthy.json()
+    assert "iterations" in body["placementLoop"] and body["state"]["ready"] is True
+    # An operator whose stall limit is zero sees its own loop as stalled: liveness must fail.
+    stalled = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="stalled",
+                              extra_env={"RAILYARD_STALL_SECONDS": "0"})
+    try:
+        # (a Response with an error status is falsy: poll on the status code itself)
+        code = poll(lambda: (r := _health(stalled.health_port)) is not None and r.status_code >= 500 and r.status_code,
+                    30, "a failing liveness probe")
+        assert code >= 500
+    finally:
+        stalled.stop()
