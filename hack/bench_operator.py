@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
-"""Operator figures on the superpod-2k profile (2,048 kwok nodes): creation -> all 128 pods bound for a
-128-replica job; 200 jobs created at once (all placed, zero double-booked GPUs, pods released per
-second); operator resident memory. Prints JSON. Restarts the local rig."""
+"""Operator benchmark on the superpod-2k profile (2,048 kwok nodes x 8 GPUs). Prints JSON.
+
+1. baseline: 200 gangs (sizes 1, 2, 4, 8, 16 x 8 GPUs; 1,240 pods) as plain batch/v1 Jobs, bound by
+   kube-scheduler alone, on a fresh rig;
+2. railyard: the same gangs as TrainingJobs through the operator, on a fresh rig; the ratio of bound
+   pods per second (same run, same machine), API requests per pod by verb and resource for both
+   (apiserver_request_total deltas; node and lease heartbeats left out);
+3. load: 20,000 other pods on the same rig, a freshly started operator (time to list, RSS), a
+   128-replica job creation -> all bound (p50 over BENCH_RUNS), then 200 pending jobs: placement loop
+   iteration p99 and event-loop lag from the operator's own histograms.
+Restarts the local rig (twice).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,50 +25,51 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import requests
 from bench_common import HACK, cluster, fresh_cluster, percentile, rss_mib, wait
 from railyard.operator.apiclient import KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
-JOBS = f"/apis/{GROUP}/{VERSION}/namespaces/bench/{PLURAL}"
+BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "20000"))
+NS = "bench"
+JOBS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}"
+SIZES = [1, 2, 4, 8, 16]
+BURST = {f"burst-{i}": SIZES[i % len(SIZES)] for i in range(200)}
+CONTAINER = {"name": "t", "image": "registry.invalid/t:0", "resources": {"limits": {"nvidia.com/gpu": 8}}}
 
 
-def job(name: str, replicas: int) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "template": {"spec": {"containers": [
-                {"name": "t", "image": "registry.invalid/t:0", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+def training_job(name: str, replicas: int, **topology) -> dict:
+    spec: dict = {"replicas": replicas, "template": {"spec": {"containers": [CONTAINER]}}}
+    if topology:
+        spec["topology"] = topology
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": spec}
+
+
+def batch_job(name: str, replicas: int) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": replicas, "completions": replicas, "completionMode": "Indexed",
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [CONTAINER]}}}}
 
 
 class PodWatch:
-    """Times when each bench pod was first seen created, released (no gate) and bound, from one watch
-    stream: polling full pod lists would itself load the API server we are measuring."""
+    """When each pod in the namespace was first seen bound, from one watch stream (polling pod lists
+    would load the API server being measured)."""
 
     def __init__(self) -> None:
-        self.created: dict[str, float] = {}
-        self.released: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        from kubernetes import client, config, watch
-
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.KUBECONFIG)))
+        api = KubeApi(workers=1)
+        rv = api.list_page(f"/api/v1/namespaces/{NS}/pods", 1, None)["metadata"]["resourceVersion"]
         while not self._stop.is_set():
-            for event in watch.Watch().stream(core.list_namespaced_pod, "bench", timeout_seconds=5,
-                                              label_selector="railyard.dev/job-name"):
-                pod, now = event["object"], time.monotonic()
-                name = pod.metadata.name
-                if event["type"] == "DELETED":
-                    for d in (self.created, self.released, self.bound):
-                        d.pop(name, None)
-                    continue
-                self.created.setdefault(name, now)
-                if not pod.spec.scheduling_gates:
-                    self.released.setdefault(name, now)
-                if pod.spec.node_name:
-                    self.bound.setdefault(name, now)
+            for event in api.watch(f"/api/v1/namespaces/{NS}/pods", rv, 5):
+                pod = event.get("object") or {}
+                rv = (pod.get("metadata") or {}).get("resourceVersion") or rv
+                if event.get("type") in ("ADDED", "MODIFIED") and (pod.get("spec") or {}).get("nodeName"):
+                    self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
                 if self._stop.is_set():
                     return
 
@@ -66,76 +77,178 @@ class PodWatch:
         self._stop.set()
 
 
-def pods(api: KubeApi, selector: str | None = None) -> list[dict]:
-    query = [("labelSelector", selector or "railyard.dev/job-name")]
-    return api.request("GET", "/api/v1/namespaces/bench/pods", query=query)["items"]
+_SAMPLE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+_NOISE = {"leases", "nodes", "nodes/status"}  # kwok heartbeats: unrelated to placing pods
+
+
+def api_requests(api: KubeApi) -> Counter[str]:
+    """apiserver_request_total summed by 'VERB resource[/subresource]'."""
+    response = api._send("GET", "/metrics", content_type="text/plain")
+    out: Counter[str] = Counter()
+    for line in response.read().decode().splitlines():
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
+        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        if resource in _NOISE or labels.get("verb") in ("WATCH", "CONNECT"):
+            continue
+        out[f"{labels.get('verb')} {resource}"] += int(float(m.group("value")))
+    return out
+
+
+def per_pod(before: Counter[str], after: Counter[str], pods: int) -> dict[str, float]:
+    delta = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 0}
+    out = {k: round(v / pods, 3) for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v / pods >= 0.005}
+    out["total"] = round(sum(delta.values()) / pods, 3)
+    out["writes"] = round(sum(v for k, v in delta.items() if k.split()[0] in ("POST", "PUT", "PATCH", "DELETE"))
+                          / pods, 3)
+    return out
+
+
+def burst(api: KubeApi, path: str, build) -> dict:
+    total = sum(BURST.values())
+    watcher = PodWatch()
+    before = api_requests(api)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: api.request("POST", path, build(*kv)), BURST.items()))
+    wait(lambda: len(watcher.bound) >= total, 900, "all burst pods bound", interval=0.2)
+    seconds = max(watcher.bound.values()) - t0
+    watcher.stop()
+    after = api_requests(api)
+    return {"pods": total, "all_bound_seconds": round(seconds, 2), "pods_bound_per_second": round(total / seconds, 1),
+            "api_requests_per_pod": per_pod(before, after, total)}
+
+
+def start_rig() -> tuple[dict, KubeApi]:
+    figures = fresh_cluster("superpod-2k")
+    api = KubeApi(workers=32)
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    return figures, api
+
+
+def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
+    port = 18080
+    log_path = cluster.STATE / "logs" / f"{name}.log"
+    env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(port),
+           "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": "railyard-bench"}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
+                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
+    return proc, port, log_path
+
+
+def scrape(port: int) -> str:
+    return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+
+def histogram_quantile(text: str, name: str, q: float) -> float | None:
+    """The upper bound of the bucket holding quantile q (Prometheus-style, without interpolation)."""
+    buckets = [(float("inf") if le == "+Inf" else float(le), float(v)) for le, v in
+               re.findall(rf'^{name}_bucket{{le="([^"]+)"}} (\S+)$', text, re.M)]
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    target = q * buckets[-1][1]
+    return next(le for le, count in buckets if count >= target)
+
+
+def gauge(text: str, name: str) -> float:
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def create_background_pods(api: KubeApi, count: int, nodes: list[str]) -> float:
+    """`count` pods bound (nodeName) round-robin across the nodes: no GPUs, a little cpu."""
+    t0 = time.monotonic()
+
+    def create(i: int) -> None:
+        api.request("POST", "/api/v1/namespaces/background/pods", {
+            "metadata": {"name": f"bg-{i}"},
+            "spec": {"nodeName": nodes[i % len(nodes)], "containers": [
+                {"name": "c", "image": "registry.invalid/bg:0", "resources": {"requests": {"cpu": "10m"}}}]}})
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(create, range(count)))
+    return round(time.monotonic() - t0, 1)
 
 
 def main() -> None:
-    figures: dict = fresh_cluster("superpod-2k")
     kubectl = str(cluster.binary("kubectl"))
+    figures: dict = {"machine": {"cpus": os.cpu_count()}}
+
+    # 1. Baseline: kube-scheduler alone.
+    rig, api = start_rig()
+    figures["rig"] = rig
+    figures["baseline_batch_jobs"] = burst(api, f"/apis/batch/v1/namespaces/{NS}/jobs", batch_job)
+
+    # 2. Railyard, on a fresh rig.
+    _, api = start_rig()
     subprocess.run([kubectl, "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f", str(HACK.parent / "crds")],
                    check=True, capture_output=True)
-    api = KubeApi(workers=32)
-    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
-    log = open(cluster.STATE / "logs" / "bench-operator.log", "wb")  # noqa: SIM115
-    env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": "0",
-           "RAILYARD_NAMESPACE": "railyard-bench"}
-    operator = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"], stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+    operator, port, log_path = start_operator("bench-operator")
     try:
-        wait(lambda: b"became leader" in (cluster.STATE / "logs" / "bench-operator.log").read_bytes(), 60, "leader")
-        figures["operator_rss_mib_idle_2048_nodes"] = rss_mib(operator.pid)
+        wait(lambda: b"became leader" in log_path.read_bytes(), 60, "leader")
+        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
+        figures["railyard"] = burst(api, JOBS, training_job)
+        base = figures["baseline_batch_jobs"]["pods_bound_per_second"]
+        figures["ratio_railyard_to_kube_scheduler_pods_per_second"] = round(
+            figures["railyard"]["pods_bound_per_second"] / base, 3)
+        held = Counter((p["spec"]["nodeName"], g) for p in api.list_all(f"/api/v1/namespaces/{NS}/pods")
+                       for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(","))
+        figures["railyard"]["double_booked_gpus"] = sum(1 for v in held.values() if v > 1)
+        for name in BURST:
+            api.request("DELETE", f"{JOBS}/{name}")
+        wait(lambda: not api.list_all(f"/api/v1/namespaces/{NS}/pods"), 600, "burst pods gone", interval=1)
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
 
+    # 3. Under load: 20,000 other pods, a fresh operator.
+    load: dict = {}
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "background"}})
+    nodes = sorted(n["metadata"]["name"] for n in api.list_all("/api/v1/nodes"))
+    load["background_pods"] = BACKGROUND_PODS
+    load["background_create_seconds"] = create_background_pods(api, BACKGROUND_PODS, nodes)
+    operator, port, log_path = start_operator("bench-operator-load")
+    try:
+        t0 = time.monotonic()
+        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 300, "state synced", interval=0.2)
+        load["operator_start_to_synced_seconds"] = round(time.monotonic() - t0, 2)
+        load["operator_rss_mib_synced"] = rss_mib(operator.pid)
         watcher = PodWatch()
-        # A 128-replica job: creation -> every pod bound.
         times = []
         for run in range(RUNS):
             name = f"big-{run}"
             t0 = time.monotonic()
-            api.request("POST", JOBS, job(name, 128))
+            api.request("POST", JOBS, training_job(name, 128))
             mine = [f"{name}-{r}" for r in range(128)]
             wait(lambda m=mine: all(p in watcher.bound for p in m), 120, f"{name} bound", interval=0.02)
             times.append(max(watcher.bound[p] for p in mine) - t0)
             api.request("DELETE", f"{JOBS}/{name}")
-            wait(lambda n=name: not pods(api, f"railyard.dev/job-name={n}"), 120, f"{name} gone", interval=0.2)
-        figures["job_128_create_to_all_bound_seconds"] = {"p50": percentile(times, 50), "max": round(max(times), 3),
-                                                          "runs": RUNS}
-
-        # 200 jobs at once.
-        sizes = [1, 2, 4, 8, 16]
-        wanted = {f"burst-{i}": sizes[i % len(sizes)] for i in range(200)}
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda kv: api.request("POST", JOBS, job(*kv)), wanted.items()))
-        created = time.monotonic() - t0
-        total = sum(wanted.values())
-
-        burst = [f"{name}-{r}" for name, replicas in wanted.items() for r in range(replicas)]
-        wait(lambda: all(p in watcher.released for p in burst), 600, "all burst pods released", interval=0.2)
-        wait(lambda: all(p in watcher.bound for p in burst), 600, "all burst pods bound", interval=0.2)
+            wait(lambda n=name: not api.list_all(f"/api/v1/namespaces/{NS}/pods",
+                                                 [("labelSelector", f"railyard.dev/job-name={n}")]),
+                 120, f"{name} gone", interval=0.2)
         watcher.stop()
-        first_created = min(watcher.created[p] for p in burst)
-        released_at = max(watcher.released[p] for p in burst) - t0
-        bound_at = max(watcher.bound[p] for p in burst) - t0
-        items = pods(api)
-        held = Counter((p["spec"]["nodeName"], g) for p in items
-                       for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(","))
-        jobs = api.request("GET", JOBS)["items"]
-        placed = sum(1 for j in jobs if any(c["type"] == "Placed" and c["reason"] == "Released"
-                                            for c in (j.get("status") or {}).get("conditions") or []))
-        figures["burst_200_jobs"] = {
-            "pods": total, "jobs_placed": placed, "double_booked_gpus": sum(1 for v in held.values() if v > 1),
-            "create_requests_seconds": round(created, 2), "all_released_seconds": round(released_at, 2),
-            "all_bound_seconds": round(bound_at, 2), "pods_released_per_second": round(total / released_at, 1),
-            "pods_released_per_second_after_first_pod": round(
-                total / (max(watcher.released[p] for p in burst) - first_created), 1),
-        }
-        figures["operator_rss_mib_after_burst"] = rss_mib(operator.pid)
-        figures["operator_peak_rss_mib"] = rss_mib(operator.pid, "VmHWM")
+        load["job_128_create_to_all_bound_seconds"] = {"p50": percentile(times, 50), "max": round(max(times), 3),
+                                                       "runs": RUNS}
+        # 200 pending jobs: each needs more whole nodes than one TOR has.
+        before = scrape(port)
+        for i in range(200):
+            api.request("POST", JOBS, training_job(f"pending-{i}", 40, requiredTier="tor"))
+        wait(lambda: gauge(scrape(port), "railyard_queue_length") >= 200, 120, "200 jobs queued", interval=0.5)
+        time.sleep(30)  # a measurement window (not a synchronisation): the loop runs on its own timers
+        after = scrape(port)
+        load["pending_jobs"] = 200
+        load["iteration_p99_seconds_le"] = histogram_quantile(after, "railyard_placement_iteration_seconds", 0.99)
+        load["event_loop_lag_p99_seconds_le"] = histogram_quantile(after, "railyard_event_loop_lag_seconds", 0.99)
+        load["iterations_total"] = gauge(after, "railyard_placement_iteration_seconds_count")
+        load["iterations_before_pending"] = gauge(before, "railyard_placement_iteration_seconds_count")
+        load["operator_rss_mib"] = rss_mib(operator.pid)
+        load["operator_peak_rss_mib"] = rss_mib(operator.pid, "VmHWM")
     finally:
         operator.terminate()
         operator.wait(timeout=30)
+    figures["under_load"] = load
     print(json.dumps(figures, indent=2))
 
 

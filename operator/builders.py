@@ -42,6 +42,13 @@ def selector(job_name: str) -> str:
     return f"{LABEL_JOB}={job_name}"
 
 
+def pod_labels(job: dict[str, Any]) -> dict[str, str]:
+    """The labels every replica pod carries (the rank-independent part)."""
+    name = job["metadata"]["name"]
+    template_labels = ((job["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return {**template_labels, LABEL_JOB: name, LABEL_POD_GROUP: name}
+
+
 def placement_status(placement: Placement, job_name: str, placement_id: str) -> dict[str, Any]:
     return {
         "id": placement_id,
@@ -79,8 +86,7 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
     spec = template.get("spec") or {}
     name = pod_name(meta["name"], rank)
     restarts = (job.get("status") or {}).get("restartCount", 0)
-    labels = {**(tmeta.get("labels") or {}), LABEL_JOB: meta["name"], LABEL_RANK: str(rank),
-              LABEL_POD_GROUP: meta["name"], LABEL_RESTART: str(restarts)}
+    labels = {**pod_labels(job), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts)}
     annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
                    ANNOTATION_PLACEMENT_ID: placement_id}
     env = build_env(job, rank, world, len(gpus), rail_aligned, master_port)

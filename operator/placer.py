@@ -30,12 +30,21 @@ from typing import Any
 from railyard.operator import conditions as cond
 from railyard.operator import metrics
 from railyard.operator.apiclient import ApiException, Fenced, KubeApi
-from railyard.operator.builders import build_event, build_pod, build_service, event_name, placement_status, selector
+from railyard.operator.builders import (
+    build_event,
+    build_pod,
+    build_service,
+    event_name,
+    placement_status,
+    pod_labels,
+    selector,
+)
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
+from railyard.topology.affinity import has_inter_pod_rules, node_limits
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, solve
@@ -201,8 +210,12 @@ class Placer:
                 continue
             view = current.without_nodes(reserved) if holder is not None and job.key != holder else current
             view = view.without_nodes(job.avoid)
+            limits = None
+            if has_inter_pod_rules(job.request.pod_spec):  # rare: costs a pass over every pod
+                limits = node_limits(job.request.pod_spec, job.key[0], pod_labels(self.state.jobs[job.key]),
+                                     self.state.pod_infos(), view.nodes)
             started = time.perf_counter()
-            decision = solve(view, job.request)
+            decision = solve(view, job.request, limits)
             metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
             await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
             found = self.state.jobs.get(job.key)

@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 from railyard.operator import conditions as cond
+from railyard.operator.builders import pod_labels
 from railyard.operator.views import PodView
+from railyard.topology.affinity import template_problem
 from railyard.topology.api import TrainingJob
 from railyard.topology.documents import format_validation
 from railyard.topology.model import Snapshot
@@ -83,6 +85,9 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
         return Action(Kind.INVALID, INVALID_SPEC, format_validation(e))
     except ValueError as e:
         return Action(Kind.INVALID, INVALID_SPEC, f"spec.template: {e}")
+    problem = template_problem(request.pod_spec, pod_labels(job))
+    if problem:
+        return Action(Kind.INVALID, INVALID_SPEC, f"spec.template.spec.{problem}")
     placed = cond.get(conditions, cond.PLACED) or {}
     placement = status.get("placement") or {}
     if not placement.get("ranks"):

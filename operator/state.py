@@ -24,6 +24,7 @@ from typing import Any
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
 from railyard.operator.usage import Usage
 from railyard.operator.views import Key, PodView, pod_view, resource_version
+from railyard.topology.affinity import PodInfo
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot
 from railyard.topology.nodes import NodeError, PodUsage, node_from_object
@@ -270,6 +271,11 @@ class ClusterState:
 
     def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
         return [p for p in self.job_pods(key) if p.placement_id == placement_id]
+
+    def pod_infos(self) -> list[PodInfo]:
+        """Live pods on a node, as the inter-pod rules of a template see them."""
+        return [PodInfo(p.namespace, p.labels, p.usage.node) for p in self.pods.values()
+                if p.usage is not None and not p.finished]
 
     def snapshot(self) -> Snapshot:
         """An immutable snapshot; cached until something it reads changes."""

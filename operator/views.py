@@ -45,6 +45,7 @@ class PodView:
     terminated: str | None  # why a container failed, for the job's Failed message
     disrupted: str | None  # a DisruptionTarget condition's reason (evicted, preempted, ...)
     usage: PodUsage | None  # what it holds on its node (None: nothing)
+    labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
 
     @property
     def key(self) -> Key:
@@ -78,7 +79,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), disrupted=disrupted,
-        usage=pod_usage(pod),
+        usage=pod_usage(pod), labels=labels,
     )
 
 

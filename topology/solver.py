@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from railyard.topology.affinity import NodeLimits
 from railyard.topology.domains import Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.labels import GPU_RESOURCE
@@ -77,9 +78,10 @@ class _Candidate:
     slots: list[tuple[GpuNode, int]]
 
 
-def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
+def _eligible(snapshot: Snapshot, request: GangRequest,
+              limits: NodeLimits | None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
     """Nodes the template may use, why the others may not, and how many replicas each node's
-    non-GPU resources (cpu, memory, pods, RDMA NICs ...) leave room for."""
+    non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod rules leave room for."""
     constraints = PodConstraints(request.pod_spec)
     unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
     rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
@@ -90,16 +92,20 @@ def _eligible(snapshot: Snapshot, request: GangRequest) -> tuple[list[GpuNode], 
             rejected[f"fewer than {request.gpus_per_replica} GPUs"] += 1
             continue
         reason = None if unconstrained else constraints.reject_reason(node)
+        if reason is None and limits is not None:
+            reason = limits.rejected.get(node.name)
         if reason:
             rejected[reason] += 1
             continue
+        if limits is not None and node.name in limits.caps:
+            caps[node.name] = limits.caps[node.name]
         if request.resources and node.allocatable:
             fit, binding = replicas_that_fit(node.allocatable, snapshot.requested_on(node.name), request.resources,
                                              _GPU_ONLY)
             if fit == 0:
                 rejected[f"insufficient {binding}"] += 1
                 continue
-            caps[node.name] = fit
+            caps[node.name] = min(fit, caps.get(node.name, fit))
         eligible.append(node)
     return eligible, rejected, caps
 
@@ -110,7 +116,8 @@ def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangReque
     candidates = _gpu_candidates(snapshot, nodes, request)
     if not caps:
         return candidates
-    return [_Candidate(c.target, [(n, min(k, caps.get(n.name, k))) for n, k in c.slots]) for c in candidates]
+    capped = ((c.target, [(n, min(k, caps.get(n.name, k))) for n, k in c.slots]) for c in candidates)
+    return [_Candidate(target, [(n, k) for n, k in slots if k > 0]) for target, slots in capped]
 
 
 def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest) -> list[_Candidate]:
@@ -264,11 +271,12 @@ def _explain(request: GangRequest, nodes: Sequence[GpuNode], rejected: Counter[s
     return message
 
 
-def solve(snapshot: Snapshot, request: GangRequest) -> Decision:
-    """Place the gang on the snapshot, or say why it cannot be placed. Deterministic."""
+def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = None) -> Decision:
+    """Place the gang on the snapshot, or say why it cannot be placed. Deterministic. `limits`: what
+    the template's inter-pod rules exclude or cap (see affinity.py; needs the cluster's pods)."""
     if request.gpus_per_replica < 0 or request.replicas < 1:
         return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
-    nodes, rejected, caps = _eligible(snapshot, request)
+    nodes, rejected, caps = _eligible(snapshot, request, limits)
     candidates = _candidates(snapshot, nodes, request, caps)
     best: tuple | None = None
     chosen: _Option | None = None

@@ -296,9 +296,9 @@ def test_an_unschedulable_job_is_not_solved_again_until_capacity_is_freed(monkey
 
     real = placer_module.solve
 
-    def counting(snapshot, request):
+    def counting(snapshot, request, limits=None):
         solves.append(request.name)
-        return real(snapshot, request)
+        return real(snapshot, request, limits)
 
     monkeypatch.setattr(placer_module, "solve", counting)
     api.create_job(make_job("blocker", 2))
