@@ -340,3 +340,62 @@ def test_usage_is_incremental_not_rebuilt_from_every_pod(monkeypatch):
     snap = state.snapshot()
     assert len(computed) == 1, "only the node whose pod changed is recomputed"
     assert snap.free_gpus == 64 - 39
+
+
+# --- 3. conditional status writes and the lease clock ----------------------------------------------
+
+def test_a_status_write_against_a_changed_job_is_refused_then_redecided():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    state = synced(api)
+    placer = placer_for(state, api)
+    api.create_job(make_job("edited", 1))
+    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    # Someone changes the job; the watch has not told the operator yet.
+    edited = copy.deepcopy(api.objects["trainingjobs"][("default", "edited")])
+    edited["spec"]["priority"] = 7
+    api._store("trainingjobs", edited, "MODIFIED")
+    run(placer.run_once())
+    assert not job_status(api, "edited").get("placement"), "a write based on a stale read went through"
+    assert state.jobs[("default", "edited")]["spec"]["priority"] == 7, "the 409 made the operator re-read"
+    run(placer.run_once())
+    assert placed_reason(api, "edited") == "Released"
+
+
+class LeaseApi:
+    """Just enough of KubeApi for the elector: one Lease held by another replica."""
+
+    def __init__(self, renew_time: str) -> None:
+        self.lease = {"metadata": {"resourceVersion": "1"},
+                      "spec": {"holderIdentity": "other", "renewTime": renew_time, "leaseDurationSeconds": 10}}
+        self.puts = 0
+
+    def lease_path(self, namespace, name=None):
+        return "lease"
+
+    def request(self, method, path, body=None, timeout=None):
+        if method == "PUT":
+            self.puts += 1
+            return body
+        return copy.deepcopy(self.lease)
+
+
+def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders(monkeypatch):
+    from railyard.operator.leader import LeaderElector
+    from railyard.operator.settings import LeaderSettings
+
+    # The holder's clock is a year behind: comparing its renewTime with ours would steal the lease.
+    api = LeaseApi("2025-01-01T00:00:00.000000Z")
+    clock = [1000.0]
+    elector = LeaderElector(api, LeaderSettings(identity="me", lease_seconds=10), lambda: None)  # type: ignore[arg-type]
+    import railyard.operator.leader as leader_module
+
+    monkeypatch.setattr(leader_module.time, "monotonic", lambda: clock[0])
+    assert elector._try_acquire_or_renew() is False  # first sight of the record starts our timer
+    clock[0] += 5
+    assert elector._try_acquire_or_renew() is False
+    api.lease["spec"]["renewTime"] = "2025-01-01T00:00:02.000000Z"  # the holder renewed
+    api.lease["metadata"]["resourceVersion"] = "2"
+    clock[0] += 8
+    assert elector._try_acquire_or_renew() is False, "a renewal seen 0 s ago is not expired"
+    clock[0] += 11  # no change seen for longer than leaseDurationSeconds
+    assert elector._try_acquire_or_renew() is True and api.puts == 1
