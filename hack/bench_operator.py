@@ -139,7 +139,15 @@ def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
 
 
 def scrape(port: int) -> str:
-    return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    """The operator's metrics; empty until its metrics server is up."""
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except requests.ConnectionError:
+        return ""
+
+
+def progress(figures: dict) -> None:
+    print(json.dumps(figures), file=sys.stderr, flush=True)
 
 
 def histogram_quantile(text: str, name: str, q: float) -> float | None:
@@ -180,6 +188,7 @@ def main() -> None:
     rig, api = start_rig()
     figures["rig"] = rig
     figures["baseline_batch_jobs"] = burst(api, f"/apis/batch/v1/namespaces/{NS}/jobs", batch_job)
+    progress(figures)
 
     # 2. Railyard, on a fresh rig.
     _, api = start_rig()
@@ -196,6 +205,8 @@ def main() -> None:
         held = Counter((p["spec"]["nodeName"], g) for p in api.list_all(f"/api/v1/namespaces/{NS}/pods")
                        for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(","))
         figures["railyard"]["double_booked_gpus"] = sum(1 for v in held.values() if v > 1)
+        figures["railyard"]["operator_peak_rss_mib"] = rss_mib(operator.pid, "VmHWM")
+        progress(figures)
         for name in BURST:
             api.request("DELETE", f"{JOBS}/{name}")
         wait(lambda: not api.list_all(f"/api/v1/namespaces/{NS}/pods"), 600, "burst pods gone", interval=1)
@@ -231,6 +242,7 @@ def main() -> None:
         watcher.stop()
         load["job_128_create_to_all_bound_seconds"] = {"p50": percentile(times, 50), "max": round(max(times), 3),
                                                        "runs": RUNS}
+        progress(load)
         # 200 pending jobs: each needs more whole nodes than one TOR has.
         before = scrape(port)
         for i in range(200):

@@ -44,6 +44,7 @@ from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
+from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
@@ -133,11 +134,12 @@ class Placer:
         queued: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
         placement = self.settings.placement
-        for key, job in list(self.state.jobs.items()):
-            if job["metadata"].get("deletionTimestamp"):
+        for key, body in list(self.state.jobs.items()):
+            job = JobView(body)
+            if job.deleting:
                 continue
             try:
-                action = assess(job, self.state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
+                action = assess(body, self.state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
                                 placement.force_delete_seconds)
             except Exception:
                 log.exception("job %s/%s: cannot assess; skipping it this round", *key)
@@ -171,36 +173,34 @@ class Placer:
         except Exception:
             log.exception("job %s/%s: step failed; will retry", *key)
 
-    def _queued(self, key: Key, job: dict[str, Any], request: GangRequest, now: float) -> QueuedJob:
-        status = job.get("status") or {}
-        since = status.get("queuedSince") or job["metadata"].get("creationTimestamp")
-        avoid = frozenset(a["node"] for a in status.get("avoidNodes") or [] if _epoch(a.get("until"), 0) > now)
-        return QueuedJob(key, job["spec"].get("priority") or 0, _epoch(since, now), request, avoid)
+    def _queued(self, key: Key, job: JobView, request: GangRequest, now: float) -> QueuedJob:
+        avoid = frozenset(a["node"] for a in job.status.get("avoidNodes") or [] if _epoch(a.get("until"), 0) > now)
+        return QueuedJob(key, job.priority, _epoch(job.queued_since, now), request, avoid)
 
     def _worth_solving(self, job: QueuedJob, now: float) -> bool:
         """An unschedulable job is solved again only when capacity was freed since it last failed,
         its spec changed, or the retry period passed (the loop stays cheap with 200 waiting jobs)."""
         failure = self._failures.get(job.key)
-        if failure is None:
+        body = self.state.jobs.get(job.key)
+        if failure is None or body is None:
             return True
-        body = self.state.jobs.get(job.key) or {}
-        return (failure.freed != self.state.usage.freed or failure.generation != body["metadata"].get("generation")
+        return (failure.freed != self.state.usage.freed or failure.generation != JobView(body).generation
                 or now - failure.at > self.settings.placement.retry_seconds)
 
     async def _place_queue(self, queued: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         current = snapshot
         reserved: frozenset[str] = frozenset()
         holder: Key | None = None
-        placed: list[tuple[dict[str, Any], Decision]] = []
-        unplaced: list[tuple[dict[str, Any], Decision, bool]] = []
+        placed: list[tuple[JobView, Decision]] = []
+        unplaced: list[tuple[JobView, Decision, bool]] = []
         ordered = order(queued)
         self._failures = {k: v for k, v in self._failures.items() if k in self.state.jobs}
         # A reservation, once taken, holds across iterations: its holder goes first and its domain is
         # fenced off before anything else is tried (timestamps have one-second resolution, so queue
         # order alone could let a job created in the same second slip in front of it).
         for job in ordered:
-            body = self.state.jobs.get(job.key) or {}
-            if (cond.get((body.get("status") or {}).get("conditions"), cond.PLACED) or {}).get("reason") == "Reserving":
+            if JobView(self.state.jobs.get(job.key) or {"metadata": {}}).condition(cond.PLACED).get("reason") == \
+                    "Reserving":
                 holder, reserved = job.key, reserved_nodes(job, current)
                 ordered = [job, *(j for j in ordered if j.key != job.key)]
                 break
@@ -221,7 +221,7 @@ class Placer:
             found = self.state.jobs.get(job.key)
             if found is None:
                 continue
-            body = found
+            body = JobView(found)
             if decision.placement is not None:
                 current = current.allocate(decision.placement.allocations, job.request.resources)
                 placed.append((body, decision))
@@ -229,64 +229,59 @@ class Placer:
                 if job.key == holder:  # the reservation served its purpose
                     holder, reserved = None, frozenset()
                 continue
-            self._failures[job.key] = _Failure(self.state.usage.freed, body["metadata"].get("generation"), now)
+            self._failures[job.key] = _Failure(self.state.usage.freed, body.generation, now)
             if job.avoid:
                 decision = Decision(decision.request, None, f"{decision.reason}; avoiding nodes "
                                     f"{', '.join(sorted(job.avoid))} after a bind failure")
             if starving and holder is None:
                 holder, reserved = job.key, reserved_nodes(job, current)
             unplaced.append((body, decision, job.key == holder))
-        await asyncio.gather(*(self._guard(self._key(b), self._mark_unplaced(b, d, r)) for b, d, r in unplaced))
-        await asyncio.gather(*(self._guard(self._key(b), self._place(b, d)) for b, d in placed))
+        await asyncio.gather(*(self._guard(b.key, self._mark_unplaced(b, d, r)) for b, d, r in unplaced))
+        await asyncio.gather(*(self._guard(b.key, self._place(b, d)) for b, d in placed))
         metrics.QUEUE_LENGTH.set(len(queued) - len(placed))
         return len(placed)
 
-    @staticmethod
-    def _key(job: dict[str, Any]) -> Key:
-        return (job["metadata"]["namespace"], job["metadata"]["name"])
+    def _current(self, job: JobView) -> JobView:
+        """The freshest body the state holds (a write earlier in this step may have replaced it)."""
+        body = self.state.jobs.get(job.key)
+        return JobView(body) if body is not None else job
 
-    async def _patch_status(self, job: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any] | None:
+    async def _patch_status(self, job: JobView, patch: dict[str, Any]) -> dict[str, Any] | None:
         """A conditional status write (409 if the job changed since we read it); the response is
         applied to the state at once."""
-        meta = job["metadata"]
-        patch.setdefault("observedGeneration", meta.get("generation"))
-        updated = await self.api.patch_job_status(meta["namespace"], meta["name"], patch, meta.get("resourceVersion"))
+        patch.setdefault("observedGeneration", job.generation)
+        updated = await self.api.patch_job_status(job.namespace, job.name, patch, job.resource_version)
         if updated is not None:
             self.state.apply_job("MODIFIED", updated)
         return updated
 
     # --- placing ------------------------------------------------------------------------------------
 
-    async def _place(self, job: dict[str, Any], decision: Decision) -> None:
+    async def _place(self, job: JobView, decision: Decision) -> None:
         placement = decision.placement
         assert placement is not None
-        meta = job["metadata"]
-        status = job.get("status") or {}
         placement_id = uuid.uuid4().hex[:10]
         message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
                    f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
         patch = {
-            "placement": placement_status(placement, meta["name"], placement_id),
+            "placement": placement_status(placement, job.name, placement_id),
             "replicas": len(placement.replicas),
-            "selector": selector(meta["name"]),
-            "queuedSince": status.get("queuedSince") or meta.get("creationTimestamp"),
-            "conditions": cond.set_condition(status.get("conditions"), cond.PLACED, "True", PLACING, message,
-                                             meta.get("generation")),
+            "selector": selector(job.name),
+            "queuedSince": job.queued_since,
+            "conditions": cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation),
         }
         if await self._patch_status(job, patch) is None:
             return
-        await self._materialise(self.state.jobs[self._key(job)], None)
+        await self._materialise(self._current(job), None)
 
-    async def _materialise(self, job: dict[str, Any], only: tuple[str, ...] | None) -> None:
+    async def _materialise(self, job: JobView, only: tuple[str, ...] | None) -> None:
         """Create the Service and the (missing) pods, then release the whole gang at once."""
-        meta = job["metadata"]
-        status = job["status"]
-        placement = status["placement"]
+        placement = job.placement
         ranks = placement["ranks"]
         try:
-            await self._create_owned("services", build_service(job), placement["id"])
+            await self._create_owned("services", build_service(job.body), placement["id"])
             pods = [
-                build_pod(job, r["rank"], r["node"], r["gpus"], len(ranks), placement.get("railAligned", False),
+                build_pod(job.body, r["rank"], r["node"], r["gpus"], len(ranks), placement.get("railAligned", False),
                           placement["id"], self.settings.placement.master_port)
                 for r in ranks if only is None or r["pod"] in only
             ]
@@ -295,20 +290,19 @@ class Placer:
             await self._refuse(job, refused)
             return
         self._crash_point("pods-created")
-        gate = len((job["spec"].get("template") or {}).get("spec", {}).get("schedulingGates") or [])
-        released = await asyncio.gather(*(self._limited(self.api.release_pod(meta["namespace"], r["pod"], gate))
+        gate = len(((job.body["spec"].get("template") or {}).get("spec") or {}).get("schedulingGates") or [])
+        released = await asyncio.gather(*(self._limited(self.api.release_pod(job.namespace, r["pod"], gate))
                                           for r in ranks))
         for pod in released:
             if pod:
                 self.state.apply_pod("MODIFIED", pod)
         self._crash_point("released")
-        current = self.state.jobs.get(self._key(job)) or job
-        message = (cond.get(status.get("conditions"), cond.PLACED) or {}).get("message", "")
-        conditions = cond.set_condition((current.get("status") or {}).get("conditions"), cond.PLACED, "True",
-                                        RELEASED, message, meta.get("generation"))
+        current = self._current(job)
+        conditions = cond.set_condition(current.conditions, cond.PLACED, "True", RELEASED,
+                                        job.condition(cond.PLACED).get("message", ""), job.generation)
         if await self._patch_status(current, {"conditions": conditions}) is None:
             return
-        created = _epoch(meta.get("creationTimestamp"), time.time())
+        created = _epoch(job.created, time.time())
         metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - created))
         metrics.PLACEMENTS.inc()
         metrics.TORS_SPANNED.observe(placement.get("tors", 0))
@@ -339,14 +333,13 @@ class Placer:
         if plural == "pods":
             self.state.apply_pod("ADDED", stored)
 
-    async def _refuse(self, job: dict[str, Any], refused: CreateRefused) -> None:
+    async def _refuse(self, job: JobView, refused: CreateRefused) -> None:
         """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
-        key = self._key(job)
-        placement_id = (job.get("status") or {}).get("placement", {}).get("id", "")
-        await self._delete_pods(key, [p.name for p in self.state.pods_of_placement(key, placement_id)], ())
-        current = self.state.jobs.get(key) or job
-        conditions = cond.set_condition((current.get("status") or {}).get("conditions"), cond.PLACED, "False",
-                                        refused.reason, refused.message, job["metadata"].get("generation"))
+        placement_id = job.placement.get("id", "")
+        await self._delete_pods(job.key, [p.name for p in self.state.pods_of_placement(job.key, placement_id)], ())
+        current = self._current(job)
+        conditions = cond.set_condition(current.conditions, cond.PLACED, "False", refused.reason, refused.message,
+                                        job.generation)
         await self._patch_status(current, {"placement": None, "replicas": 0, "conditions": conditions})
         await self._event(job, "Warning", refused.reason, refused.message)
 
@@ -361,21 +354,18 @@ class Placer:
 
     # --- other actions --------------------------------------------------------------------------------
 
-    async def _mark_unplaced(self, job: dict[str, Any], decision: Decision, reserving: bool) -> None:
-        meta = job["metadata"]
-        status = job.get("status") or {}
+    async def _mark_unplaced(self, job: JobView, decision: Decision, reserving: bool) -> None:
         reason = "Reserving" if reserving else "Unschedulable"
         message = decision.reason or "no placement"
         if reserving:
             message += "; waited past the starvation limit: its domain is reserved"
-        previous = cond.get(status.get("conditions"), cond.PLACED) or {}
+        previous = job.condition(cond.PLACED)
         if previous.get("reason") == reason and stable_key(previous.get("message", "")) == stable_key(message):
             return  # same binding constraint, only counts moved: no write, no Event
         metrics.PLACEMENT_FAILURES.labels(reason).inc()
         patch = {
-            "queuedSince": status.get("queuedSince") or meta.get("creationTimestamp"),
-            "conditions": cond.set_condition(status.get("conditions"), cond.PLACED, "False", reason, message,
-                                             meta.get("generation")),
+            "queuedSince": job.queued_since,
+            "conditions": cond.set_condition(job.conditions, cond.PLACED, "False", reason, message, job.generation),
         }
         if await self._patch_status(job, patch) is not None:
             await self._event(job, "Warning", reason, message, key=stable_key(message))
@@ -387,11 +377,10 @@ class Placer:
                              *(self._limited(self.api.delete_pod(ns, n, uids.get(n), grace_seconds=0))
                                for n in force))
 
-    async def _act(self, key: Key, job: dict[str, Any], action: Action) -> None:
-        meta = job["metadata"]
-        status = job.get("status") or {}
-        conditions = status.get("conditions")
-        generation = meta.get("generation")
+    async def _act(self, key: Key, job: JobView, action: Action) -> None:
+        status = job.status
+        conditions = job.conditions
+        generation = job.generation
         patch: dict[str, Any]
         match action.kind:
             case Kind.RESUME:
@@ -435,24 +424,24 @@ class Placer:
                 return
         await self._patch_status(job, patch)
 
-    async def _event(self, job: dict[str, Any], type_: str, reason: str, message: str, key: str = "") -> None:
+    async def _event(self, job: JobView, type_: str, reason: str, message: str, key: str = "") -> None:
         """Post an Event; a repeat (same job, reason and key) bumps the existing Event's count."""
         now = cond.now_iso()
-        name = event_name(job, reason, key or message)
+        name = event_name(job.body, reason, key or message)
         count, first = self._events.get(name, (0, now))
         self._events[name] = (count + 1, first)
         if len(self._events) > 10000:  # bounded: forget the oldest half
             for old in list(self._events)[:5000]:
                 del self._events[old]
-        await self.api.post_event(build_event(job, type_, reason, message, now, key or message, count + 1, first),
+        await self.api.post_event(build_event(job.body, type_, reason, message, now, key or message, count + 1, first),
                                   existing=count > 0)
 
     # --- metrics ------------------------------------------------------------------------------------
 
     def _observe(self, snapshot: Snapshot) -> None:
         states: dict[str, int] = {s: 0 for s in ("Queued", "Placed", "Running", "Succeeded", "Failed")}
-        for job in self.state.jobs.values():
-            states[cond.state_of((job.get("status") or {}).get("conditions"))] += 1
+        for body in self.state.jobs.values():
+            states[cond.state_of(JobView(body).conditions)] += 1
         for state, count in states.items():
             metrics.JOBS.labels(state).set(count)
         metrics.observe_capacity(snapshot)

@@ -90,3 +90,70 @@ def _termination(status: Mapping[str, Any]) -> str | None:
             return f"container {cs.get('name')} exited {term.get('exitCode')}: {term.get('reason') or ''} " \
                    f"{term.get('message') or ''}".strip()
     return status.get("reason") or status.get("message")
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A TrainingJob as the operator reads it: typed accessors over the stored body (which the pure
+    builders and status patches still take as is)."""
+
+    body: dict[str, Any]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.body["metadata"]
+
+    @property
+    def namespace(self) -> str:
+        return self.meta["namespace"]
+
+    @property
+    def name(self) -> str:
+        return self.meta["name"]
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    @property
+    def uid(self) -> str | None:
+        return self.meta.get("uid")
+
+    @property
+    def generation(self) -> int | None:
+        return self.meta.get("generation")
+
+    @property
+    def resource_version(self) -> str | None:
+        return self.meta.get("resourceVersion")
+
+    @property
+    def created(self) -> str | None:
+        return self.meta.get("creationTimestamp")
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.meta.get("deletionTimestamp"))
+
+    @property
+    def priority(self) -> int:
+        return int((self.body.get("spec") or {}).get("priority") or 0)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.body.get("status") or {}
+
+    @property
+    def conditions(self) -> list[dict[str, Any]]:
+        return self.status.get("conditions") or []
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        return self.status.get("placement") or {}
+
+    @property
+    def queued_since(self) -> str | None:
+        return self.status.get("queuedSince") or self.created
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        return next((c for c in self.conditions if c.get("type") == type_), {})
