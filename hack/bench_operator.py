@@ -106,24 +106,53 @@ def per_pod(before: Counter[str], after: Counter[str], pods: int) -> dict[str, f
     return out
 
 
-def burst(api: KubeApi, path: str, build) -> dict:
+COMPONENTS = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
+
+
+def cpu_seconds(extra: dict[str, int]) -> dict[str, float]:
+    """user+system CPU seconds of each rig component (and `extra` processes) so far."""
+    pids = {c: int((cluster.STATE / "pids" / f"{c}.pid").read_text()) for c in COMPONENTS}
+    out = {}
+    for name, pid in {**pids, **extra}.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def burst(api: KubeApi, path: str, build, extra: dict[str, int] | None = None) -> dict:
     total = sum(BURST.values())
     watcher = PodWatch()
     before = api_requests(api)
+    cpu_before = cpu_seconds(extra or {})
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda kv: api.request("POST", path, build(*kv)), BURST.items()))
     wait(lambda: len(watcher.bound) >= total, 900, "all burst pods bound", interval=0.2)
     seconds = max(watcher.bound.values()) - t0
+    cpu_after = cpu_seconds(extra or {})
     watcher.stop()
     after = api_requests(api)
     return {"pods": total, "all_bound_seconds": round(seconds, 2), "pods_bound_per_second": round(total / seconds, 1),
-            "api_requests_per_pod": per_pod(before, after, total)}
+            "api_requests_per_pod": per_pod(before, after, total),
+            "cpu_seconds": {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}}
+
+
+def settled(api: KubeApi) -> bool:
+    """Every node Ready and without the node-lifecycle controller's not-ready/unreachable taints
+    (removed a few seconds after a new node turns Ready): both schedulers start from the same cluster."""
+    for node in api.list_all("/api/v1/nodes"):
+        taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+        if taints & {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}:
+            return False
+    return True
 
 
 def start_rig() -> tuple[dict, KubeApi]:
     figures = fresh_cluster("superpod-2k")
     api = KubeApi(workers=32)
+    t0 = time.monotonic()
+    wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
+    figures["nodes_untainted_seconds"] = round(time.monotonic() - t0, 1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     return figures, api
 
@@ -198,7 +227,7 @@ def main() -> None:
     try:
         wait(lambda: b"became leader" in log_path.read_bytes(), 60, "leader")
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
-        figures["railyard"] = burst(api, JOBS, training_job)
+        figures["railyard"] = burst(api, JOBS, training_job, {"railyard-operator": operator.pid})
         base = figures["baseline_batch_jobs"]["pods_bound_per_second"]
         figures["ratio_railyard_to_kube_scheduler_pods_per_second"] = round(
             figures["railyard"]["pods_bound_per_second"] / base, 3)

@@ -164,6 +164,7 @@ class Placer:
             raise
         except ApiException as e:
             if e.status == 409:  # someone wrote since we read: re-read, the next iteration re-decides
+                log.info("job %s/%s: conflict (%s); re-reading", *key, e.reason)
                 fresh = await self.api.get_job(*key)
                 if fresh is not None:
                     self.state.apply_job("MODIFIED", fresh)
