@@ -60,9 +60,10 @@ def _epoch(timestamp: str | None, default: float) -> float:
 
 
 def stable_key(message: str) -> str:
-    """The binding constraint of an Unschedulable message without its live counts: the condition and
-    its Event change when the constraint changes, not every time a count moves."""
-    return re.sub(r"\d+", "#", message)
+    """The binding constraint of an Unschedulable message without its live counts and without the
+    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
+    condition and its Event change when the constraint changes, not every time a count moves."""
+    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
 class CreateRefused(Exception):

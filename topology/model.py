@@ -57,7 +57,7 @@ class Snapshot:
     lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    __slots__ = ("_by_name", "_free", "excluded", "nodes", "requested", "used")
+    __slots__ = ("_by_name", "_free", "excluded", "memo", "nodes", "requested", "used")
 
     def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
                  excluded: tuple[Exclusion, ...] = (),
@@ -68,6 +68,9 @@ class Snapshot:
         self.requested: Mapping[str, Mapping[str, int]] = MappingProxyType(dict(requested or {}))
         self._by_name = {n.name: n for n in self.nodes}
         self._free: dict[str, tuple[int, ...]] = {}
+        # Results of pure functions of the nodes alone (e.g. template eligibility), shared by the
+        # snapshots `allocate` derives, which have the same nodes.
+        self.memo: dict[object, object] = {}
 
     def __repr__(self) -> str:
         return f"Snapshot({len(self.nodes)} nodes, {self.free_gpus} free GPUs, {len(self.excluded)} excluded)"
@@ -108,7 +111,9 @@ class Snapshot:
                 on_node = requested.setdefault(node_name, {})
                 for name, amount in requests.items():
                     on_node[name] = on_node.get(name, 0) + amount
-        return Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested)
+        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested)
+        derived.memo = self.memo
+        return derived
 
     def without_nodes(self, names: frozenset[str]) -> Snapshot:
         if not names:

@@ -8,6 +8,7 @@ decision carries a reason naming the binding constraint.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,16 +83,11 @@ def _eligible(snapshot: Snapshot, request: GangRequest,
               limits: NodeLimits | None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
     """Nodes the template may use, why the others may not, and how many replicas each node's
     non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod rules leave room for."""
-    constraints = PodConstraints(request.pod_spec)
-    unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
+    template_reasons = _template_reasons(snapshot, request)
     rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
     eligible: list[GpuNode] = []
     caps: dict[str, int] = {}
-    for node in snapshot.nodes:
-        if node.gpu_count < request.gpus_per_replica:
-            rejected[f"fewer than {request.gpus_per_replica} GPUs"] += 1
-            continue
-        reason = None if unconstrained else constraints.reject_reason(node)
+    for node, reason in zip(snapshot.nodes, template_reasons, strict=True):
         if reason is None and limits is not None:
             reason = limits.rejected.get(node.name)
         if reason:
@@ -108,6 +104,27 @@ def _eligible(snapshot: Snapshot, request: GangRequest,
             caps[node.name] = min(fit, caps.get(node.name, fit))
         eligible.append(node)
     return eligible, rejected, caps
+
+
+def _template_reasons(snapshot: Snapshot, request: GangRequest) -> list[str | None]:
+    """Per node (in snapshot order), why the template's node constraints rule it out, or None.
+    Depends only on the nodes, so it is memoised on the snapshot: a queue of jobs sharing a template
+    checks every node's taints and labels once, not once per job."""
+    constraints = PodConstraints(request.pod_spec)
+    key = ("template", request.gpus_per_replica, json.dumps(
+        [constraints.node_selector, constraints.terms, constraints.tolerations], sort_keys=True, default=str))
+    cached = snapshot.memo.get(key)
+    if cached is not None:
+        return cached  # type: ignore[return-value]
+    unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
+    reasons: list[str | None] = []
+    for node in snapshot.nodes:
+        if node.gpu_count < request.gpus_per_replica:
+            reasons.append(f"fewer than {request.gpus_per_replica} GPUs")
+        else:
+            reasons.append(None if unconstrained else constraints.reject_reason(node))
+    snapshot.memo[key] = reasons
+    return reasons
 
 
 def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest,
