@@ -222,9 +222,6 @@ class KubeApi:
             if e.status not in (404, 409):
                 raise
 
-    async def create_event(self, event: dict[str, Any]) -> None:
-        await self.post_event(event)
-
     async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:
         """Create an Event, or bump the count of the one with the same name (kube's aggregation)."""
         ns, name = event["metadata"]["namespace"], event["metadata"]["name"]

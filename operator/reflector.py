@@ -18,7 +18,7 @@ from typing import Any
 from railyard.operator import metrics
 from railyard.operator.apiclient import ApiException, KubeApi
 from railyard.operator.state import KINDS
-from railyard.operator.views import pod_view, resource_version
+from railyard.operator.views import pod_view
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.reflector")
@@ -133,4 +133,4 @@ def reflector_sink(state, on_change: Callable[[], None]) -> Sink:
     return sink
 
 
-__all__ = ["KINDS", "Reflector", "reflector_sink", "resource_version"]
+__all__ = ["KINDS", "Reflector", "reflector_sink"]

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID
 from railyard.operator.usage import Usage
 from railyard.operator.views import Key, PodView, pod_view, resource_version
 from railyard.topology.affinity import PodInfo
@@ -304,7 +304,7 @@ def placement_reservations(jobs: Iterable[Mapping[str, Any]]) -> Iterable[dict[s
         if not placement.get("ranks") or finished(status):
             continue
         for rank in placement["ranks"]:
-            yield {"metadata": {"annotations": {"railyard.dev/gpus": ",".join(map(str, rank["gpus"])),
+            yield {"metadata": {"annotations": {ANNOTATION_GPUS: ",".join(map(str, rank["gpus"])),
                                                 ANNOTATION_PLACEMENT_ID: placement.get("id", "")}},
                    "spec": {"nodeName": rank["node"]}, "status": {"phase": "Pending"}}
 

@@ -39,6 +39,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def operator_over(nodes: int) -> tuple[FakeApi, ClusterState, Placer]:
+    """A fake cluster of `nodes` nodes in one TOR, and an operator that has listed it."""
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=nodes))
+    state = synced(api)
+    return api, state, placer_for(state, api)
+
+
+def submit(api: FakeApi, state: ClusterState, body: dict) -> None:
+    """Create a job and let the operator see its ADDED event (and nothing else)."""
+    api.create_job(body)
+    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+
+
 def job_status(api: FakeApi, name: str, ns: str = "default") -> dict:
     return api.objects["trainingjobs"][(ns, name)].get("status") or {}
 
@@ -50,9 +63,7 @@ def placed_reason(api: FakeApi, name: str) -> str | None:
 # --- 1. expectations -------------------------------------------------------------------------------
 
 def test_a_released_gang_is_not_taken_for_deleted_while_the_pod_watch_lags():
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=4))
-    state = synced(api)
-    placer = placer_for(state, api)
+    api, state, placer = operator_over(4)
     api.create_job(make_job("small", 4, gpus=2))
     for kind, event, obj in api.log:  # the job's ADDED event arrives; pod events will not
         if kind == "trainingjobs":
@@ -70,11 +81,8 @@ def test_a_released_gang_is_not_taken_for_deleted_while_the_pod_watch_lags():
 
 
 def test_a_pod_is_gone_only_after_it_was_observed_deleted():
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
-    state = synced(api)
-    placer = placer_for(state, api)
-    api.create_job(make_job("pair", 2))
-    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    api, state, placer = operator_over(2)
+    submit(api, state, make_job("pair", 2))
     run(placer.run_once())
     api.log.clear()
     api._remove("pods", ("default", "pair-1"))  # someone deletes a rank
@@ -249,8 +257,7 @@ def test_pods_are_deleted_with_their_grace_period():
     api.delete_pod = recording  # type: ignore[method-assign]
     state = synced(api)
     placer = placer_for(state, api)
-    api.create_job(make_job("g", 2, annotations={}))
-    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    submit(api, state, make_job("g", 2, annotations={}))
     run(placer.run_once())
     failed = copy.deepcopy(api.objects["pods"][("default", "g-0")])
     failed["status"] = {"phase": "Failed"}
@@ -263,17 +270,13 @@ def test_pods_are_deleted_with_their_grace_period():
 # --- 9. no write storms ----------------------------------------------------------------------------
 
 def test_an_unschedulable_job_writes_once_while_only_counts_change():
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=4))
-    state = synced(api)
-    placer = placer_for(state, api)
-    api.create_job(make_job("huge", 1000))
-    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    api, state, placer = operator_over(4)
+    submit(api, state, make_job("huge", 1000))
     run(placer.run_once())
     assert placed_reason(api, "huge") == "Unschedulable"
     writes = len(api.writes)
     for i in range(5):  # capacity moves (a small job comes and goes), the binding constraint does not
-        api.create_job(make_job(f"filler{i}", 1))
-        state.apply("trainingjobs", "ADDED", api.log[-1][2])
+        submit(api, state, make_job(f"filler{i}", 1))
         run(placer.run_once())
         api.delete_job("default", f"filler{i}")
         for kind, event, obj in api.log[-8:]:
@@ -288,9 +291,7 @@ def test_an_unschedulable_job_writes_once_while_only_counts_change():
 # --- 10. cost per iteration ------------------------------------------------------------------------
 
 def test_an_unschedulable_job_is_not_solved_again_until_capacity_is_freed(monkeypatch):
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
-    state = synced(api)
-    placer = placer_for(state, api)
+    api, state, placer = operator_over(2)
     solves: list[str] = []
     import railyard.operator.placer as placer_module
 
@@ -345,11 +346,8 @@ def test_usage_is_incremental_not_rebuilt_from_every_pod(monkeypatch):
 # --- 3. conditional status writes and the lease clock ----------------------------------------------
 
 def test_a_status_write_against_a_changed_job_is_refused_then_redecided():
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
-    state = synced(api)
-    placer = placer_for(state, api)
-    api.create_job(make_job("edited", 1))
-    state.apply("trainingjobs", "ADDED", api.log[-1][2])
+    api, state, placer = operator_over(2)
+    submit(api, state, make_job("edited", 1))
     # Someone changes the job; the watch has not told the operator yet.
     edited = copy.deepcopy(api.objects["trainingjobs"][("default", "edited")])
     edited["spec"]["priority"] = 7
