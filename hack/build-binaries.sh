@@ -119,13 +119,26 @@ build_kwok() {
   say "kwok $KWOK_VERSION: built in $(( $(stamp) - t0 )) s"
 }
 
+build_helm() {
+  local out="$cache/bin/helm-$HELM_VERSION"
+  if [[ -x $out/helm ]]; then say "helm $HELM_VERSION: cached in $out"; return; fi
+  local t0; t0=$(stamp)
+  mkdir -p "$out.tmp"
+  say "helm $HELM_VERSION: building"
+  GOBIN="$out.tmp" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  say "helm $HELM_VERSION: built in $(( $(stamp) - t0 )) s"
+}
+
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm)
 for t in "${targets[@]}"; do
   case $t in
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     kubernetes) build_kubernetes ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes)" >&2; exit 2 ;;
+    helm) build_helm ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm)" >&2; exit 2 ;;
   esac
 done

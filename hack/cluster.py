@@ -66,6 +66,7 @@ def binary(component: str) -> Path:
     where = {
         "etcd": CACHE / "bin" / f"etcd-{v['ETCD_VERSION']}" / "etcd",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
+        "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
     }
     k8s = CACHE / "bin" / f"kubernetes-{v['KUBERNETES_VERSION']}"
     return where.get(component, k8s / component)

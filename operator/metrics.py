@@ -16,6 +16,9 @@ RELEASE_SECONDS = Histogram("railyard_job_release_seconds", "From TrainingJob cr
                             buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300, 1800, 7200))
 TORS_SPANNED = Histogram("railyard_job_tors_spanned", "TORs a placed gang spans", buckets=(1, 2, 3, 4, 6, 8, 16, 32))
 FREE_GPUS = Gauge("railyard_free_gpus", "GPUs free on usable nodes")
+TOTAL_GPUS = Gauge("railyard_gpus", "GPUs on usable nodes")
+OLDEST_WAIT = Gauge("railyard_queue_oldest_wait_seconds",
+                    "How long the longest-waiting unplaced TrainingJob has waited, by the reason it waits", ["reason"])
 LARGEST_FREE_BLOCK = Gauge("railyard_largest_free_block_nodes", "Most fully free nodes inside one domain", ["tier"])
 PLACEMENTS = Counter("railyard_placements", "Gangs placed")
 PLACEMENT_FAILURES = Counter("railyard_placement_failures", "Placement attempts that failed", ["reason"])
@@ -36,6 +39,7 @@ def serve(port: int) -> bool:
 
 def observe_capacity(snapshot: Snapshot) -> None:
     FREE_GPUS.set(snapshot.free_gpus)
+    TOTAL_GPUS.set(snapshot.total_gpus)
     for level, tier in ((0, "node"), (1, "tor"), (2, "leaf"), (3, "spine")):
         whole: Tally[str] = Tally()
         for node in snapshot.nodes:

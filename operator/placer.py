@@ -66,6 +66,11 @@ def stable_key(message: str) -> str:
     return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
+# Why a job can be waiting for a placement (Placed=False reasons, plus "New": not yet decided).
+WAIT_REASONS = ("New", "Unschedulable", "Reserving", "InvalidSpec", "NameConflict", "BindTimeout", "NodeLost",
+                "StalePods")
+
+
 class CreateRefused(Exception):
     """The API server refused an object the placement needs; `reason` says how the job is marked."""
 
@@ -337,6 +342,7 @@ class Placer:
 
     async def _refuse(self, job: JobView, refused: CreateRefused) -> None:
         """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
+        metrics.PLACEMENT_FAILURES.labels(refused.reason).inc()
         placement_id = job.placement.get("id", "")
         await self._delete_pods(job.key, [p.name for p in self.state.pods_of_placement(job.key, placement_id)], ())
         current = self._current(job)
@@ -398,6 +404,7 @@ class Placer:
                                                           action.message, generation)}
                 await self._event(job, "Warning", action.reason, action.message)
             case Kind.ROLLBACK:
+                metrics.PLACEMENT_FAILURES.labels(action.reason).inc()
                 await self._delete_pods(key, action.pods, action.force)
                 patch = {"placement": None, "replicas": 0,
                          "conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
@@ -442,10 +449,20 @@ class Placer:
 
     def _observe(self, snapshot: Snapshot) -> None:
         states: dict[str, int] = {s: 0 for s in ("Queued", "Placed", "Running", "Succeeded", "Failed")}
+        oldest: dict[str, float] = dict.fromkeys(WAIT_REASONS, 0.0)
+        now = time.time()
         for body in self.state.jobs.values():
-            states[cond.state_of(JobView(body).conditions)] += 1
+            job = JobView(body)
+            state = cond.state_of(job.conditions)
+            states[state] += 1
+            if state == "Queued":
+                reason = job.condition(cond.PLACED).get("reason") or "New"
+                waited = max(0.0, now - _epoch(job.queued_since, now))
+                oldest[reason] = max(oldest.get(reason, 0.0), waited)
         for state, count in states.items():
             metrics.JOBS.labels(state).set(count)
+        for reason, waited in oldest.items():  # reasons are the Placed condition's: a bounded set
+            metrics.OLDEST_WAIT.labels(reason).set(waited)
         metrics.observe_capacity(snapshot)
 
 
