@@ -21,7 +21,8 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-apt_install openssl:openssl
+# promtool and prometheus (alert rule tests, and the e2e test that sees an alert fire).
+apt_install openssl:openssl promtool:prometheus
 if ! command -v go >/dev/null 2>&1; then
   apt_install go:golang-go
 fi
