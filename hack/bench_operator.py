@@ -159,6 +159,9 @@ def start_rig() -> tuple[dict, KubeApi]:
 
 def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
     port = 18080
+    api = KubeApi(workers=1)
+    if not any(n["metadata"]["name"] == "railyard-bench" for n in api.list_all("/api/v1/namespaces")):
+        api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "railyard-bench"}})
     log_path = cluster.STATE / "logs" / f"{name}.log"
     env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(port),
            "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": "railyard-bench"}

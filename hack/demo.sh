@@ -12,6 +12,8 @@ STATE=$(.venv/bin/python hack/cluster.py state-dir)
 PATH="$(.venv/bin/python hack/cluster.py bin-dir):$PATH"
 export KUBECONFIG PATH
 kubectl apply -f crds/ >/dev/null
+# The operator's Lease lives here; the operator itself creates no namespaces.
+kubectl create namespace railyard-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl wait --for=condition=Established crd/trainingjobs.railyard.dev --timeout=30s >/dev/null
 
 pidfile="$STATE/pids/railyard-operator.pid"

@@ -15,7 +15,6 @@ placement writes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -45,7 +44,6 @@ class LeaderElector:
         return time.monotonic() < self._valid_until
 
     async def run(self) -> None:
-        await self._ensure_namespace()
         while True:
             was_leader = self.is_leader()
             started = time.monotonic()
@@ -86,11 +84,6 @@ class LeaderElector:
         lease["spec"]["renewTime"] = None
         self.api.request("PUT", path, lease, timeout=3)
 
-    async def _ensure_namespace(self) -> None:
-        with contextlib.suppress(ApiException):  # 403 without the right, 409 when it exists
-            await self.api.run(self.api.request, "POST", "/api/v1/namespaces",
-                               {"metadata": {"name": self.settings.namespace}})
-
     def _expired(self, lease: dict[str, Any]) -> bool:
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), lease["metadata"].get("resourceVersion"))
@@ -122,6 +115,9 @@ class LeaderElector:
             except ApiException as e2:
                 if e2.status == 409:
                     return False
+                if e2.status == 404:  # the operator creates no namespaces (least privilege)
+                    raise RuntimeError(f"namespace {s.namespace!r} (RAILYARD_NAMESPACE) does not exist: "
+                                       "create it, or install with the Helm chart") from None
                 raise
         spec = lease.setdefault("spec", {})
         mine = spec.get("holderIdentity") == s.identity

@@ -33,6 +33,7 @@ class OperatorProcess:
         env.update(extra_env or {})
         if crash_after:
             env["RAILYARD_TEST_CRASH_AFTER"] = crash_after
+        ensure_namespace(kubeconfig, lease_namespace)  # the operator creates no namespaces
         self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
@@ -51,6 +52,17 @@ class OperatorProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def ensure_namespace(kubeconfig: str, name: str) -> None:
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
 
 
 def wait_for_leader(coordination, namespace: str, timeout: float = 40) -> str:

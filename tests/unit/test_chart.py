@@ -1,0 +1,128 @@
+"""The Helm chart: lint --strict, what `helm template` renders, values validated by the schema, the
+CRD template generated from crds/ without drift, the PrometheusRule equal to the plain rule file.
+helm is built pinned by hack/build-binaries.sh (part of `make test`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "railyard"
+KUBE_VERSION = "1.36.3"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cluster = _load("railyard_rig", REPO / "hack" / "cluster.py")
+sync = _load("railyard_sync_crds", REPO / "hack" / "sync-crds.py")
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    binary = cluster.binary("helm")
+    assert binary.exists(), f"{binary} is missing: run hack/build-binaries.sh helm"
+    return str(binary)
+
+
+def render(helm: str, *sets: str) -> list[dict]:
+    args = [helm, "template", "railyard", str(CHART), "-n", "railyard-system", "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint_strict(helm):
+    out = subprocess.run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_chart_crd_is_generated_from_crds_without_drift():
+    assert sync.drift() == [], "run hack/sync-crds.py"
+
+
+def test_defaults_render_a_hardened_leader_elected_operator(helm):
+    docs = render(helm)
+    assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                                         "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"}
+    crd = by_kind(docs, "CustomResourceDefinition")[0]
+    source = yaml.safe_load((REPO / "crds" / "railyard.dev_trainingjobs.yaml").read_text())
+    assert crd["spec"] == source["spec"]
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    deploy = by_kind(docs, "Deployment")[0]
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["port"] == "health"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RAILYARD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
+    assert by_kind(docs, "Service")[0]["metadata"]["name"] == "railyard"  # the alerts' job label
+
+
+def test_rbac_is_exactly_what_the_operator_uses(helm):
+    docs = render(helm)
+    rules = {(r["apiGroups"][0], res): set(r["verbs"]) for r in by_kind(docs, "ClusterRole")[0]["rules"]
+             for res in r["resources"]}
+    assert rules == {
+        ("", "nodes"): {"list", "watch"},
+        ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
+        ("", "services"): {"create", "get"},
+        ("", "events"): {"create", "patch"},
+        ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
+        ("railyard.dev", "trainingjobs/status"): {"patch"},
+    }
+    assert not any("namespaces" in r["resources"] for r in by_kind(docs, "ClusterRole")[0]["rules"])
+    role = by_kind(docs, "Role")[0]
+    assert role["metadata"]["namespace"] == "railyard-system"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]
+
+
+def test_optional_monitoring_objects_render_the_plain_rule_file(helm):
+    docs = render(helm, "prometheusRule.enabled=true", "prometheusRule.runbookBaseURL=https://docs.example/",
+                  "metrics.serviceMonitor.enabled=true", "dashboard.enabled=true")
+    rule = by_kind(docs, "PrometheusRule")[0]
+    plain = yaml.safe_load((CHART / "files" / "railyard-alerts.yaml").read_text())
+    rendered = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    source = [r for g in plain["groups"] for r in g["rules"]]
+    assert [(r["alert"], r["expr"].strip(), r["for"]) for r in rendered] == \
+        [(r["alert"], r["expr"].strip(), r["for"]) for r in source]
+    assert all(r["annotations"]["runbook_url"].startswith("https://docs.example/docs/runbooks.md#") for r in rendered)
+    assert "{{ $value" in str(rendered), "Prometheus templates must reach Prometheus unexpanded"
+    monitor = by_kind(docs, "ServiceMonitor")[0]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    dashboard = by_kind(docs, "ConfigMap")[0]
+    assert '"title": "Railyard"' in dashboard["data"]["railyard.json"]
+
+
+@pytest.mark.parametrize("bad", ["replicaCount=0", "labelPreset=martian", "image.pullPolicy=Sometimes",
+                                 "metrics.port=70000"])
+def test_the_values_schema_rejects_bad_values(helm, bad):
+    out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "values don't meet the specifications" in out.stderr, out.stderr
