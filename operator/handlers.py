@@ -34,6 +34,8 @@ def new_memo(settings: Settings | None = None) -> kopf.Memo:
 async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
     config: Settings = memo.settings
     settings.posting.level = logging.WARNING
+    # No Kopf resource handlers: nothing to discover, so no need to list CRDs and namespaces (RBAC).
+    settings.scanning.disabled = True
     agent = f"railyard-operator/{config.leader.identity}"
     api = KubeApi(workers=config.api.workers, user_agent=agent)
     # The elector gets its own client and pool: lease renewal never waits behind placement writes.

@@ -11,8 +11,10 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.test_control_plane import apply_crds
+from tests.support.identity import Identity, install, uninstall
 from tests.support.operator import OperatorProcess, wait_for_leader
 from tests.support.poll import poll
+from tests.support.rig import rig_binary
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +24,15 @@ def crds(api_client) -> None:
         poll(lambda n=name: any(c.type == "Established" and c.status == "True"
                                 for c in ext.read_custom_resource_definition(n).status.conditions or []),
              30, f"CRD {name} Established")
+
+
+@pytest.fixture(scope="session")
+def identity(kubeconfig, crds, tmp_path_factory) -> Iterator[Identity]:
+    """Operators in e2e tests run as the Helm chart's ServiceAccount (installed here)."""
+    helm = str(rig_binary("helm"))
+    ident = install(helm, kubeconfig, tmp_path_factory.mktemp("identity"))
+    yield ident
+    uninstall(helm, kubeconfig)
 
 
 @pytest.fixture(scope="session")
@@ -43,14 +54,17 @@ def lease_namespace(core) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def operator(kubeconfig, crds, core, coordination, tmp_path_factory) -> Iterator[OperatorProcess]:
+def operator(identity, crds, core, coordination, tmp_path_factory) -> Iterator[OperatorProcess]:
     lease_ns = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
-    proc = OperatorProcess(kubeconfig, lease_ns, tmp_path_factory.mktemp("operator"))
+    proc = OperatorProcess(identity, lease_ns, tmp_path_factory.mktemp("operator"))
     try:
         wait_for_leader(coordination, lease_ns)
         yield proc
     finally:
         proc.stop()
         print(proc.log_tail(20))
+    # It ran as the chart's ServiceAccount: any refusal means the chart's RBAC is short of a verb.
+    refused = [line for line in proc.log_path.read_text(errors="replace").splitlines() if "Forbidden" in line]
+    assert not refused, f"the chart's RBAC refused the operator: {refused[:3]}"
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(lease_ns)

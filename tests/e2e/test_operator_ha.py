@@ -13,9 +13,9 @@ from tests.support.poll import poll
 pytestmark = pytest.mark.e2e
 
 
-def crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path, job) -> None:
+def crash_after_creating_pods(identity, coordination, custom, namespace, lease_namespace, tmp_path, job) -> None:
     """Run an operator that exits right after creating a gang's pods, before releasing them."""
-    doomed = OperatorProcess(kubeconfig, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
+    doomed = OperatorProcess(identity, lease_namespace, tmp_path, crash_after="pods-created", name="doomed")
     try:
         wait_for_leader(coordination, lease_namespace)
         create_job(custom, namespace, job)
@@ -26,15 +26,15 @@ def crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease
 
 
 def test_operator_killed_between_pod_creation_and_release_leaves_no_partial_gang(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
-    crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path,
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    crash_after_creating_pods(identity, coordination, custom, namespace, lease_namespace, tmp_path,
                               make_job("survivor", 6))
     pods = pods_of(api_client, core, namespace, "survivor")
     assert len(pods) == 6, "the crash point is after all pods were created"
     assert all(p["spec"].get("schedulingGates") for p in pods), "no pod may be released before the crash"
     assert not any(p["spec"].get("nodeName") for p in pods), "gated pods are never bound"
 
-    successor = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="successor")
+    successor = OperatorProcess(identity, lease_namespace, tmp_path, name="successor")
     try:
         bound = wait_bound(api_client, core, namespace, "survivor", 6, timeout=90)
         assert all(not p["spec"].get("schedulingGates") for p in bound)
@@ -47,8 +47,8 @@ def test_operator_killed_between_pod_creation_and_release_leaves_no_partial_gang
 
 
 def test_two_operators_never_place_the_same_gpu_twice(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
-    operators = [OperatorProcess(kubeconfig, lease_namespace, tmp_path, name=f"ha{i}") for i in range(2)]
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    operators = [OperatorProcess(identity, lease_namespace, tmp_path, name=f"ha{i}") for i in range(2)]
     try:
         wait_for_leader(coordination, lease_namespace)
         shapes = [(1, 8), (2, 4), (1, 2), (2, 8)]
@@ -77,10 +77,10 @@ def test_two_operators_never_place_the_same_gpu_twice(
 
 
 def test_gang_that_cannot_be_bound_is_replanned(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
     # Stop an operator between pod creation and release, let a foreign pod take the GPUs of rank 0's
     # node behind Railyard's back (as another scheduler would), then let a new operator release.
-    crash_after_creating_pods(kubeconfig, coordination, custom, namespace, lease_namespace, tmp_path,
+    crash_after_creating_pods(identity, coordination, custom, namespace, lease_namespace, tmp_path,
                               make_job("contested", 4))
     first = {p["metadata"]["name"]: pinned_node(p["spec"])
              for p in pods_of(api_client, core, namespace, "contested")}
@@ -89,7 +89,7 @@ def test_gang_that_cannot_be_bound_is_replanned(
         "metadata": {"name": "squatter"},
         "spec": {"nodeName": taken, "containers": [{"name": "c", "image": "registry.invalid/x:0",
                                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
-    successor = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="successor",
+    successor = OperatorProcess(identity, lease_namespace, tmp_path, name="successor",
                                 extra_env={"RAILYARD_BIND_TIMEOUT_SECONDS": "5"})
     try:
         def replanned() -> list[dict] | None:

@@ -19,13 +19,13 @@ def pinned(name: str, replicas: int, tor: str) -> dict:
     return body
 
 
-def test_starving_gang_reserves_its_domain(kubeconfig, crds, api_client, core, custom, coordination, namespace,
+def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, custom, coordination, namespace,
                                            lease_namespace, tmp_path):
     sizes = Counter((n.metadata.labels or {}).get("topology.railyard.dev/tor") for n in core.list_node().items)
     sizes.pop(None, None)
     size = min(sizes.values())
     tors = sorted(t for t, count in sizes.items() if count == size)
-    op = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="queue",
+    op = OperatorProcess(identity, lease_namespace, tmp_path, name="queue",
                          extra_env={"RAILYARD_STARVATION_SECONDS": "0"})
     try:
         wait_for_leader(coordination, lease_namespace)

@@ -36,8 +36,8 @@ def events_of(core, namespace: str, name: str, reason: str | None = None) -> lis
 
 
 def test_a_lagging_pod_watch_never_fails_a_released_gang(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
-    laggard = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="laggard",
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    laggard = OperatorProcess(identity, lease_namespace, tmp_path, name="laggard",
                               extra_env={"RAILYARD_TEST_POD_WATCH_DELAY_SECONDS": "6"})
     try:
         wait_for_leader(coordination, lease_namespace)
@@ -70,13 +70,13 @@ def _audited_writes(log: Path, agent: str, since: float) -> list[dict]:
 
 
 def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(
-        kubeconfig, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
     audit = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard")) / "cluster" / "audit.log"
     if not (os.environ.get("RAILYARD_LOCAL_RIG") and audit.exists()):
         pytest.skip("needs the local rig's API server audit log to count the old leader's requests")
-    first = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="frozen")
+    first = OperatorProcess(identity, lease_namespace, tmp_path, name="frozen")
     holder = wait_for_leader(coordination, lease_namespace)
-    second = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="standby")
+    second = OperatorProcess(identity, lease_namespace, tmp_path, name="standby")
     try:
         assert f"started as {holder}" in first.log_path.read_text(errors="replace")
         names = [f"burst-{i}" for i in range(24)]
@@ -174,13 +174,13 @@ def _health(port: int) -> requests.Response | None:
 
 
 def test_liveness_probe_reports_the_loop_and_fails_when_it_stalls(
-        operator, kubeconfig, crds, coordination, lease_namespace, tmp_path):
+        operator, identity, crds, coordination, lease_namespace, tmp_path):
     healthy = poll(lambda: (r := _health(operator.health_port)) is not None and r.status_code == 200 and r, 30,
                    "a healthy liveness probe")
     body = healthy.json()
     assert "iterations" in body["placementLoop"] and body["state"]["ready"] is True
     # An operator whose stall limit is zero sees its own loop as stalled: liveness must fail.
-    stalled = OperatorProcess(kubeconfig, lease_namespace, tmp_path, name="stalled",
+    stalled = OperatorProcess(identity, lease_namespace, tmp_path, name="stalled",
                               extra_env={"RAILYARD_STALL_SECONDS": "0"})
     try:
         # (a Response with an error status is falsy: poll on the status code itself)

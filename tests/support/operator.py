@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from tests.support.identity import Identity
 from tests.support.poll import poll
 
 
@@ -20,11 +21,12 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: str, lease_namespace: str, log_dir: Path, crash_after: str | None = None,
+    def __init__(self, identity: Identity, lease_namespace: str, log_dir: Path, crash_after: str | None = None,
                  name: str = "op", extra_env: dict[str, str] | None = None) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
-        env = {**os.environ, "KUBECONFIG": kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
+        identity.prepare(lease_namespace)  # the operator creates no namespaces
+        env = {**os.environ, "KUBECONFIG": identity.kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
                "RAILYARD_METRICS_PORT": str(self.metrics_port),
                "RAILYARD_HEALTH_PORT": str(self.health_port), "RAILYARD_LEASE_SECONDS": "6",
                "RAILYARD_RENEW_SECONDS": "1", "RAILYARD_RESYNC_SECONDS": "2",
@@ -33,7 +35,6 @@ class OperatorProcess:
         env.update(extra_env or {})
         if crash_after:
             env["RAILYARD_TEST_CRASH_AFTER"] = crash_after
-        ensure_namespace(kubeconfig, lease_namespace)  # the operator creates no namespaces
         self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
@@ -52,17 +53,6 @@ class OperatorProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
-
-
-def ensure_namespace(kubeconfig: str, name: str) -> None:
-    from kubernetes import client, config
-
-    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-    try:
-        core.create_namespace({"metadata": {"name": name}})
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
 
 
 def wait_for_leader(coordination, namespace: str, timeout: float = 40) -> str:

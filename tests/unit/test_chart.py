@@ -4,37 +4,25 @@ helm is built pinned by hack/build-binaries.sh (part of `make test`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.support.rig import load_hack_module, rig_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "railyard"
 KUBE_VERSION = "1.36.3"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster = _load("railyard_rig", REPO / "hack" / "cluster.py")
-sync = _load("railyard_sync_crds", REPO / "hack" / "sync-crds.py")
+sync = load_hack_module("sync_crds", "sync-crds.py")
 
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    binary = cluster.binary("helm")
-    assert binary.exists(), f"{binary} is missing: run hack/build-binaries.sh helm"
-    return str(binary)
+    return str(rig_binary("helm"))
 
 
 def render(helm: str, *sets: str) -> list[dict]:

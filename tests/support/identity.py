@@ -1,0 +1,78 @@
+"""The identity e2e operator processes run as: the Helm chart's ServiceAccount, installed into the
+cluster under test, so every e2e test of the operator also proves the chart's RBAC is enough."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASE = "railyard-e2e"
+NAMESPACE = "railyard-e2e"
+FULLNAME = f"{RELEASE}-railyard"  # charts/railyard/templates/_helpers.tpl
+
+
+@dataclass
+class Identity:
+    admin_kubeconfig: str
+    kubeconfig: str  # the ServiceAccount's token
+    leader_role: dict[str, Any]  # the chart's Role for leases, to grant in other lease namespaces
+
+    def prepare(self, namespace: str) -> None:
+        """Create the lease namespace and grant the chart's lease Role there (the operator creates no
+        namespaces, and its Role lives in the release namespace)."""
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=self.admin_kubeconfig)
+        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+        role = copy.deepcopy(self.leader_role)
+        role["metadata"] = {"name": role["metadata"]["name"], "namespace": namespace}
+        binding = {"metadata": {"name": role["metadata"]["name"], "namespace": namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                               "name": role["metadata"]["name"]},
+                   "subjects": [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]}
+        for create, args in ((core.create_namespace, ({"metadata": {"name": namespace}},)),
+                             (rbac.create_namespaced_role, (namespace, role)),
+                             (rbac.create_namespaced_role_binding, (namespace, binding))):
+            try:
+                create(*args)
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+
+
+def install(helm: str, admin_kubeconfig: str, workdir: Path) -> Identity:
+    """helm install the chart (CRD left to the test fixtures, one simulated replica), then a
+    kubeconfig with a token of the chart's ServiceAccount."""
+    from kubernetes import client, config
+
+    run = subprocess.run([helm, "upgrade", "--install", RELEASE, str(REPO / "charts" / "railyard"), "-n", NAMESPACE,
+                          "--create-namespace", "--kubeconfig", admin_kubeconfig, "--set", "crds.install=false",
+                          "--set", "replicaCount=1"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    api = config.new_client_from_config(config_file=admin_kubeconfig)
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        FULLNAME, NAMESPACE, {"spec": {"expirationSeconds": 7200}}).status.token
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin.get("current-context")) \
+        if admin.get("current-context") else admin["contexts"][0]
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    path = workdir / "railyard-sa.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "railyard",
+        "clusters": [{"name": "c", "cluster": cluster["cluster"]}],
+        "users": [{"name": "railyard", "user": {"token": token}}],
+        "contexts": [{"name": "railyard", "context": {"cluster": "c", "user": "railyard"}}],
+    }))
+    role = client.RbacAuthorizationV1Api(api).read_namespaced_role(f"{FULLNAME}-leader", NAMESPACE)
+    return Identity(admin_kubeconfig, str(path), api.sanitize_for_serialization(role))
+
+
+def uninstall(helm: str, admin_kubeconfig: str) -> None:
+    subprocess.run([helm, "uninstall", RELEASE, "-n", NAMESPACE, "--kubeconfig", admin_kubeconfig],
+                   capture_output=True, text=True)
