@@ -238,7 +238,8 @@ class KubeApi:
                         raise
             await self.run(self.request, "POST", path, event)
         except (ApiException, Fenced) as e:  # events are best effort
-            log.warning("could not post event %s: %s", event.get("reason"), getattr(e, "reason", e))
+            detail = e.body if isinstance(e, ApiException) and e.body else ""
+            log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
 
     # --- Leases (used by the elector on its own KubeApi, never queued behind placement) ------------
 
