@@ -3,6 +3,9 @@
     railyard plan --nodes NODES.yaml [--pods PODS.yaml] --jobs JOBS.yaml [--output table|json]
     railyard plan --kubeconfig ~/.kube/config --jobs JOBS.yaml      # "where would this go now?"
     railyard status [--namespace NS]                                  # where did my jobs land?
+    railyard jobs [-n NS] [-o table|json]                             # placement summary
+    railyard topology [-o table|json]                                 # TORs x nodes, GPUs by job, rails
+    railyard explain JOB [-n NS] [-o table|json]                      # why does it wait?
     railyard bench [--quick]
     railyard operator
 
@@ -83,6 +86,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from railyard.operator.live import list_jobs
+    from railyard.operator.report import job_rows, render_jobs
+
+    rows = job_rows(list_jobs(args.kubeconfig, args.namespace))
+    print(json.dumps(rows) if args.output == "json" else render_jobs(rows))
+    return 0
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from railyard.operator.live import cluster_topology
+    from railyard.operator.report import render_topology
+
+    view = cluster_topology(args.kubeconfig, resolve_scheme(args.labels))
+    print(json.dumps(view) if args.output == "json" else render_topology(view, colour=sys.stdout.isatty()))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from railyard.operator.live import explain_job
+    from railyard.operator.report import render_explanation
+
+    info = explain_job(args.kubeconfig, resolve_scheme(args.labels), args.namespace, args.job)
+    print(json.dumps(info) if args.output == "json" else render_explanation(info))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from railyard.topology.bench.run import run_bench
 
@@ -113,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--namespace", "-n", help="only this namespace")
     st.add_argument("--labels", default="native", help="label preset(s)")
     st.set_defaults(func=cmd_status)
+    for name, func, helptext in (("jobs", cmd_jobs, "placement summary of the cluster's TrainingJobs"),
+                                 ("topology", cmd_topology, "TOR x node map of GPUs by job, in rail order"),
+                                 ("explain", cmd_explain, "why a TrainingJob waits, per tier and node")):
+        c = sub.add_parser(name, help=helptext)
+        if name == "explain":
+            c.add_argument("job", help="TrainingJob name")
+        c.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
+        c.add_argument("--namespace", "-n", default="default" if name == "explain" else None)
+        c.add_argument("--labels", default="native", help="label preset(s)")
+        c.add_argument("--output", "-o", choices=("table", "json"), default="table")
+        c.set_defaults(func=func)
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")
     b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")
     b.set_defaults(func=cmd_bench)

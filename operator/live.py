@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from railyard.operator.apiclient import ApiException, KubeApi
+from railyard.operator.builders import pod_labels
 from railyard.operator.keys import ANNOTATION_GPUS, LABEL_JOB, LABEL_RANK
+from railyard.operator.report import explanation, topology
 from railyard.operator.state import placement_reservations
+from railyard.topology.affinity import PodInfo, node_limits
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 from railyard.topology.labels import LabelScheme
 from railyard.topology.nodes import build_snapshot, parse_gpu_annotation
 from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, Placement
+from railyard.topology.solver import Decision, Placement, excluded_nodes, solve
 
 JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
@@ -69,3 +72,46 @@ def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str 
                      parse_gpu_annotation(p["metadata"]["annotations"][ANNOTATION_GPUS])) for p in bound]
         decisions.append(Decision(request, Placement.from_replicas(replicas), None))
     return PlanResult(tuple(decisions), before, after, 0.0)
+
+
+def list_jobs(kubeconfig: str | None, namespace: str | None = None) -> list[dict[str, Any]]:
+    jobs = _jobs(KubeApi(workers=1, kubeconfig=kubeconfig))
+    return [j for j in jobs if namespace is None or j["metadata"]["namespace"] == namespace]
+
+
+def cluster_topology(kubeconfig: str | None, scheme: LabelScheme) -> dict[str, Any]:
+    api = KubeApi(workers=1, kubeconfig=kubeconfig)
+    nodes = api.list_all("/api/v1/nodes")
+    pods = api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
+    return topology(build_snapshot(nodes, pods, scheme), pods)
+
+
+def explain_job(kubeconfig: str | None, scheme: LabelScheme, namespace: str, name: str) -> dict[str, Any]:
+    """Why a job waits: the solver on the live cluster (without the job's own pods and placement),
+    the nodes it may not use and why, its conditions and events."""
+    api = KubeApi(workers=1, kubeconfig=kubeconfig)
+    try:
+        job = api.request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+    except ApiException as e:
+        if e.status == 404:
+            raise ValueError(f"TrainingJob {namespace}/{name} not found") from None
+        raise
+    nodes = api.list_all("/api/v1/nodes")
+    pods = [p for p in api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
+            if not (p["metadata"]["namespace"] == namespace
+                    and (p["metadata"].get("labels") or {}).get(LABEL_JOB) == name)]
+    others = [j for j in _jobs(api) if (j["metadata"]["namespace"], j["metadata"]["name"]) != (namespace, name)]
+    snapshot = build_snapshot(nodes, pods + list(placement_reservations(others)), scheme)
+    events = api.list_all(f"/api/v1/namespaces/{namespace}/events",
+                          [("fieldSelector", f"involvedObject.name={name},involvedObject.kind=TrainingJob")])
+    events.sort(key=lambda e: e.get("lastTimestamp") or "")
+    try:
+        request = GangRequest.from_job(TrainingJob.model_validate(job))
+    except ValueError as e:
+        return explanation(job, f"invalid spec: {e}", False, {}, events[-10:])
+    infos = [PodInfo(p["metadata"]["namespace"], p["metadata"].get("labels") or {}, p["spec"]["nodeName"])
+             for p in pods if (p.get("spec") or {}).get("nodeName")]
+    limits = node_limits(request.pod_spec, namespace, pod_labels(job), infos, snapshot.nodes)
+    decision = solve(snapshot, request, limits)
+    return explanation(job, decision.reason, decision.placed, excluded_nodes(snapshot, request, limits),
+                       events[-10:])

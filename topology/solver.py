@@ -79,8 +79,15 @@ class _Candidate:
     slots: list[tuple[GpuNode, int]]
 
 
-def _eligible(snapshot: Snapshot, request: GangRequest,
-              limits: NodeLimits | None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
+def excluded_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = None) -> dict[str, str]:
+    """Every node this gang may not use, and why (for `railyard explain`)."""
+    why: dict[str, str] = {e.node: e.reason for e in snapshot.excluded}
+    _eligible(snapshot, request, limits, why)
+    return why
+
+
+def _eligible(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None,
+              why: dict[str, str] | None = None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
     """Nodes the template may use, why the others may not, and how many replicas each node's
     non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod rules leave room for."""
     template_reasons = _template_reasons(snapshot, request)
@@ -92,6 +99,8 @@ def _eligible(snapshot: Snapshot, request: GangRequest,
             reason = limits.rejected.get(node.name)
         if reason:
             rejected[reason] += 1
+            if why is not None:
+                why[node.name] = reason
             continue
         if limits is not None and node.name in limits.caps:
             caps[node.name] = limits.caps[node.name]
@@ -100,6 +109,8 @@ def _eligible(snapshot: Snapshot, request: GangRequest,
                                              _GPU_ONLY)
             if fit == 0:
                 rejected[f"insufficient {binding}"] += 1
+                if why is not None:
+                    why[node.name] = f"insufficient {binding}"
                 continue
             caps[node.name] = min(fit, caps.get(node.name, fit))
         eligible.append(node)
