@@ -99,6 +99,7 @@ class Placer:
         self._limit = asyncio.Semaphore(settings.api.workers)
         self._failures: dict[Key, _Failure] = {}
         self._events: dict[str, tuple[int, str]] = {}  # event name -> (count, firstTimestamp)
+        self._job_series = metrics.JobSeries(settings.metrics.job_limit)
         self.last_iteration = time.monotonic()  # liveness: the loop is turning
         self.iterations = 0
 
@@ -450,11 +451,13 @@ class Placer:
     def _observe(self, snapshot: Snapshot) -> None:
         states: dict[str, int] = {s: 0 for s in ("Queued", "Placed", "Running", "Succeeded", "Failed")}
         oldest: dict[str, float] = dict.fromkeys(WAIT_REASONS, 0.0)
+        per_job: list[tuple[str, str, str, int | None, int]] = []
         now = time.time()
         for body in self.state.jobs.values():
             job = JobView(body)
             state = cond.state_of(job.conditions)
             states[state] += 1
+            per_job.append((job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0))
             if state == "Queued":
                 reason = job.condition(cond.PLACED).get("reason") or "New"
                 waited = max(0.0, now - _epoch(job.queued_since, now))
@@ -463,6 +466,7 @@ class Placer:
             metrics.JOBS.labels(state).set(count)
         for reason, waited in oldest.items():  # reasons are the Placed condition's: a bounded set
             metrics.OLDEST_WAIT.labels(reason).set(waited)
+        self._job_series.update(per_job)
         metrics.observe_capacity(snapshot)
 
 

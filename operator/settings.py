@@ -47,6 +47,8 @@ class ApiSettings:
 @dataclass(frozen=True)
 class MetricsSettings:
     port: int = field(default_factory=lambda: int(_env("METRICS_PORT", "8080")))
+    # Per-job series are published for at most this many jobs (bounded cardinality).
+    job_limit: int = field(default_factory=lambda: int(_env("JOB_METRICS_LIMIT", "2000")))
 
 
 @dataclass(frozen=True)

@@ -58,3 +58,21 @@ def test_explanation_groups_excluded_nodes_by_reason():
     assert info["excludedNodes"]["nodeSelector"] == {"count": 2, "examples": ["n2", "n3"]}
     text = render_explanation(info)
     assert "Why it waits" in text and "requiredTier tor" in text and "2  nodeSelector" in text and "x3" in text
+
+
+def test_per_job_series_follow_the_jobs_and_stay_bounded():
+    from prometheus_client import REGISTRY
+    from railyard.operator.metrics import JobSeries
+
+    def value(name, **labels):
+        return REGISTRY.get_sample_value(name, labels)
+
+    series = JobSeries(limit=2)
+    series.update([("ml", "a", "Queued", None, 0), ("ml", "b", "Placed", 2, 4), ("ml", "c", "Placed", 1, 1)])
+    assert value("railyard_job_state", namespace="ml", job="a", state="Queued") == 1
+    assert value("railyard_job_tors", namespace="ml", job="b") == 2
+    assert value("railyard_job_state", namespace="ml", job="c", state="Placed") is None, "over the limit"
+    series.update([("ml", "a", "Running", 3, 8)])
+    assert value("railyard_job_state", namespace="ml", job="a", state="Queued") is None
+    assert value("railyard_job_state", namespace="ml", job="a", state="Running") == 1
+    assert value("railyard_job_replicas", namespace="ml", job="b") is None, "a deleted job's series go"
