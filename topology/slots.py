@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import combinations
 
 from railyard.topology.model import GpuNode
 
@@ -54,6 +55,35 @@ def natural_targets(
     shape = GpuNode("shape", "", "", "", rails, numa, nvlink)
     groups = _locality_groups(shape, range(len(rails)), size)
     return tuple(dict.fromkeys(tuple(sorted(rails[i] for i in g)) for g in groups))
+
+
+FreePattern = tuple[tuple[int, int], ...]  # sorted (rail, free GPUs on it) of one node
+
+
+def free_pattern(node: GpuNode, free: Sequence[int]) -> FreePattern:
+    return tuple(sorted(free_rail_counts(node, free).items()))
+
+
+def capacity_targets(patterns: Counter[FreePattern], size: int, limit: int,
+                     max_enumerated_gpus: int = 16) -> list[RailTarget]:
+    """The rail targets offering the most replica slots over these free-rail patterns (pattern -> how
+    many nodes have it), found by trying every size-`size` sub-multiset of every pattern. Targets from
+    empty-node groupings alone miss alignments that partly used nodes still allow; this finds the
+    target with the most slots exactly (nodes of more than `max_enumerated_gpus` free GPUs are left
+    to the natural targets, to keep the enumeration small)."""
+    totals: dict[RailTarget, int] = {}
+    for pattern in patterns:
+        rails = tuple(rail for rail, count in pattern for _ in range(count))
+        if len(rails) > max_enumerated_gpus:
+            continue
+        for target in set(combinations(rails, size)):
+            if target in totals:
+                continue
+            need = Counter(target)
+            totals[target] = sum(nodes * min(dict(p).get(rail, 0) // times for rail, times in need.items())
+                                 for p, nodes in patterns.items())
+    ranked = sorted(((t, n) for t, n in totals.items() if n > 0), key=lambda kv: (-kv[1], kv[0]))
+    return [t for t, _ in ranked[:limit]]
 
 
 def _closeness(node: GpuNode, anchor: int, gpu: int) -> tuple[int, int, int]:

@@ -22,7 +22,16 @@ from railyard.topology.quality import domains_spanned, rail_aligned, rails_of, r
 from railyard.topology.ranks import local_rank_order, order_replicas
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
-from railyard.topology.slots import RailTarget, free_rail_counts, natural_targets, pick_gpus, slots_for_target
+from railyard.topology.slots import (
+    FreePattern,
+    RailTarget,
+    capacity_targets,
+    free_pattern,
+    free_rail_counts,
+    natural_targets,
+    pick_gpus,
+    slots_for_target,
+)
 from railyard.topology.tiers import RailAlignment, Tier
 
 _TIER_LABEL = {0: "node", 1: "TOR", 2: "leaf", 3: "spine"}
@@ -158,20 +167,28 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
     if request.rail_alignment == RailAlignment.NONE or request.replicas == 1:
         return [unaligned]  # a single replica has no peers to align with
     weights: Counter[RailTarget] = Counter()
-    for node, _ in frees:
+    patterns: Counter[FreePattern] = Counter()
+    rail_counts: dict[str, Counter[int]] = {}
+    for node, free in frees:
         if node.gpu_count == size:
             weights[tuple(sorted(node.rails))] += 1  # whole-node replicas: the node's rails
         else:
             for target in natural_targets(node.rails, node.numa, node.nvlink, size):
                 weights[target] += 1
+            rail_counts[node.name] = free_rail_counts(node, free)
+            patterns[free_pattern(node, free)] += 1
+    targets = [t for t, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_RAIL_TARGETS]]
+    # Plus the targets the free GPUs actually offer most slots for: partly used nodes may align on
+    # rails no empty-node grouping suggests.
+    targets += [t for t in capacity_targets(patterns, size, _MAX_RAIL_TARGETS) if t not in targets]
     aligned: list[_Candidate] = []
-    for target, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_RAIL_TARGETS]:
+    for target in targets:
         slots: list[tuple[GpuNode, int]] = []
         for node, free in frees:
             if node.gpu_count == size:
                 count = int(len(free) == size and tuple(sorted(node.rails)) == target)
             else:
-                count = slots_for_target(free_rail_counts(node, free), target)
+                count = slots_for_target(rail_counts[node.name], target)
             if count:
                 slots.append((node, count))
         aligned.append(_Candidate(target, slots))

@@ -1,0 +1,79 @@
+"""railAlignment: required finds a rail-aligned placement whenever one exists (brute-force oracle on
+tiny clusters), including on partly used nodes whose free GPUs fit no empty-node grouping."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import combinations_with_replacement
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+from railyard.topology.tiers import RailAlignment
+
+EIGHT = tuple(range(8))
+
+
+def node(name: str, rails: tuple[int, ...] = EIGHT) -> GpuNode:
+    return GpuNode(name, "s", "l", "t", rails, tuple(i // 4 for i in range(len(rails))), (0,) * len(rails))
+
+
+def required(replicas: int, size: int) -> GangRequest:
+    return GangRequest("j", replicas, size, rail_alignment=RailAlignment.REQUIRED)
+
+
+def test_partly_used_nodes_align_on_the_rails_they_have_free():
+    # GPUs 0, 3, 4 and 7 busy on both nodes: free rails 1, 2, 5, 6 - no empty-node grouping of 4.
+    snap = Snapshot((node("a"), node("b")), {"a": frozenset({0, 3, 4, 7}), "b": frozenset({0, 3, 4, 7})})
+    decision = solve(snap, required(2, 4))
+    assert decision.placement is not None, decision.reason
+    assert [sorted(r.gpus) for r in decision.placement.replicas] == [[1, 2, 5, 6], [1, 2, 5, 6]]
+    assert decision.placement.rail_aligned
+
+
+def rails_of(n: GpuNode, gpus) -> tuple[int, ...]:
+    return tuple(sorted(n.rails[g] for g in gpus))
+
+
+def oracle(snap: Snapshot, replicas: int, size: int) -> bool:
+    """Some multiset of rails gives enough disjoint replicas over all nodes."""
+    rails = sorted({r for n in snap.nodes for r in n.rails})
+    for target in combinations_with_replacement(rails, size):
+        need = Counter(target)
+        total = 0
+        for n in snap.nodes:
+            free = Counter(n.rails[g] for g in snap.free(n))
+            total += min(free[r] // k for r, k in need.items())
+        if total >= replicas:
+            return True
+    return False
+
+
+@st.composite
+def clusters(draw):
+    nodes = []
+    used = {}
+    for i in range(draw(st.integers(1, 3))):
+        layout = draw(st.sampled_from(["rail-per-gpu", "two-per-rail", "random"]))
+        if layout == "rail-per-gpu":
+            rails = EIGHT
+        elif layout == "two-per-rail":
+            rails = tuple(g // 2 for g in range(8))
+        else:
+            rails = tuple(draw(st.lists(st.integers(0, 7), min_size=8, max_size=8)))
+        n = node(f"n{i}", rails)
+        nodes.append(n)
+        used[n.name] = frozenset(draw(st.sets(st.integers(0, 7), max_size=6)))
+    return Snapshot(tuple(nodes), used)
+
+
+@settings(max_examples=300, deadline=None)
+@given(snap=clusters(), replicas=st.integers(2, 5), size=st.integers(1, 4))
+def test_required_alignment_places_exactly_when_brute_force_can(snap, replicas, size):
+    decision = solve(snap, required(replicas, size))
+    assert decision.placed == oracle(snap, replicas, size), decision.reason
+    if decision.placement is not None:
+        aligned = {rails_of(snap.node(r.node), r.gpus) for r in decision.placement.replicas}
+        assert len(aligned) == 1, aligned
