@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.domains import Selection, build_tree, objective_for, select_best
@@ -322,8 +323,45 @@ def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = 
     if request.gpus_per_replica < 0 or request.replicas < 1:
         return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
     nodes, rejected, caps = _eligible(snapshot, request, limits)
-    candidates = _candidates(snapshot, nodes, request, caps)
+    groups = _product_groups(nodes, request)
     best: tuple | None = None
+    chosen: _Option | None = None
+    for group in groups:
+        key, option = _best_in(snapshot, request, _candidates(snapshot, group, request, caps))
+        if option is not None and (best is None or key < best):
+            best, chosen = key, option
+    if chosen is None:
+        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, request, caps))
+        if len(groups) > 1:
+            sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g in groups)
+            reason += f"; GPU products are not mixed in one gang: {sizes}"
+        return Decision(request, None, reason)
+    return Decision(request, _materialise(snapshot, chosen, request), None)
+
+
+_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def mixing_allowed(pod_spec: Mapping[str, Any]) -> bool:
+    """A template may accept several GPU products in one gang by listing them in a required node
+    affinity term (`nvidia.com/gpu.product In [a, b]`); otherwise a gang stays on one product."""
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return any(e.get("key") == _PRODUCT_LABEL and e.get("operator") == "In" and len(e.get("values") or []) > 1
+               for t in affinity.get("nodeSelectorTerms") or [] for e in t.get("matchExpressions") or [])
+
+
+def _product_groups(nodes: list[GpuNode], request: GangRequest) -> list[list[GpuNode]]:
+    """The node sets a gang may be placed on: one per GPU product (nodes without the product label
+    form their own group), or all nodes together when the template accepts mixing."""
+    products = {n.product for n in nodes}
+    if len(products) <= 1 or mixing_allowed(request.pod_spec):
+        return [nodes]
+    return [[n for n in nodes if n.product == p] for p in sorted(products)]
+
+
+def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candidate]) -> tuple[tuple, _Option | None]:
+    best: tuple = ()
     chosen: _Option | None = None
     for index, candidate in enumerate(candidates):
         fit = min(request.replicas, _largest_scope(candidate, request))
@@ -337,11 +375,9 @@ def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = 
         objective, cap, scope = _option_key(option, request)
         misaligned = candidate.target is None and option.selection.counts[0] > 1
         key = (-fit, objective, misaligned, option.selection.broken, cap, scope, index)
-        if best is None or key < best:
+        if chosen is None or key < best:
             best, chosen = key, option
-    if chosen is None:
-        return Decision(request, None, _explain(request, nodes, rejected, candidates))
-    return Decision(request, _materialise(snapshot, chosen, request), None)
+    return best, chosen
 
 
 def _option_key(option: _Option, request: GangRequest) -> tuple:

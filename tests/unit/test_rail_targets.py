@@ -77,3 +77,21 @@ def test_required_alignment_places_exactly_when_brute_force_can(snap, replicas, 
     if decision.placement is not None:
         aligned = {rails_of(snap.node(r.node), r.gpus) for r in decision.placement.replicas}
         assert len(aligned) == 1, aligned
+
+
+def test_a_gang_never_mixes_gpu_products_unless_its_template_lists_several():
+    h100 = [GpuNode(f"h{i}", "s", "l", "t", EIGHT, (0,) * 8, (0,) * 8, product="H100",
+                     labels={"nvidia.com/gpu.product": "H100"}) for i in range(4)]
+    a100 = [GpuNode(f"a{i}", "s", "l", "t", EIGHT, (0,) * 8, (0,) * 8, product="A100",
+                     labels={"nvidia.com/gpu.product": "A100"}) for i in range(4)]
+    snap = Snapshot(tuple(sorted(h100 + a100, key=lambda n: n.name)))
+    small = solve(snap, GangRequest("j", 3, 8))
+    assert len({snap.node(r.node).product for r in small.placement.replicas}) == 1
+    big = solve(snap, GangRequest("j", 6, 8))
+    assert big.placement is None and "GPU products are not mixed in one gang: A100 (4 nodes), H100 (4 nodes)" \
+        in big.reason
+    both = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A100", "H100"]}]}]}}},
+        "containers": [{"name": "c"}]}
+    mixed = solve(snap, GangRequest("j", 6, 8, pod_spec=both))
+    assert mixed.placement is not None and len({snap.node(r.node).product for r in mixed.placement.replicas}) == 2
