@@ -1,0 +1,155 @@
+"""Replacement placement after node loss: keep every healthy rank where it is, re-home only the lost
+ranks, next to where they were.
+
+Rules (Kueue's node hot swap, extended to many nodes at once, as kueue#14244 asks):
+- survivors keep node, GPUs and rank; the snapshot given still counts their GPUs as used;
+- replacements stay inside the domain of the job's required tier that the survivors occupy;
+- each lost rank prefers a node in its lost node's TOR, then leaf, then spine (distance 1..4), on the
+  placement's rails (required alignment: only the same rails; preferred: off-rail slots come last);
+- the lost ranks are matched to replacement slots jointly, as one assignment problem
+  (`scipy.optimize.linear_sum_assignment` over ranks x slots, cost = topology distance, then best
+  fit), so the ranks of several lost nodes never compete one at a time for the nearest node.
+A lost rank inherits its position (rank number, hence its tensor/pipeline/data coordinates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from railyard.topology.affinity import NodeLimits
+from railyard.topology.eligibility import PodConstraints
+from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.request import GangRequest
+from railyard.topology.resources import replicas_that_fit
+from railyard.topology.slots import RailTarget, free_rail_counts, pick_gpus, slots_for_target
+from railyard.topology.tiers import RailAlignment
+from scipy.optimize import linear_sum_assignment
+
+_MISALIGNED = 10  # cost of a replacement off the placement's rails (preferred alignment): above any distance
+_GPU_ONLY = frozenset({"nvidia.com/gpu"})
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Replacement:
+    rank: int
+    lost: str  # the node the rank was on
+    new: str
+    gpus: tuple[int, ...]
+    distance: int  # 0 same node, 1 same TOR, 2 same leaf, 3 same spine, 4 elsewhere
+    aligned: bool
+
+    @property
+    def same_tor(self) -> bool:
+        return self.distance <= 1
+
+
+@dataclass(frozen=True)
+class ReplacementDecision:
+    replacements: tuple[Replacement, ...]
+    reason: str | None  # why no replacement exists (then `replacements` is empty)
+
+    @property
+    def found(self) -> bool:
+        return self.reason is None
+
+
+def distance(a: GpuNode, b: GpuNode) -> int:
+    """Hops up the topology tree from node a to a common domain with node b."""
+    if a.name == b.name:
+        return 0
+    if a.tor == b.tor:
+        return 1
+    if a.leaf == b.leaf:
+        return 2
+    if a.spine == b.spine:
+        return 3
+    return 4
+
+
+def _target(keep: Sequence[RankSlot], lost: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> RailTarget | None:
+    """The rails every replica covers, when the placement was rail-aligned (None otherwise)."""
+    targets = {tuple(sorted(nodes[s.node].rails[g] for g in s.gpus)) for s in (*keep, *lost) if s.node in nodes}
+    return targets.pop() if len(targets) == 1 else None
+
+
+def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[RankSlot], lost: Sequence[RankSlot],
+                      lost_nodes: Mapping[str, GpuNode], limits: NodeLimits | None = None,
+                      avoid: frozenset[str] = frozenset()) -> ReplacementDecision:
+    """New homes for the `lost` ranks. `snapshot` excludes the lost nodes and counts the survivors'
+    GPUs as used; `lost_nodes` are the models of the lost nodes (for distances and rails)."""
+    if not lost:
+        return ReplacementDecision((), None)
+    size = request.gpus_per_replica
+    known = {**{n.name: n for n in snapshot.nodes}, **lost_nodes}
+    target = _target(keep, lost, known)
+    scope = _scope(request, keep, known)
+    constraints = PodConstraints(request.pod_spec)
+    columns: list[tuple[GpuNode, int, bool]] = []  # (node, slot index on it, on the target's rails)
+    for node in snapshot.nodes:
+        if node.name in avoid or node.name in lost_nodes or (scope and node.domain(scope[0]) != scope[1]):
+            continue
+        if node.gpu_count < size or constraints.reject_reason(node) or (limits and node.name in limits.rejected):
+            continue
+        if keep and node.product != known[keep[0].node].product:
+            continue  # a gang never mixes GPU products
+        free = snapshot.free(node)
+        aligned = slots_for_target(free_rail_counts(node, free), target) if target and size else 0
+        total = len(free) // size if size else 1
+        if request.rail_alignment == RailAlignment.REQUIRED and target is not None:
+            total = aligned
+        if request.resources and node.allocatable:
+            fit, _ = replicas_that_fit(node.allocatable, snapshot.requested_on(node.name), request.resources,
+                                       _GPU_ONLY)
+            total = min(total, fit)
+            aligned = min(aligned, fit)
+        if limits and node.name in limits.caps:
+            total = min(total, limits.caps[node.name])
+            aligned = min(aligned, total)
+        columns += [(node, i, i < aligned) for i in range(min(total, len(lost)))]
+    if len(columns) < len(lost):
+        where = f"inside {scope[1]}" if scope else "in the cluster"
+        return ReplacementDecision((), f"{len(lost)} lost ranks need replacement slots {where}; only "
+                                       f"{len(columns)} free" + (" on the placement's rails" if target else ""))
+    cost = np.empty((len(lost), len(columns)))
+    for i, slot in enumerate(lost):
+        old = known[slot.node]
+        for j, (node, index, aligned) in enumerate(columns):
+            free_after = len(snapshot.free(node)) - (index + 1) * size
+            # the placement's rails first (off-rail slows every data-parallel ring; one more hop only this
+            # rank's), then distance, then best fit (fuller nodes), then node order
+            cost[i, j] = distance(old, node) * 100 + (0 if aligned or target is None else _MISALIGNED * 100) \
+                + free_after + j * 1e-6
+    rows, cols = linear_sum_assignment(cost)
+    chosen: dict[str, list[tuple[int, bool]]] = {}
+    for i, j in zip(rows, cols, strict=True):
+        node, _, aligned = columns[j]
+        chosen.setdefault(node.name, []).append((i, aligned))
+    out: list[Replacement] = []
+    for name, picks in chosen.items():
+        node = known[name]
+        use_target = target if all(a for _, a in picks) and target is not None else None
+        groups = pick_gpus(node, snapshot.free(node), len(picks), size, use_target)
+        for (i, _), gpus in zip(sorted(picks), groups, strict=True):
+            slot = lost[i]
+            aligned = target is None or tuple(sorted(node.rails[g] for g in gpus)) == target
+            out.append(Replacement(slot.rank, slot.node, name, tuple(gpus), distance(known[slot.node], node),
+                                   aligned))
+    return ReplacementDecision(tuple(sorted(out, key=lambda r: r.rank)), None)
+
+
+def _scope(request: GangRequest, keep: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> tuple[int, str] | None:
+    """(tier level, domain id) the replacements must stay in: the required tier's domain of the
+    survivors. None without a required tier or without survivors."""
+    if request.required_tier is None or not keep:
+        return None
+    level = request.required_tier.level
+    return (level, nodes[keep[0].node].domain(level))
