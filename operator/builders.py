@@ -24,8 +24,10 @@ from railyard.topology.solver import Placement
 MAX_NAME = 63
 
 
-def pod_name(job_name: str, rank: int) -> str:
-    return f"{job_name}-{rank}"
+def pod_name(job_name: str, rank: int, generation: int = 0) -> str:
+    """`<job>-<rank>`; from the first restart on `<job>-g<generation>-<rank>`, so a pod stuck
+    Terminating on a lost node never blocks its successor's name. The hostname stays `<job>-<rank>`."""
+    return f"{job_name}-{rank}" if generation == 0 else f"{job_name}-g{generation}-{rank}"
 
 
 def service_name(job_name: str) -> str:
@@ -49,10 +51,10 @@ def pod_labels(job: dict[str, Any]) -> dict[str, str]:
     return {**template_labels, LABEL_JOB: name, LABEL_POD_GROUP: name}
 
 
-def placement_status(placement: Placement, job_name: str, placement_id: str) -> dict[str, Any]:
+def placement_status(placement: Placement, job_name: str, placement_id: str, generation: int = 0) -> dict[str, Any]:
     return {
         "id": placement_id,
-        "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus), "pod": pod_name(job_name, r.rank)}
+        "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus), "pod": pod_name(job_name, r.rank, generation)}
                   for r in placement.replicas],
         "tors": placement.tors, "leaves": placement.leaves, "spines": placement.spines,
         "railAligned": placement.rail_aligned,
@@ -71,6 +73,8 @@ def build_env(job: dict[str, Any], rank: int, world: int, gpus: int, rail_aligne
         "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": max(1, gpus),
         "PET_MASTER_ADDR": master, "PET_MASTER_PORT": master_port,
         "RAILYARD_JOB_NAME": meta["name"], "RAILYARD_RESTART_COUNT": restarts,
+        "RAILYARD_RESTART_REASON": ((job.get("status") or {}).get("lastRestart") or {}).get("reason", ""),
+        "TORCHELASTIC_RESTART_COUNT": restarts,  # what torchrun-style scripts read
     }
     if rail_aligned:
         env["NCCL_CROSS_NIC"] = 0  # keep each ring on its rail: the placement made that possible
@@ -84,8 +88,8 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
     template = copy.deepcopy(job["spec"].get("template") or {})
     tmeta = template.get("metadata") or {}
     spec = template.get("spec") or {}
-    name = pod_name(meta["name"], rank)
     restarts = (job.get("status") or {}).get("restartCount", 0)
+    name = pod_name(meta["name"], rank, restarts)
     labels = {**pod_labels(job), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts)}
     annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
                    ANNOTATION_PLACEMENT_ID: placement_id}
@@ -96,7 +100,7 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
         container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + env
     _pin(spec, node)
     spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": SCHEDULING_GATE}]
-    spec["hostname"] = name
+    spec["hostname"] = pod_name(meta["name"], rank)  # stable across generations: MASTER_ADDR names rank 0
     spec["subdomain"] = service_name(meta["name"])
     spec.setdefault("restartPolicy", "Never")
     return {

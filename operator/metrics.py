@@ -91,3 +91,4 @@ ITERATION_SECONDS = Histogram("railyard_placement_iteration_seconds", "One place
 LOOP_LAG_SECONDS = Histogram("railyard_event_loop_lag_seconds", "How late the event loop runs a 100 ms timer",
                              buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 STATE_READY = Gauge("railyard_state_synced", "1 once Nodes, Pods and TrainingJobs have been listed")
+RESTARTS = Counter("railyard_restarts", "Gang restarts after lost nodes, by the first loss's reason", ["reason"])

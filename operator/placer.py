@@ -47,8 +47,9 @@ from railyard.operator.state import ClusterState, Key
 from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
 from railyard.topology.model import Snapshot
+from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, solve
+from railyard.topology.solver import Decision, Placement, solve
 
 log = logging.getLogger("railyard.placer")
 
@@ -147,7 +148,7 @@ class Placer:
                 continue
             try:
                 action = assess(body, self.state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
-                                placement.force_delete_seconds)
+                                placement.force_delete_seconds, health=self.state.health)
             except Exception:
                 log.exception("job %s/%s: cannot assess; skipping it this round", *key)
                 continue
@@ -393,7 +394,12 @@ class Placer:
         patch: dict[str, Any]
         match action.kind:
             case Kind.RESUME:
+                if action.stale or action.force:  # an older generation first: it holds the GPUs
+                    await self._delete_pods(key, action.stale, action.force)
                 await self._materialise(job, action.pods)
+                return
+            case Kind.RESTART:
+                await self._restart(job, action)
                 return
             case Kind.CLEANUP:
                 await self._delete_pods(key, action.pods, action.force)
@@ -433,6 +439,79 @@ class Placer:
             case _:
                 return
         await self._patch_status(job, patch)
+
+    async def _restart(self, job: JobView, action: Action) -> None:
+        """Lost nodes under a released gang: every healthy rank keeps its node and GPUs, the lost ranks
+        get replacements next to where they were, and the whole gang restarts as a new generation
+        (NCCL communicators must be rebuilt). Recorded in status before any pod is touched."""
+        assert action.request is not None
+        lost_names = {loss.node for loss in action.losses}
+        ranks = sorted(job.placement["ranks"], key=lambda r: r["rank"])
+        keep = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] not in lost_names]
+        lost = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] in lost_names]
+        models = {n: self.state.last_model[n] for n in lost_names if n in self.state.last_model}
+        snapshot = self.state.snapshot().without_nodes(frozenset(lost_names))
+        decision = solve_replacement(snapshot, action.request, keep, lost, models)
+        now = cond.now_iso()
+        generation = int(job.status.get("restartCount") or 0) + 1
+        unhealthy = [u for u in job.status.get("unhealthyNodes") or [] if u.get("name") not in lost_names]
+        unhealthy += [{"name": loss.node, "reason": loss.reason, "message": loss.message[:1024],
+                       "since": loss.since or now} for loss in action.losses]
+        on_lost = tuple(p.name for p in self.state.job_pods(job.key) if (p.node_name or "") in lost_names)
+        everyone = tuple(p.name for p in self.state.job_pods(job.key) if not p.terminating)
+        for loss in action.losses:
+            await self._event(job, "Warning", "NodeLost", loss.message, key=f"{generation}/{loss.node}")
+        metrics.RESTARTS.labels(action.reason).inc()
+        if not decision.found:
+            message = f"no replacement for {len(lost)} lost ranks: {decision.reason}"
+            await self._event(job, "Warning", "NoReplacement", message)
+            if job.fault_policy.on_no_replacement == "Fail":
+                conditions = cond.set_condition(job.conditions, cond.FAILED, "True", "NoReplacement", message,
+                                                job.generation)
+                patch: dict[str, Any] = {"unhealthyNodes": unhealthy, "completionTime": now, "conditions": conditions}
+            else:  # Requeue: the whole gang is placed again, as a new generation
+                conditions = cond.set_condition(job.conditions, cond.PLACED, "False", "NoReplacement", message,
+                                                job.generation)
+                if cond.get(conditions, cond.RUNNING):
+                    conditions = cond.set_condition(conditions, cond.RUNNING, "False", "NoReplacement", message,
+                                                    job.generation)
+                patch = {"placement": None, "replicas": 0, "restartCount": generation, "unhealthyNodes": unhealthy,
+                         "conditions": conditions}
+            if await self._patch_status(job, patch) is not None:
+                await self._delete_pods(job.key, everyone, on_lost)
+            return
+        new_home = {r.rank: r for r in decision.replacements}
+        replicas = []
+        for r in ranks:
+            moved = new_home.get(r["rank"])
+            node, gpus = (moved.new, moved.gpus) if moved else (r["node"], tuple(r["gpus"]))
+            replicas.append((snapshot.node(node), gpus))
+        placement = Placement.from_replicas(replicas)
+        replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "sameTor": r.same_tor}
+                        for r in decision.replacements]
+        message = (f"restart {generation}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
+                   f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
+        conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
+        if cond.get(conditions, cond.RUNNING):
+            conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
+        patch = {
+            "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
+            "replicas": len(replicas), "restartCount": generation, "unhealthyNodes": unhealthy,
+            "lastRestart": {"reason": action.reason, "lostNodes": sorted(lost_names), "replacements": replacements,
+                            "movedRanks": 0, "detectedAt": min((u["since"] for u in unhealthy
+                                                                  if u["name"] in lost_names), default=now),
+                            "decidedAt": now},
+            "conditions": conditions,
+        }
+        if await self._patch_status(job, patch) is None:
+            return
+        await self._event(job, "Normal", "ReplacementChosen", "; ".join(
+            f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
+            for r in replacements), key=str(generation))
+        await self._event(job, "Normal", "RestartIssued", message, key=str(generation))
+        # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
+        await self._delete_pods(job.key, everyone, on_lost)
+        await self._materialise(self._current(job), None)
 
     async def _event(self, job: JobView, type_: str, reason: str, message: str, key: str = "") -> None:
         """Post an Event; a repeat (same job, reason and key) bumps the existing Event's count."""

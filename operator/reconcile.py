@@ -6,6 +6,7 @@ The placer (the only API caller for jobs) turns each Action into API calls.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,7 @@ from railyard.operator.views import PodView
 from railyard.topology.affinity import template_problem
 from railyard.topology.api import TrainingJob
 from railyard.topology.documents import format_validation
+from railyard.topology.faults import NodeLoss, node_loss
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 
@@ -37,6 +39,7 @@ class Kind(enum.Enum):
     SUCCEED = "succeed"
     FAIL = "fail"
     RUNNING = "running"
+    RESTART = "restart"  # nodes under a released gang are lost: replace them, restart every rank
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Action:
     request: GangRequest | None = None  # for QUEUE
     force: tuple[str, ...] = field(default=())  # pods to delete with grace 0 (stuck on a gone node)
     avoid: tuple[str, ...] = field(default=())  # nodes to avoid for a while (ROLLBACK after BindTimeout)
+    losses: tuple[NodeLoss, ...] = field(default=())  # RESTART: which nodes are lost and why
+    stale: tuple[str, ...] = field(default=())  # RESUME: pods of an older placement, deleted first
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -69,8 +74,19 @@ def _stuck(pods: list[PodView], snapshot: Snapshot, now: float, force_after: flo
     return tuple(out)
 
 
+def lost_nodes(placement: dict[str, Any], tolerations: list[dict[str, Any]], health: Mapping[str, Mapping[str, Any]],
+               now: float, grace: float) -> tuple[NodeLoss, ...]:
+    """The placement's nodes whose ranks count as lost now (see topology.faults)."""
+    held: dict[str, int] = {}
+    for r in placement.get("ranks") or []:
+        held[r["node"]] = held.get(r["node"], 0) + len(r.get("gpus") or [])
+    losses = (node_loss(name, health.get(name), gpus, tolerations, now, grace) for name, gpus in sorted(held.items()))
+    return tuple(loss for loss in losses if loss is not None)
+
+
 def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
-           force_after: float = 60.0, conflict_retry: float = 30.0) -> Action:
+           force_after: float = 60.0, conflict_retry: float = 30.0,
+           health: Mapping[str, Mapping[str, Any]] | None = None) -> Action:
     status = job.get("status") or {}
     conditions = status.get("conditions") or []
     generation = job["metadata"].get("generation")
@@ -112,8 +128,15 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
                 return Action(Kind.ROLLBACK, "NodeLost", f"node {rank['node']} of rank {rank['rank']} is gone or "
                               "not usable", tuple(mine) + stale, force=force)
         missing = tuple(sorted(set(wanted) - set(mine)))
-        return Action(Kind.RESUME, PLACING, "", missing)
-    # Released: watch the gang.
+        return Action(Kind.RESUME, PLACING, "", missing, stale=stale, force=force)
+    # Released: watch the gang. A lost node comes first: its pods may fail or vanish as a consequence,
+    # which is an infrastructure restart, not a failure of the job.
+    if health is not None:
+        tolerations = list(request.pod_spec.get("tolerations") or [])
+        losses = lost_nodes(placement, tolerations, health, now, model.spec.fault_policy.node_loss_grace_seconds)
+        if losses:
+            return Action(Kind.RESTART, losses[0].reason, "; ".join(loss.message for loss in losses),
+                          request=request, losses=losses)
     failed = [p for p in wanted if p in mine and mine[p].phase == "Failed"]
     if failed:
         pod = mine[failed[0]]

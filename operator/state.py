@@ -44,10 +44,22 @@ def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
-    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    conditions = tuple(sorted((c.get("type"), c.get("status"), c.get("lastTransitionTime"))
+                              for c in status.get("conditions") or []))
     return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
             tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
-            tuple(sorted((status.get("allocatable") or {}).items())), ready)
+            tuple(sorted((status.get("allocatable") or {}).items())), conditions)
+
+
+def _health(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the fault path reads of a Node (topology.faults.node_loss): taints, GPU allocatable,
+    conditions without heartbeat times."""
+    status = body.get("status") or {}
+    return {"metadata": {"name": body["metadata"]["name"]},
+            "spec": {"taints": list((body.get("spec") or {}).get("taints") or [])},
+            "status": {"allocatable": {k: v for k, v in (status.get("allocatable") or {}).items() if k == GPU_RESOURCE},
+                       "conditions": [{k: c.get(k) for k in ("type", "status", "lastTransitionTime", "message")}
+                                      for c in status.get("conditions") or []]}}
 
 
 def finished(status: Mapping[str, Any]) -> bool:
@@ -61,6 +73,8 @@ class ClusterState:
         self.clock = clock
         self.nodes: dict[str, GpuNode] = {}
         self.excluded: dict[str, Exclusion] = {}
+        self.health: dict[str, dict[str, Any]] = {}  # per node, for the fault path (see _health)
+        self.last_model: dict[str, GpuNode] = {}  # last usable model per node: where a lost node was
         self.pods: dict[Key, PodView] = {}
         self.jobs: dict[Key, dict[str, Any]] = {}
         self.usage = Usage()
@@ -126,8 +140,9 @@ class ClusterState:
             return
         self._drop_node(name)
         self._node_meta[name] = (rv, fingerprint)
+        self.health[name] = _health(body)
         try:
-            self.nodes[name] = node_from_object(body, self.scheme)
+            self.nodes[name] = self.last_model[name] = node_from_object(body, self.scheme)
         except NodeError as e:
             self.excluded[name] = Exclusion(name, str(e))
         self.usage.freed += 1  # a new or changed node may offer what a waiting job needs
@@ -137,6 +152,7 @@ class ClusterState:
         if self.nodes.pop(name, None) is not None or self.excluded.pop(name, None) is not None:
             self._changed_nodes()
         self._node_meta.pop(name, None)
+        self.health.pop(name, None)
         self.usage.node_changed(name)
 
     def _changed_nodes(self) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABEL_RANK, SCHEDULING_GATE
+from railyard.topology.api import FaultPolicy
 from railyard.topology.nodes import PodUsage, pod_usage
 
 Key = tuple[str, str]
@@ -138,6 +139,11 @@ class JobView:
     @property
     def priority(self) -> int:
         return int((self.body.get("spec") or {}).get("priority") or 0)
+
+    @property
+    def fault_policy(self) -> FaultPolicy:
+        """Validated, with the CRD's defaults."""
+        return FaultPolicy.model_validate((self.body.get("spec") or {}).get("faultPolicy") or {})
 
     @property
     def status(self) -> dict[str, Any]:

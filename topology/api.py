@@ -62,6 +62,12 @@ def _gpu_values(template: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+class FaultPolicy(_Model):
+    node_loss_grace_seconds: int = Field(30, alias="nodeLossGraceSeconds", ge=0, le=3600)
+    max_restarts: int = Field(3, alias="maxRestarts", ge=0)
+    on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail)$")
+
+
 class TrainingJobSpec(_Model):
     replicas: int = Field(ge=1, le=MAX_REPLICAS)
     min_replicas: int | None = Field(None, alias="minReplicas", ge=1, le=MAX_REPLICAS)
@@ -69,6 +75,7 @@ class TrainingJobSpec(_Model):
     priority: int = 0
     topology: TopologySpec = TopologySpec()
     parallelism: Parallelism | None = None
+    fault_policy: FaultPolicy = Field(default_factory=FaultPolicy, alias="faultPolicy")
     template: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

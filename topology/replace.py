@@ -121,13 +121,13 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
                                        f"{len(columns)} free" + (" on the placement's rails" if target else ""))
     cost = np.empty((len(lost), len(columns)))
     for i, slot in enumerate(lost):
-        old = known[slot.node]
+        old = known.get(slot.node)  # a node never seen usable has no position: every slot is as far
         for j, (node, index, aligned) in enumerate(columns):
             free_after = len(snapshot.free(node)) - (index + 1) * size
             # the placement's rails first (off-rail slows every data-parallel ring; one more hop only this
             # rank's), then distance, then best fit (fuller nodes), then node order
-            cost[i, j] = distance(old, node) * 100 + (0 if aligned or target is None else _MISALIGNED * 100) \
-                + free_after + j * 1e-6
+            off_rails = 0 if aligned or target is None else _MISALIGNED
+            cost[i, j] = ((distance(old, node) if old else 4) + off_rails) * 100 + free_after + j * 1e-6
     rows, cols = linear_sum_assignment(cost)
     chosen: dict[str, list[tuple[int, bool]]] = {}
     for i, j in zip(rows, cols, strict=True):
@@ -141,7 +141,8 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
         for (i, _), gpus in zip(sorted(picks), groups, strict=True):
             slot = lost[i]
             aligned = target is None or tuple(sorted(node.rails[g] for g in gpus)) == target
-            out.append(Replacement(slot.rank, slot.node, name, tuple(gpus), distance(known[slot.node], node),
+            old = known.get(slot.node)
+            out.append(Replacement(slot.rank, slot.node, name, tuple(gpus), distance(old, node) if old else 4,
                                    aligned))
     return ReplacementDecision(tuple(sorted(out, key=lambda r: r.rank)), None)
 

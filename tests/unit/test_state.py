@@ -397,3 +397,58 @@ def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders(monkeypatc
     assert elector._try_acquire_or_renew() is False, "a renewal seen 0 s ago is not expired"
     clock[0] += 11  # no change seen for longer than leaseDurationSeconds
     assert elector._try_acquire_or_renew() is True and api.puts == 1
+
+
+# --- node loss: replacement and gang restart ---------------------------------------------------------
+
+def _not_ready(api: FakeApi, state: ClusterState, name: str) -> None:
+    node = copy.deepcopy(api.objects["nodes"][("", name)])
+    for c in node["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="Unknown", lastTransitionTime="2026-01-01T00:00:00Z")
+    state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
+
+
+def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_crash(monkeypatch):
+    api, state, placer = operator_over(4)
+    submit(api, state, make_job("gang", 2))
+    run(placer.run_once())
+    first = {r["rank"]: r["node"] for r in job_status(api, "gang")["placement"]["ranks"]}
+    _not_ready(api, state, first[1])
+
+    async def crash(*args, **kwargs):
+        raise RuntimeError("operator killed after the write-ahead status")
+
+    monkeypatch.setattr(placer, "_delete_pods", crash)
+    run(placer.run_once())
+    status = job_status(api, "gang")
+    assert status["restartCount"] == 1 and status["lastRestart"]["lostNodes"] == [first[1]]
+    assert {p for (_, p) in api.objects["pods"]} == {"gang-0", "gang-1"}, "the crash came before any pod change"
+    monkeypatch.undo()
+    fresh = synced(api)  # a new leader
+    successor = placer_for(fresh, api)
+    run(successor.run_once())
+    ranks = {r["rank"]: r["node"] for r in job_status(api, "gang")["placement"]["ranks"]}
+    assert ranks[0] == first[0] and ranks[1] not in (first[0], first[1])
+    assert {p for (_, p) in api.objects["pods"]} == {"gang-g1-0", "gang-g1-1"}
+    assert placed_reason(api, "gang") == "Released"
+    env = {e["name"]: e["value"] for e in api.objects["pods"][("default", "gang-g1-1")]["spec"]["containers"][0]["env"]}
+    assert env["RAILYARD_RESTART_COUNT"] == "1" and env["RAILYARD_RESTART_REASON"] == "NodeNotReady"
+
+
+def test_no_replacement_requeues_the_whole_gang_or_fails_it_as_the_policy_says():
+    for policy, expect in (("Requeue", "NoReplacement"), ("Fail", None)):
+        api, state, placer = operator_over(2)
+        submit(api, state, make_job("tight", 2, faultPolicy={"onNoReplacement": policy}))
+        run(placer.run_once())
+        lost = job_status(api, "tight")["placement"]["ranks"][0]["node"]
+        _not_ready(api, state, lost)
+        run(placer.run_once())
+        status = job_status(api, "tight")
+        if expect:
+            assert placed_reason(api, "tight") == expect and not status.get("placement")
+            assert status["restartCount"] == 1
+        else:
+            assert cond.is_true(status["conditions"], cond.FAILED)
+            assert cond.get(status["conditions"], cond.FAILED)["reason"] == "NoReplacement"
+        assert not api.objects["pods"], "every pod of the old generation is deleted"

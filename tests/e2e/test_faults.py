@@ -1,0 +1,84 @@
+"""Node loss under a Running gang: the lost nodes' ranks are replaced next to where they were, every
+healthy rank keeps its node, and the whole gang restarts as generation 1. Nodes are lost the way
+the rig documents: removing the `type=kwok` label stops their heartbeat."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.jobs import create_job, get_job, gpus_of, make_job, pods_of, wait_bound, wait_condition
+from tests.support.poll import poll
+
+pytestmark = pytest.mark.e2e
+TOR = "topology.railyard.dev/tor"
+
+
+def set_kwok_label(core, node: str, present: bool) -> None:
+    core.patch_node(node, {"metadata": {"labels": {"type": "kwok" if present else None}}})
+
+
+def free_whole_nodes(api_client, core, tor: str, exclude: set[str]) -> list[str]:
+    nodes = [n for n in core.list_node().items if (n.metadata.labels or {}).get(TOR) == tor
+             and n.metadata.name not in exclude and not n.spec.unschedulable
+             and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+    pods = api_client.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+    held = Counter(p["spec"].get("nodeName") for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")
+                   and "railyard.dev/gpus" in (p["metadata"].get("annotations") or {}))
+    return [n.metadata.name for n in nodes if not held[n.metadata.name]]
+
+
+def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, api_client, core, custom, namespace):
+    if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
+        pytest.skip("needs kwok nodes to stop a node's heartbeat")
+    create_job(custom, namespace, make_job("resilient", 12, faultPolicy={"nodeLossGraceSeconds": 0}))
+    before = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"]
+              for p in wait_bound(api_client, core, namespace, "resilient", 12)}
+    wait_condition(custom, namespace, "resilient", "Running", timeout=60)
+    labels = {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+    by_tor: dict[str, list[str]] = {}
+    for node in sorted(set(before.values())):
+        by_tor.setdefault(labels[node][TOR], []).append(node)
+    lost = {nodes[0] for nodes in list(by_tor.values())[:2]}  # one node from each of (up to) two TORs
+    if len(lost) < 2:
+        lost.add(sorted(set(before.values()) - lost)[0])
+    try:
+        for node in lost:
+            set_kwok_label(core, node, False)
+        job = poll(lambda: (j := get_job(custom, namespace, "resilient"))["status"].get("restartCount") == 1 and j,
+                   120, "the gang restarted as generation 1")
+        restart = job["status"]["lastRestart"]
+        assert sorted(restart["lostNodes"]) == sorted(lost) and restart["movedRanks"] == 0
+        assert {u["name"] for u in job["status"]["unhealthyNodes"]} == lost
+        wait_condition(custom, namespace, "resilient", "Placed", reason="Released", timeout=90)
+        pods = poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, "resilient")
+                                    if p["metadata"]["name"].startswith("resilient-g1-") and p["spec"].get("nodeName")])
+                    and len(ps) == 12 and ps, 90, "12 bound pods of generation 1")
+        after = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"] for p in pods}
+        for rank, node in before.items():
+            if node in lost:
+                assert after[rank] not in lost and after[rank] not in set(before.values()) - lost
+            else:
+                assert after[rank] == node, f"healthy rank {rank} moved from {node} to {after[rank]}"
+        for r in restart["replacements"]:
+            tor = labels[r["lost"]][TOR]
+            if not r["sameTor"]:  # only when the lost node's TOR had no free node left
+                assert not free_whole_nodes(api_client, core, tor, lost | set(after.values())), r
+        for pod in pods:
+            env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+            assert env["RAILYARD_RESTART_COUNT"] == "1" and env["TORCHELASTIC_RESTART_COUNT"] == "1"
+            assert pod["spec"]["hostname"] == f"resilient-{pod['metadata']['labels']['railyard.dev/rank']}"
+            assert len(gpus_of(pod)) == 8
+        poll(lambda: not [p for p in pods_of(api_client, core, namespace, "resilient")
+                          if not p["metadata"]["name"].startswith("resilient-g1-")], 60, "generation 0 gone")
+        assert_no_gpu_double_booked(api_client, core)
+        events = {e.reason for e in core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=resilient").items}
+        assert {"NodeLost", "ReplacementChosen", "RestartIssued"} <= events, events
+    finally:
+        for node in lost:
+            set_kwok_label(core, node, True)
+        poll(lambda: all(any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions)
+                         for n in lost), 90, "the lost nodes Ready again")
