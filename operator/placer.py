@@ -101,6 +101,7 @@ class Placer:
         self._failures: dict[Key, _Failure] = {}
         self._events: dict[str, tuple[int, str]] = {}  # event name -> (count, firstTimestamp)
         self._job_series = metrics.JobSeries(settings.metrics.job_limit)
+        self._losses_seen: dict[Key, float] = {}  # job -> when its first unhandled node loss was seen
         self.last_iteration = time.monotonic()  # liveness: the loop is turning
         self.iterations = 0
 
@@ -399,6 +400,14 @@ class Placer:
                 await self._materialise(job, action.pods)
                 return
             case Kind.RESTART:
+                # Losses close together (a switch, a rack's power) make one restart: act only once the
+                # first one has been seen for the debounce window.
+                seen = self._losses_seen.setdefault(key, time.monotonic())
+                wait = self.settings.placement.loss_debounce_seconds - (time.monotonic() - seen)
+                if wait > 0:
+                    asyncio.get_running_loop().call_later(wait, self.wake)
+                    return
+                self._losses_seen.pop(key, None)
                 await self._restart(job, action)
                 return
             case Kind.CLEANUP:

@@ -11,7 +11,7 @@ import time
 from railyard.operator import conditions as cond
 from railyard.operator.placer import Placer
 from railyard.operator.reconcile import Kind, assess
-from railyard.operator.settings import Settings
+from railyard.operator.settings import PlacementSettings, Settings
 from railyard.operator.state import KINDS, ClusterState
 from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
@@ -31,8 +31,9 @@ def synced(api: FakeApi) -> ClusterState:
     return state
 
 
-def placer_for(state: ClusterState, api: FakeApi) -> Placer:
-    return Placer(state, api, Settings(), lambda: True)  # type: ignore[arg-type]
+def placer_for(state: ClusterState, api: FakeApi, debounce: float = 0.0) -> Placer:
+    settings = Settings(placement=PlacementSettings(loss_debounce_seconds=debounce))
+    return Placer(state, api, settings, lambda: True)  # type: ignore[arg-type]
 
 
 def run(coro):
@@ -452,3 +453,25 @@ def test_no_replacement_requeues_the_whole_gang_or_fails_it_as_the_policy_says()
             assert cond.is_true(status["conditions"], cond.FAILED)
             assert cond.get(status["conditions"], cond.FAILED)["reason"] == "NoReplacement"
         assert not api.objects["pods"], "every pod of the old generation is deleted"
+
+
+def test_losses_close_together_make_one_restart(monkeypatch):
+    import railyard.operator.placer as placer_module
+
+    api, state, _ = operator_over(6)
+    placer = placer_for(state, api, debounce=2.0)
+    clock = [100.0]
+    monkeypatch.setattr(placer_module.time, "monotonic", lambda: clock[0])
+    submit(api, state, make_job("pair", 3))
+    run(placer.run_once())
+    nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
+    _not_ready(api, state, nodes[0])
+    run(placer.run_once())
+    assert not job_status(api, "pair").get("restartCount"), "inside the debounce window"
+    clock[0] += 1.0
+    _not_ready(api, state, nodes[1])
+    run(placer.run_once())
+    clock[0] += 1.5
+    run(placer.run_once())
+    status = job_status(api, "pair")
+    assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
