@@ -241,6 +241,33 @@ class KubeApi:
             detail = e.body if isinstance(e, ApiException) and e.body else ""
             log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
 
+    async def taint_node(self, name: str, taint: dict[str, str]) -> bool:
+        """Add a taint unless the node already has one with that key. A JSON patch guarded by the
+        node's resourceVersion, so no other writer's taint change is lost. False: the node is gone."""
+        path = f"/api/v1/nodes/{name}"
+        for _ in range(3):
+            try:
+                node = await self.run(self.request, "GET", path)
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+            taints = (node.get("spec") or {}).get("taints")
+            if any(t.get("key") == taint["key"] for t in taints or []):
+                return True
+            op = {"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None else \
+                {"op": "add", "path": "/spec/taints", "value": [taint]}
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
+                     op]
+            try:
+                await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                               [("fieldManager", FIELD_MANAGER)])
+                return True
+            except ApiException as e:
+                if e.status not in (409, 422):
+                    raise
+        raise RuntimeError(f"node {name}: could not add taint {taint['key']} (kept changing)")
+
     # --- Leases (used by the elector on its own KubeApi, never queued behind placement) ------------
 
     def lease_path(self, namespace: str, name: str | None = None) -> str:

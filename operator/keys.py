@@ -10,8 +10,9 @@ LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflo
 SCHEDULING_GATE = "railyard.dev/gang"
 ANNOTATION_PLACEMENT_ID = "railyard.dev/placement-id"
 FIELD_MANAGER = "railyard-operator"
+QUARANTINE_TAINT = "railyard.dev/unhealthy"  # NoSchedule, value = the loss reason
 
 __all__ = [
     "ANNOTATION_GPUS", "ANNOTATION_PLACEMENT_ID", "FIELD_MANAGER", "GROUP", "LABEL_JOB", "LABEL_POD_GROUP",
-    "LABEL_RANK", "LABEL_RESTART", "SCHEDULING_GATE",
+    "LABEL_RANK", "LABEL_RESTART", "QUARANTINE_TAINT", "SCHEDULING_GATE",
 ]

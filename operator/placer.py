@@ -39,13 +39,14 @@ from railyard.operator.builders import (
     pod_labels,
     selector,
 )
-from railyard.operator.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, QUARANTINE_TAINT
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
 from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
+from railyard.topology.faults import NodeLoss
 from railyard.topology.model import Snapshot
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest
@@ -518,9 +519,20 @@ class Placer:
             f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
             for r in replacements), key=str(generation))
         await self._event(job, "Normal", "RestartIssued", message, key=str(generation))
+        await self._quarantine(action.losses)
         # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
         await self._delete_pods(job.key, everyone, on_lost)
         await self._materialise(self._current(job), None)
+
+    async def _quarantine(self, losses: tuple[NodeLoss, ...]) -> None:
+        """Keep every job off a lost node until an admin lifts the taint
+        (`kubectl taint node NODE railyard.dev/unhealthy-`)."""
+        if not self.settings.placement.quarantine:
+            return
+        for loss in losses:
+            if loss.node in self.state.health:
+                await self.api.taint_node(loss.node, {"key": QUARANTINE_TAINT, "value": loss.reason,
+                                                      "effect": "NoSchedule"})
 
     async def _event(self, job: JobView, type_: str, reason: str, message: str, key: str = "") -> None:
         """Post an Event; a repeat (same job, reason and key) bumps the existing Event's count."""

@@ -36,6 +36,8 @@ class PlacementSettings:
     avoid_seconds: float = field(default_factory=lambda: float(_env("AVOID_SECONDS", "600")))
     # A pod Terminating this long on a node that is gone is deleted with gracePeriodSeconds 0.
     force_delete_seconds: float = field(default_factory=lambda: float(_env("FORCE_DELETE_SECONDS", "60")))
+    # Taint a lost node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted.
+    quarantine: bool = field(default_factory=lambda: _env("QUARANTINE", "true").lower() in ("1", "true", "yes"))
     # Node losses of one job within this window are handled as one restart.
     loss_debounce_seconds: float = field(default_factory=lambda: float(_env("LOSS_DEBOUNCE_SECONDS", "2")))
     master_port: int = 29500

@@ -20,6 +20,13 @@ def set_kwok_label(core, node: str, present: bool) -> None:
     core.patch_node(node, {"metadata": {"labels": {"type": "kwok" if present else None}}})
 
 
+def lift_quarantine(core, node: str) -> None:
+    """What an admin does: `kubectl taint node NODE railyard.dev/unhealthy-`."""
+    taints = [t for t in core.read_node(node).spec.taints or [] if t.key != "railyard.dev/unhealthy"]
+    core.patch_node(node, {"spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect}
+                                               for t in taints] or None}})
+
+
 def free_whole_nodes(api_client, core, tor: str, exclude: set[str]) -> list[str]:
     nodes = [n for n in core.list_node().items if (n.metadata.labels or {}).get(TOR) == tor
              and n.metadata.name not in exclude and not n.spec.unschedulable
@@ -77,8 +84,12 @@ def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, ap
         events = {e.reason for e in core.list_namespaced_event(
             namespace, field_selector="involvedObject.name=resilient").items}
         assert {"NodeLost", "ReplacementChosen", "RestartIssued"} <= events, events
+        for node in lost:  # quarantined: no job may land there until an admin lifts the taint
+            assert any(t.key == "railyard.dev/unhealthy" and t.effect == "NoSchedule"
+                       for t in core.read_node(node).spec.taints or [])
     finally:
         for node in lost:
             set_kwok_label(core, node, True)
+            lift_quarantine(core, node)
         poll(lambda: all(any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions)
                          for n in lost), 90, "the lost nodes Ready again")

@@ -145,5 +145,17 @@ class FakeApi:
         if pod is not None and (uid is None or pod["metadata"]["uid"] == uid):
             self._remove("pods", (namespace, name))
 
+    async def taint_node(self, name: str, taint: dict[str, str]) -> bool:
+        self._write("PATCH", f"nodes/{name}")
+        node = self.objects["nodes"].get(("", name))
+        if node is None:
+            return False
+        node = copy.deepcopy(node)
+        taints = node.setdefault("spec", {}).setdefault("taints", [])
+        if not any(t["key"] == taint["key"] for t in taints):
+            taints.append(dict(taint))
+            self._store("nodes", node, "MODIFIED")
+        return True
+
     async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:
         self.posted_events.append(event)

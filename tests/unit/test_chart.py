@@ -77,7 +77,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
     rules = {(r["apiGroups"][0], res): set(r["verbs"]) for r in by_kind(docs, "ClusterRole")[0]["rules"]
              for res in r["resources"]}
     assert rules == {
-        ("", "nodes"): {"list", "watch"},
+        ("", "nodes"): {"list", "watch", "get", "patch"},
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
         ("", "events"): {"create", "patch"},

@@ -431,6 +431,8 @@ def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_cra
     run(successor.run_once())
     ranks = {r["rank"]: r["node"] for r in job_status(api, "gang")["placement"]["ranks"]}
     assert ranks[0] == first[0] and ranks[1] not in (first[0], first[1])
+    taints = api.objects["nodes"][("", first[1])]["spec"]["taints"]
+    assert {"key": "railyard.dev/unhealthy", "value": "NodeNotReady", "effect": "NoSchedule"} in taints
     assert {p for (_, p) in api.objects["pods"]} == {"gang-g1-0", "gang-g1-1"}
     assert placed_reason(api, "gang") == "Released"
     env = {e["name"]: e["value"] for e in api.objects["pods"][("default", "gang-g1-1")]["spec"]["containers"][0]["env"]}
