@@ -4,13 +4,17 @@ the rig documents: removing the `type=kwok` label stops their heartbeat."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import Counter
 
 import pytest
+from kubernetes import client
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.jobs import create_job, get_job, gpus_of, make_job, pods_of, wait_bound, wait_condition
 from tests.support.poll import poll
+from tests.support.rig import load_hack_module
 
 pytestmark = pytest.mark.e2e
 TOR = "topology.railyard.dev/tor"
@@ -93,3 +97,44 @@ def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, ap
             lift_quarantine(core, node)
         poll(lambda: all(any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions)
                          for n in lost), 90, "the lost nodes Ready again")
+
+
+@pytest.mark.parametrize("signal", ["untolerated NoExecute taint", "node deleted"])
+def test_other_loss_signals_restart_the_gang_around_the_lost_node(
+        signal, operator, api_client, core, custom, namespace):
+    if signal == "node deleted" and not os.environ.get("RAILYARD_LOCAL_RIG"):
+        pytest.skip("deletes a node: only on the local rig, which can re-create it from its profile")
+    create_job(custom, namespace, make_job("sturdy", 4))
+    before = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"]
+              for p in wait_bound(api_client, core, namespace, "sturdy", 4)}
+    victim = before["1"]
+    fault = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}
+    try:
+        if signal == "node deleted":
+            core.delete_node(victim)
+        else:
+            core.patch_node(victim, {"spec": {"taints": [fault]}})
+        job = poll(lambda: (j := get_job(custom, namespace, "sturdy"))["status"].get("restartCount") == 1 and j,
+                   60, f"a restart after {signal}")
+        expected = {"node deleted": "NodeDeleted", "untolerated NoExecute taint": "Taint"}[signal]
+        assert job["status"]["lastRestart"]["reason"] == expected
+        assert job["status"]["lastRestart"]["lostNodes"] == [victim]
+        pods = poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, "sturdy")
+                                    if p["metadata"]["name"].startswith("sturdy-g1-") and p["spec"].get("nodeName")])
+                    and len(ps) == 4 and ps, 90, "4 bound pods of generation 1")
+        after = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"] for p in pods}
+        assert after["1"] != victim and all(after[r] == before[r] for r in before if r != "1")
+        assert_no_gpu_double_booked(api_client, core)
+    finally:
+        if signal == "node deleted":
+            rig = load_hack_module("cluster", "cluster.py")
+            missing = [n for n in rig.load_profile_nodes("small") if n["metadata"]["name"] == victim]
+            with contextlib.suppress(client.ApiException):
+                core.create_node(missing[0])
+            poll(lambda: any(c.type == "Ready" and c.status == "True"
+                             for c in core.read_node(victim).status.conditions or []), 90, f"{victim} back")
+        with contextlib.suppress(client.ApiException):
+            lift_quarantine(core, victim)
+            core.patch_node(victim, {"spec": {"taints": [t for t in [
+                {"key": t.key, "value": t.value, "effect": t.effect} for t in core.read_node(victim).spec.taints or []]
+                if t["key"] != fault["key"]] or None}})
