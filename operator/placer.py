@@ -402,9 +402,11 @@ class Placer:
                 return
             case Kind.RESTART:
                 # Losses close together (a switch, a rack's power) make one restart: act only once the
-                # first one has been seen for the debounce window.
+                # first one has been seen for the debounce window. A process failure waits its backoff.
                 seen = self._losses_seen.setdefault(key, time.monotonic())
-                wait = self.settings.placement.loss_debounce_seconds - (time.monotonic() - seen)
+                delay = job.fault_policy.backoff(int(status.get("processRestarts") or 0)) if not action.losses \
+                    else self.settings.placement.loss_debounce_seconds
+                wait = delay - (time.monotonic() - seen)
                 if wait > 0:
                     asyncio.get_running_loop().call_later(wait, self.wake)
                     return
@@ -499,14 +501,19 @@ class Placer:
         placement = Placement.from_replicas(replicas)
         replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "sameTor": r.same_tor}
                         for r in decision.replacements]
-        message = (f"restart {generation}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
-                   f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
+        if action.losses:
+            message = (f"restart {generation}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
+                       f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
+        else:
+            message = f"restart {generation} on the same nodes after a process failure: {action.message}"
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         if cond.get(conditions, cond.RUNNING):
             conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
+        counted = int(job.status.get("processRestarts") or 0) + (0 if action.losses else 1)
         patch = {
             "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
-            "replicas": len(replicas), "restartCount": generation, "unhealthyNodes": unhealthy,
+            "replicas": len(replicas), "restartCount": generation, "processRestarts": counted,
+            "unhealthyNodes": unhealthy,
             "lastRestart": {"reason": action.reason, "lostNodes": sorted(lost_names), "replacements": replacements,
                             "movedRanks": 0, "detectedAt": min((u["since"] for u in unhealthy
                                                                   if u["name"] in lost_names), default=now),

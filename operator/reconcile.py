@@ -140,7 +140,15 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
     failed = [p for p in wanted if p in mine and mine[p].phase == "Failed"]
     if failed:
         pod = mine[failed[0]]
-        return Action(Kind.FAIL, "PodFailed", f"pod {failed[0]} failed: {pod.terminated or 'pod failed'}")
+        why = f"pod {failed[0]} failed: {pod.terminated or 'pod failed'}"
+        policy = model.spec.fault_policy
+        if pod.exit_code is not None and pod.exit_code in policy.non_retryable_exit_codes:
+            return Action(Kind.FAIL, "NonRetryableExit", f"{why} (exit code {pod.exit_code} is non-retryable)")
+        done = int(status.get("processRestarts") or 0)
+        if done >= policy.max_restarts:
+            return Action(Kind.FAIL, "PodFailed", f"{why} (after {done} restarts; maxRestarts {policy.max_restarts})")
+        # A failure of the training process on a healthy node: the whole gang restarts in place.
+        return Action(Kind.RESTART, "ProcessFailed", why, request=request)
     gone = [p for p in wanted if p not in mine]
     if gone:
         # Only after the pod was observed and then deleted (DELETED event or a re-list): the state

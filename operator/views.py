@@ -44,6 +44,7 @@ class PodView:
     terminating: bool
     deleted_at: str | None
     terminated: str | None  # why a container failed, for the job's Failed message
+    exit_code: int | None  # the first non-zero container exit code
     disrupted: str | None  # a DisruptionTarget condition's reason (evicted, preempted, ...)
     usage: PodUsage | None  # what it holds on its node (None: nothing)
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
@@ -79,9 +80,18 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         node_name=spec.get("nodeName"),
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
-        deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), disrupted=disrupted,
+        deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
+        disrupted=disrupted,
         usage=pod_usage(pod), labels=labels,
     )
+
+
+def _exit_code(status: Mapping[str, Any]) -> int | None:
+    for cs in status.get("containerStatuses") or []:
+        code = ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+        if code:
+            return int(code)
+    return None
 
 
 def _termination(status: Mapping[str, Any]) -> str | None:

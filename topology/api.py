@@ -62,10 +62,21 @@ def _gpu_values(template: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+class RestartBackoff(_Model):
+    initial_seconds: int = Field(10, alias="initialSeconds", ge=0)
+    max_seconds: int = Field(300, alias="maxSeconds", ge=0)
+
+
 class FaultPolicy(_Model):
     node_loss_grace_seconds: int = Field(30, alias="nodeLossGraceSeconds", ge=0, le=3600)
     max_restarts: int = Field(3, alias="maxRestarts", ge=0)
+    restart_backoff: RestartBackoff = Field(default_factory=RestartBackoff, alias="restartBackoff")
+    non_retryable_exit_codes: list[int] = Field(default_factory=list, alias="nonRetryableExitCodes")
     on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail)$")
+
+    def backoff(self, restarts: int) -> float:
+        """Delay before the next restart after a process failure: doubling, capped."""
+        return float(min(self.restart_backoff.initial_seconds * 2 ** restarts, self.restart_backoff.max_seconds))
 
 
 class TrainingJobSpec(_Model):

@@ -69,6 +69,12 @@ CASES = {
     "name-just-fits": named("a" * 61, replicas=10),  # a-9: 63 characters
     "name-one-too-long": named("a" * 61, replicas=11),  # a-10: 64 characters
     "digit-first-name": named("1job"),
+    "fault-policy": variant(faultPolicy={"nodeLossGraceSeconds": 0, "maxRestarts": 5, "onNoReplacement": "Fail",
+                                         "restartBackoff": {"initialSeconds": 1, "maxSeconds": 60},
+                                         "nonRetryableExitCodes": [2, 3]}),
+    "fault-policy-shrink": variant(faultPolicy={"onNoReplacement": "Shrink"}),
+    "fault-policy-negative-restarts": variant(faultPolicy={"maxRestarts": -1}),
+    "fault-policy-long-grace": variant(faultPolicy={"nodeLossGraceSeconds": 7200}),
 }
 
 

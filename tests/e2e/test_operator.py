@@ -153,11 +153,16 @@ def test_job_succeeds_or_fails_with_its_pods(operator, api_client, core, custom,
     if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
         pytest.skip("needs kwok nodes to simulate containers exiting")
     create_job(custom, namespace, make_job("ok", 2, annotations={"railyard.dev/simulate": "succeed"}))
-    create_job(custom, namespace, make_job("broken", 3, annotations={"railyard.dev/simulate": "fail"}))
+    create_job(custom, namespace, make_job("broken", 3, annotations={"railyard.dev/simulate": "fail"},
+                                          faultPolicy={"maxRestarts": 1, "restartBackoff": {"initialSeconds": 1}}))
     job = wait_condition(custom, namespace, "ok", "Succeeded")
     assert job["status"].get("completionTime")
-    job = wait_condition(custom, namespace, "broken", "Failed")
-    assert "simulated NCCL failure" in condition(job, "Failed")["message"]
+    job = wait_condition(custom, namespace, "broken", "Failed", timeout=90)
+    # The process failure was retried once, in place (same nodes, generation 1), then the job failed.
+    assert job["status"]["processRestarts"] == 1 and job["status"]["restartCount"] == 1
+    assert job["status"]["lastRestart"]["reason"] == "ProcessFailed" and not job["status"]["lastRestart"]["lostNodes"]
+    message = condition(job, "Failed")["message"]
+    assert "simulated NCCL failure" in message and "after 1 restarts" in message
     # A failed gang does not keep half its replicas running.
     poll(lambda: all(p["status"]["phase"] in ("Failed", "Succeeded") for p in pods_of(api_client, core, namespace,
                                                                                       "broken")),

@@ -98,7 +98,17 @@ def test_assess_walks_the_job_lifecycle():
     done = [_pod("llm-0", nodes[0], "Succeeded"), _pod("llm-1", nodes[1], "Succeeded")]
     assert assess(released, done, snap, now, 60).kind is Kind.SUCCEED
     failed = [_pod("llm-0", nodes[0], "Failed"), _pod("llm-1", nodes[1], "Running")]
-    assert assess(released, failed, snap, now, 60).kind is Kind.FAIL
+    restart = assess(released, failed, snap, now, 60)
+    assert restart.kind is Kind.RESTART and restart.reason == "ProcessFailed"  # counted against maxRestarts
+    spent = {**released, "status": {**released["status"], "processRestarts": 3}}
+    assert assess(spent, failed, snap, now, 60).kind is Kind.FAIL
+    meta = {"name": "llm-0", "namespace": "ml", "annotations": {"railyard.dev/placement-id": "pid"}}
+    exit2 = pod_view({"metadata": meta, "spec": {"nodeName": nodes[0]},
+                      "status": {"phase": "Failed", "containerStatuses": [
+                          {"name": "t", "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}})
+    final = {**released, "spec": {**released["spec"], "faultPolicy": {"nonRetryableExitCodes": [2]}}}
+    verdict = assess(final, [exit2, failed[1]], snap, now, 60)
+    assert verdict.kind is Kind.FAIL and verdict.reason == "NonRetryableExit" and "exited 2" in verdict.message
     unbound = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", None)]
     assert assess(released, unbound, snap, now, 60).kind is Kind.ROLLBACK  # released long ago, never bound
     stale = [_pod("llm-0", nodes[0], "Running", pid="old"), *running[1:]]

@@ -258,7 +258,7 @@ def test_pods_are_deleted_with_their_grace_period():
     api.delete_pod = recording  # type: ignore[method-assign]
     state = synced(api)
     placer = placer_for(state, api)
-    submit(api, state, make_job("g", 2, annotations={}))
+    submit(api, state, make_job("g", 2, annotations={}, faultPolicy={"maxRestarts": 0}))
     run(placer.run_once())
     failed = copy.deepcopy(api.objects["pods"][("default", "g-0")])
     failed["status"] = {"phase": "Failed"}
