@@ -5,12 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 declare -a phases=()
-phase() {  # phase NAME COMMAND...
+phase() {  # phase NAME COMMAND... ; returns the command's status
   local name=$1; shift
-  local t0=$SECONDS
+  local t0=$SECONDS rc=0
   printf '\n=== %s\n' "$name"
-  "$@"
+  # Capture the status explicitly: when a caller writes `phase ... || x`, bash turns `set -e` off
+  # inside the function, and a failing command would otherwise be reported as success.
+  "$@" || rc=$?
   phases+=("$(printf '%-16s %5ds' "$name" $((SECONDS - t0)))")
+  return $rc
 }
 report() {
   printf '\n=== phase timings\n'
