@@ -49,12 +49,14 @@ def observe_capacity(snapshot: Snapshot) -> None:
     whole_cluster = sum(1 for n in snapshot.nodes if len(snapshot.free(n)) == n.gpu_count)
     LARGEST_FREE_BLOCK.labels("cluster").set(whole_cluster)
 
-# Per job, for dashboards: one series per live job (state as a label, replaced on change), capped at
+# Per job, for dashboards (label `trainingjob`: `job` is Prometheus' target label): one series per live job (state as a label, replaced on change), capped at
 # RAILYARD_JOB_METRICS_LIMIT jobs so cardinality stays bounded on any cluster.
 JOB_STATE = Gauge("railyard_job_state", "1 for each TrainingJob, labelled with its state",
-                  ["namespace", "job", "state"])
-JOB_TORS = Gauge("railyard_job_tors", "TORs the job's placement spans", ["namespace", "job"])
-JOB_REPLICAS = Gauge("railyard_job_replicas", "Replicas placed for the job", ["namespace", "job"])
+                  ["namespace", "trainingjob", "state"])
+JOB_TORS = Gauge("railyard_job_tors", "TORs the job's placement spans", ["namespace", "trainingjob"])
+JOB_REPLICAS = Gauge("railyard_job_replicas", "Replicas placed for the job", ["namespace", "trainingjob"])
+JOB_RESTARTS = Gauge("railyard_job_restarts", "The job's generation: gang restarts so far", ["namespace", "trainingjob"])
+QUARANTINED_NODES = Gauge("railyard_quarantined_nodes", "Nodes carrying the railyard.dev/unhealthy taint")
 
 
 class JobSeries:
@@ -64,20 +66,23 @@ class JobSeries:
         self.limit = limit
         self._published: dict[tuple[str, str], str] = {}  # (namespace, job) -> state label
 
-    def update(self, jobs: list[tuple[str, str, str, int | None, int]]) -> None:
-        """jobs: (namespace, name, state, TORs or None, replicas)."""
-        wanted = {(ns, name): (state, tors, replicas) for ns, name, state, tors, replicas in sorted(jobs)[:self.limit]}
+    def update(self, jobs: list[tuple[str, str, str, int | None, int, int]]) -> None:
+        """jobs: (namespace, name, state, TORs or None, replicas, restarts)."""
+        wanted = {(ns, name): (state, tors, replicas, restarts)
+                  for ns, name, state, tors, replicas, restarts in sorted(jobs)[:self.limit]}
         for key, state in list(self._published.items()):
             if key not in wanted or wanted[key][0] != state:
                 JOB_STATE.remove(*key, state)
                 if key not in wanted:
                     JOB_TORS.remove(*key)
                     JOB_REPLICAS.remove(*key)
+                    JOB_RESTARTS.remove(*key)
                 del self._published[key]
-        for key, (state, tors, replicas) in wanted.items():
+        for key, (state, tors, replicas, restarts) in wanted.items():
             JOB_STATE.labels(*key, state).set(1)
             JOB_TORS.labels(*key).set(tors or 0)
             JOB_REPLICAS.labels(*key).set(replicas)
+            JOB_RESTARTS.labels(*key).set(restarts)
             self._published[key] = state
 
 

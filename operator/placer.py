@@ -558,13 +558,14 @@ class Placer:
     def _observe(self, snapshot: Snapshot) -> None:
         states: dict[str, int] = {s: 0 for s in ("Queued", "Placed", "Running", "Succeeded", "Failed")}
         oldest: dict[str, float] = dict.fromkeys(WAIT_REASONS, 0.0)
-        per_job: list[tuple[str, str, str, int | None, int]] = []
+        per_job: list[tuple[str, str, str, int | None, int, int]] = []
         now = time.time()
         for body in self.state.jobs.values():
             job = JobView(body)
             state = cond.state_of(job.conditions)
             states[state] += 1
-            per_job.append((job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0))
+            per_job.append((job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0,
+                            int(job.status.get("restartCount") or 0)))
             if state == "Queued":
                 reason = job.condition(cond.PLACED).get("reason") or "New"
                 waited = max(0.0, now - _epoch(job.queued_since, now))
@@ -574,6 +575,8 @@ class Placer:
         for reason, waited in oldest.items():  # reasons are the Placed condition's: a bounded set
             metrics.OLDEST_WAIT.labels(reason).set(waited)
         self._job_series.update(per_job)
+        metrics.QUARANTINED_NODES.set(sum(1 for h in self.state.health.values()
+                                          if any(t.get("key") == QUARANTINE_TAINT for t in h["spec"]["taints"])))
         metrics.observe_capacity(snapshot)
 
 

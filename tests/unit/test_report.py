@@ -68,11 +68,12 @@ def test_per_job_series_follow_the_jobs_and_stay_bounded():
         return REGISTRY.get_sample_value(name, labels)
 
     series = JobSeries(limit=2)
-    series.update([("ml", "a", "Queued", None, 0), ("ml", "b", "Placed", 2, 4), ("ml", "c", "Placed", 1, 1)])
-    assert value("railyard_job_state", namespace="ml", job="a", state="Queued") == 1
-    assert value("railyard_job_tors", namespace="ml", job="b") == 2
-    assert value("railyard_job_state", namespace="ml", job="c", state="Placed") is None, "over the limit"
-    series.update([("ml", "a", "Running", 3, 8)])
-    assert value("railyard_job_state", namespace="ml", job="a", state="Queued") is None
-    assert value("railyard_job_state", namespace="ml", job="a", state="Running") == 1
-    assert value("railyard_job_replicas", namespace="ml", job="b") is None, "a deleted job's series go"
+    series.update([("ml", "a", "Queued", None, 0, 0), ("ml", "b", "Placed", 2, 4, 1), ("ml", "c", "Placed", 1, 1, 0)])
+    assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") == 1
+    assert value("railyard_job_tors", namespace="ml", trainingjob="b") == 2
+    assert value("railyard_job_state", namespace="ml", trainingjob="c", state="Placed") is None, "over the limit"
+    assert value("railyard_job_restarts", namespace="ml", trainingjob="b") == 1
+    series.update([("ml", "a", "Running", 3, 8, 0)])
+    assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") is None
+    assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Running") == 1
+    assert value("railyard_job_replicas", namespace="ml", trainingjob="b") is None, "a deleted job's series go"
