@@ -49,13 +49,15 @@ def observe_capacity(snapshot: Snapshot) -> None:
     whole_cluster = sum(1 for n in snapshot.nodes if len(snapshot.free(n)) == n.gpu_count)
     LARGEST_FREE_BLOCK.labels("cluster").set(whole_cluster)
 
-# Per job, for dashboards (label `trainingjob`: `job` is Prometheus' target label): one series per live job (state as a label, replaced on change), capped at
-# RAILYARD_JOB_METRICS_LIMIT jobs so cardinality stays bounded on any cluster.
+# Per job, for dashboards: one series per live job (state as a label, replaced on change), capped at
+# RAILYARD_JOB_METRICS_LIMIT jobs so cardinality stays bounded on any cluster. The label is
+# `trainingjob`: `job` is Prometheus' own target label and would be renamed on scrape.
 JOB_STATE = Gauge("railyard_job_state", "1 for each TrainingJob, labelled with its state",
                   ["namespace", "trainingjob", "state"])
 JOB_TORS = Gauge("railyard_job_tors", "TORs the job's placement spans", ["namespace", "trainingjob"])
 JOB_REPLICAS = Gauge("railyard_job_replicas", "Replicas placed for the job", ["namespace", "trainingjob"])
-JOB_RESTARTS = Gauge("railyard_job_restarts", "The job's generation: gang restarts so far", ["namespace", "trainingjob"])
+JOB_RESTARTS = Gauge("railyard_job_restarts", "The job's generation: gang restarts so far",
+                     ["namespace", "trainingjob"])
 QUARANTINED_NODES = Gauge("railyard_quarantined_nodes", "Nodes carrying the railyard.dev/unhealthy taint")
 
 
@@ -96,4 +98,6 @@ ITERATION_SECONDS = Histogram("railyard_placement_iteration_seconds", "One place
 LOOP_LAG_SECONDS = Histogram("railyard_event_loop_lag_seconds", "How late the event loop runs a 100 ms timer",
                              buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 STATE_READY = Gauge("railyard_state_synced", "1 once Nodes, Pods and TrainingJobs have been listed")
+REPLACEMENT_SECONDS = Histogram("railyard_replacement_solve_seconds", "Time to choose replacements for lost ranks",
+                                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 RESTARTS = Counter("railyard_restarts", "Gang restarts after lost nodes, by the first loss's reason", ["reason"])

@@ -463,7 +463,9 @@ class Placer:
         lost = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] in lost_names]
         models = {n: self.state.last_model[n] for n in lost_names if n in self.state.last_model}
         snapshot = self.state.snapshot().without_nodes(frozenset(lost_names))
+        started = time.perf_counter()
         decision = solve_replacement(snapshot, action.request, keep, lost, models)
+        metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
         now = cond.now_iso()
         generation = int(job.status.get("restartCount") or 0) + 1
         unhealthy = [u for u in job.status.get("unhealthyNodes") or [] if u.get("name") not in lost_names]
