@@ -53,11 +53,12 @@ def batch_job(name: str, replicas: int) -> dict:
 
 
 class PodWatch:
-    """When each pod in the namespace was first seen bound, from one watch stream (polling pod lists
-    would load the API server being measured)."""
+    """When each pod in the namespace was first seen released (no scheduling gate) and bound, from one
+    watch stream (polling pod lists would load the API server being measured)."""
 
     def __init__(self) -> None:
         self.bound: dict[str, float] = {}
+        self.released: dict[str, float] = {}
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -68,8 +69,12 @@ class PodWatch:
             for event in api.watch(f"/api/v1/namespaces/{NS}/pods", rv, 5):
                 pod = event.get("object") or {}
                 rv = (pod.get("metadata") or {}).get("resourceVersion") or rv
-                if event.get("type") in ("ADDED", "MODIFIED") and (pod.get("spec") or {}).get("nodeName"):
-                    self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    spec = pod.get("spec") or {}
+                    if not spec.get("schedulingGates"):
+                        self.released.setdefault(pod["metadata"]["name"], time.monotonic())
+                    if spec.get("nodeName"):
+                        self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
                 if self._stop.is_set():
                     return
 

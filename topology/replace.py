@@ -21,6 +21,7 @@ import numpy as np
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.quality import tier_distance as distance
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import RailTarget, free_rail_counts, pick_gpus, slots_for_target
@@ -60,19 +61,6 @@ class ReplacementDecision:
     @property
     def found(self) -> bool:
         return self.reason is None
-
-
-def distance(a: GpuNode, b: GpuNode) -> int:
-    """Hops up the topology tree from node a to a common domain with node b."""
-    if a.name == b.name:
-        return 0
-    if a.tor == b.tor:
-        return 1
-    if a.leaf == b.leaf:
-        return 2
-    if a.spine == b.spine:
-        return 3
-    return 4
 
 
 def _target(keep: Sequence[RankSlot], lost: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> RailTarget | None:

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Recovery benchmark on superpod-2k (2,048 kwok nodes x 8 GPUs). Prints JSON.
+
+For gangs of 128 and 1,024 whole-node replicas, one and eight of their nodes are lost (an untolerated
+NoExecute taint: the signal arrives at once, so the figure is Railyard's own reaction, not the
+node-lifecycle controller's grace period). Measured: signal -> every rank of the new generation
+released (and bound); the replacement solve time (operator histogram); API writes per recovery
+(apiserver_request_total deltas); healthy ranks moved; replacements in the lost node's TOR.
+Restarts the local rig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+from bench_common import HACK, cluster, wait
+from bench_operator import (
+    JOBS,
+    NS,
+    PodWatch,
+    api_requests,
+    gauge,
+    scrape,
+    settled,
+    start_operator,
+    start_rig,
+    training_job,
+)
+from railyard.operator.apiclient import KubeApi
+
+CASES = [(128, 1), (128, 8), (1024, 1), (1024, 8)]
+FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}
+
+
+def writes(counts) -> int:
+    return sum(v for k, v in counts.items() if k.split()[0] in ("POST", "PUT", "PATCH", "DELETE"))
+
+
+def set_taint(api: KubeApi, node: str, on: bool) -> None:
+    current = api.request("GET", f"/api/v1/nodes/{node}")
+    taints = [t for t in (current.get("spec") or {}).get("taints") or []
+              if t.get("key") not in (FAULT["key"], "railyard.dev/unhealthy")]
+    if on:
+        taints.append(FAULT)
+    api.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": taints or None}},
+                "application/merge-patch+json")
+
+
+def main() -> None:
+    _, api = start_rig()
+    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
+                    str(HACK.parent / "crds")], check=True, capture_output=True)
+    operator, port, _ = start_operator("bench-recovery")
+    results = []
+    try:
+        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
+        for replicas, lost_count in CASES:
+            name = f"r{replicas}-l{lost_count}"
+            body = training_job(name, replicas)
+            body["spec"]["faultPolicy"] = {"nodeLossGraceSeconds": 0}
+            watch = PodWatch()
+            api.request("POST", JOBS, body)
+            wait(lambda n=name, r=replicas, w=watch: sum(1 for p in w.bound if p.startswith(f"{n}-")
+                                                         and "-g1-" not in p) >= r, 300, f"{name} bound", interval=0.2)
+            job = api.request("GET", f"{JOBS}/{name}")
+            ranks = sorted(job["status"]["placement"]["ranks"], key=lambda r: r["rank"])
+            before = {r["rank"]: r["node"] for r in ranks}
+            step = max(1, len(ranks) // lost_count)
+            victims = sorted({ranks[i * step]["node"] for i in range(lost_count)})
+            counts = api_requests(api)
+            t0 = time.monotonic()
+            for node in victims:
+                set_taint(api, node, True)
+            new = [f"{name}-g1-{r}" for r in range(replicas)]
+            wait(lambda n=new, w=watch: all(p in w.released for p in n), 600, f"{name} released again", interval=0.1)
+            released = max(watch.released[p] for p in new) - t0
+            wait(lambda n=new, w=watch: all(p in w.bound for p in n), 600, f"{name} bound again", interval=0.1)
+            bound = max(watch.bound[p] for p in new) - t0
+            writes_used = writes(api_requests(api)) - writes(counts)
+            job = api.request("GET", f"{JOBS}/{name}")
+            after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+            moved = sum(1 for r, n in before.items() if n not in victims and after[r] != n)
+            replacements = job["status"]["lastRestart"]["replacements"]
+            results.append({
+                "replicas": replicas, "lost_nodes": len(victims),
+                "signal_to_all_released_seconds": round(released, 2),
+                "signal_to_all_bound_seconds": round(bound, 2),
+                "api_writes": writes_used, "healthy_ranks_moved": moved,
+                "replacements_same_tor": sum(1 for r in replacements if r["sameTor"]),
+                "replacements": len(replacements),
+            })
+            print(json.dumps(results[-1]), flush=True)
+            watch.stop()
+            api.request("DELETE", f"{JOBS}/{name}")
+            for node in victims:
+                set_taint(api, node, False)
+            wait(lambda: not api.list_all(f"/api/v1/namespaces/{NS}/pods"), 600, "pods gone", interval=1)
+            wait(lambda: settled(api), 120, "nodes settled", interval=1)
+        text = scrape(port)
+        solve = {le: float(v) for le, v in
+                 re.findall(r'^railyard_replacement_solve_seconds_bucket{le="([^"]+)"} (\S+)$', text, re.M)}
+        count = gauge(text, "railyard_replacement_solve_seconds_count")
+        total = gauge(text, "railyard_replacement_solve_seconds_sum")
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+    print(json.dumps({"cases": results, "replacement_solve_seconds": {
+        "count": count, "mean": round(total / count, 4) if count else None, "buckets": solve},
+        "machine": {"cpus": os.cpu_count()}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
