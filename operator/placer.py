@@ -457,12 +457,20 @@ class Placer:
         get replacements next to where they were, and the whole gang restarts as a new generation
         (NCCL communicators must be rebuilt). Recorded in status before any pod is touched."""
         assert action.request is not None
-        lost_names = {loss.node for loss in action.losses}
         ranks = sorted(job.placement["ranks"], key=lambda r: r["rank"])
+        snapshot = self.state.snapshot()
+        # A node that became unusable since the decision (watch events land while we await) is lost too.
+        late = sorted({r["node"] for r in ranks if not snapshot.has_node(r["node"])}
+                      - {loss.node for loss in action.losses})
+        excluded = self.state.excluded
+        losses = action.losses + tuple(
+            NodeLoss(n, "NodeNotUsable", f"node {n}: {excluded[n].reason if n in excluded else 'gone'}", None)
+            for n in late)
+        lost_names = {loss.node for loss in losses}
         keep = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] not in lost_names]
         lost = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] in lost_names]
         models = {n: self.state.last_model[n] for n in lost_names if n in self.state.last_model}
-        snapshot = self.state.snapshot().without_nodes(frozenset(lost_names))
+        snapshot = snapshot.without_nodes(frozenset(lost_names))
         started = time.perf_counter()
         decision = solve_replacement(snapshot, action.request, keep, lost, models)
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
@@ -470,10 +478,10 @@ class Placer:
         generation = int(job.status.get("restartCount") or 0) + 1
         unhealthy = [u for u in job.status.get("unhealthyNodes") or [] if u.get("name") not in lost_names]
         unhealthy += [{"name": loss.node, "reason": loss.reason, "message": loss.message[:1024],
-                       "since": loss.since or now} for loss in action.losses]
+                       "since": loss.since or now} for loss in losses]
         on_lost = tuple(p.name for p in self.state.job_pods(job.key) if (p.node_name or "") in lost_names)
         everyone = tuple(p.name for p in self.state.job_pods(job.key) if not p.terminating)
-        for loss in action.losses:
+        for loss in losses:
             await self._event(job, "Warning", "NodeLost", loss.message, key=f"{generation}/{loss.node}")
         metrics.RESTARTS.labels(action.reason).inc()
         if not decision.found:
@@ -503,7 +511,7 @@ class Placer:
         placement = Placement.from_replicas(replicas)
         replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "sameTor": r.same_tor}
                         for r in decision.replacements]
-        if action.losses:
+        if losses:
             message = (f"restart {generation}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
                        f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
         else:
@@ -511,7 +519,7 @@ class Placer:
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         if cond.get(conditions, cond.RUNNING):
             conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
-        counted = int(job.status.get("processRestarts") or 0) + (0 if action.losses else 1)
+        counted = int(job.status.get("processRestarts") or 0) + (0 if losses else 1)
         patch = {
             "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
             "replicas": len(replicas), "restartCount": generation, "processRestarts": counted,
@@ -528,7 +536,7 @@ class Placer:
             f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
             for r in replacements), key=str(generation))
         await self._event(job, "Normal", "RestartIssued", message, key=str(generation))
-        await self._quarantine(action.losses)
+        await self._quarantine(losses)
         # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
         await self._delete_pods(job.key, everyone, on_lost)
         await self._materialise(self._current(job), None)

@@ -477,3 +477,26 @@ def test_losses_close_together_make_one_restart(monkeypatch):
     run(placer.run_once())
     status = job_status(api, "pair")
     assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
+
+
+def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
+    from railyard.operator.reconcile import Action, Kind
+    from railyard.operator.views import JobView
+    from railyard.topology.api import TrainingJob
+    from railyard.topology.faults import NodeLoss
+    from railyard.topology.request import GangRequest
+
+    api, state, placer = operator_over(6)
+    submit(api, state, make_job("race", 3))
+    run(placer.run_once())
+    nodes = [r["node"] for r in job_status(api, "race")["placement"]["ranks"]]
+    _not_ready(api, state, nodes[0])
+    _not_ready(api, state, nodes[1])  # lands after the decision that saw only nodes[0]
+    body = state.jobs[("default", "race")]
+    request = GangRequest.from_job(TrainingJob.model_validate(body))
+    action = Action(Kind.RESTART, "NodeNotReady", "m", request=request,
+                    losses=(NodeLoss(nodes[0], "NodeNotReady", "m", None),))
+    run(placer._restart(JobView(body), action))
+    status = job_status(api, "race")
+    assert sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
+    assert {r["node"] for r in status["placement"]["ranks"]}.isdisjoint(nodes[:2])
