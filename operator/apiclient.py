@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -82,13 +83,19 @@ class KubeApi:
 
     def _send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None, timeout: float | None = None, stream: bool = False):
-        if method in WRITE_VERBS and self.fence is not None and not self.fence():
-            metrics.FENCED_WRITES.inc()
-            raise Fenced(f"{method} {path}: leadership term ended; write not sent")
         _, url, headers, payload, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=body, auth_settings=["BearerToken"])
+        if method in WRITE_VERBS and self.fence is not None:
+            # Checked as the last step before sending. A process frozen right after this check still
+            # sends on waking (the window every lease-based fence has); the User-Agent says when the
+            # check passed, so the API server's audit log can tell such a write from a stale decision.
+            checked = time.time()
+            if not self.fence():
+                metrics.FENCED_WRITES.inc()
+                raise Fenced(f"{method} {path}: leadership term ended; write not sent")
+            headers["User-Agent"] = f"{self.api.user_agent} fence-checked/{checked:.3f}"
         metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
         return self.api.call_api(method, url, header_params=headers, body=payload,
                                  _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))

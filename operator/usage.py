@@ -62,6 +62,3 @@ class Usage:
 
     def requested(self, node: str) -> Mapping[str, int]:
         return self._requested.get(node) or {}
-
-    def holders(self) -> Mapping[Holder, PodUsage]:
-        return self._holders

@@ -45,7 +45,6 @@ class PodView:
     deleted_at: str | None
     terminated: str | None  # why a container failed, for the job's Failed message
     exit_code: int | None  # the first non-zero container exit code
-    disrupted: str | None  # a DisruptionTarget condition's reason (evicted, preempted, ...)
     usage: PodUsage | None  # what it holds on its node (None: nothing)
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
 
@@ -70,8 +69,6 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
     annotations = meta.get("annotations") or {}
     rank_raw = labels.get(LABEL_RANK)
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    disrupted = next((c.get("reason") or "DisruptionTarget" for c in status.get("conditions") or []
-                      if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     return PodView(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
         resource_version=resource_version(pod), job=labels.get(LABEL_JOB),
@@ -81,7 +78,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
-        disrupted=disrupted,
+
         usage=pod_usage(pod), labels=labels,
     )
 
