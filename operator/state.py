@@ -83,6 +83,7 @@ class ClusterState:
         self._pods_by_job: dict[Key, set[Key]] = {}
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
+        self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
         self._snapshot: Snapshot | None = None
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
 
@@ -178,7 +179,7 @@ class ClusterState:
         self.usage.set(("pod", key), view.usage)
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
-            self._refresh_reservation(view.job_key)
+            self._sync_rank(view.job_key, view.name)
         self._snapshot = None
 
     def _remove_pod(self, key: Key) -> None:
@@ -192,7 +193,7 @@ class ClusterState:
                 members.discard(key)
                 if not members:
                     del self._pods_by_job[view.job_key]
-            self._refresh_reservation(view.job_key)
+            self._sync_rank(view.job_key, view.name)
         self._snapshot = None
 
     def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -250,32 +251,48 @@ class ClusterState:
 
     def _refresh_reservation(self, key: Key) -> None:
         """Ranks of a live placement whose pod does not exist yet hold their node's GPUs and the
-        template's requests; once the rank's pod exists it holds them itself."""
+        template's requests; once the rank's pod exists it holds them itself. Recomputed when the job
+        changes (the template's requests are parsed here, once); a pod event touches only its rank."""
         job = self.jobs.get(key)
         status = (job or {}).get("status") or {}
         placement = status.get("placement") or {}
         ranks = (placement.get("ranks") or []) if job is not None and not finished(status) else []
-        wanted: dict[int, PodUsage] = {}
-        present: set[str] = set()
+        plan: dict[str, tuple[int, PodUsage]] = {}
         if ranks:
             try:
                 requests = pod_requests(((job or {}).get("spec", {}).get("template") or {}).get("spec") or {})
             except ValueError:
                 requests = {}
             requests = {k: v for k, v in requests.items() if k != GPU_RESOURCE}
-            present = {self.pods[k].name for k in self._pods_by_job.get(key, ())
-                       if self.pods[k].placement_id == placement.get("id") and not self.pods[k].finished}
             for r in ranks:
-                if r.get("pod") in present:
-                    continue
                 gpus = tuple(sorted(r.get("gpus") or []))
-                wanted[r["rank"]] = PodUsage(r["node"], gpus, len(gpus), requests)
-        reserved = self._reserved.setdefault(key, set()) if wanted else self._reserved.pop(key, set())
-        pods_of = {r["rank"]: r.get("pod") for r in ranks}
-        for rank in set(reserved) - set(wanted):
-            self.usage.set(("rank", key, rank), None, handover=pods_of.get(rank) in present)
-            reserved.discard(rank)
-        for rank, usage in wanted.items():
+                plan[r.get("pod") or ""] = (r["rank"], PodUsage(r["node"], gpus, len(gpus), requests))
+            self._plans[key] = (placement.get("id") or "", plan)
+        else:
+            self._plans.pop(key, None)
+        planned = {rank for rank, _ in plan.values()}
+        for rank in self._reserved.get(key, set()) - planned:  # no longer planned: capacity freed
+            self.usage.set(("rank", key, rank), None)
+            self._reserved[key].discard(rank)
+        for pod_name in plan:
+            self._sync_rank(key, pod_name)
+        self._snapshot = None
+
+    def _sync_rank(self, key: Key, pod_name: str) -> None:
+        """The rank whose pod is `pod_name`: reserved while that pod (of this placement) is absent or
+        finished, handed over to the pod while it exists."""
+        entry = self._plans.get(key)
+        if entry is None or pod_name not in entry[1]:
+            return
+        placement_id, plan = entry
+        rank, usage = plan[pod_name]
+        pod = self.pods.get((key[0], pod_name))
+        reserved = self._reserved.setdefault(key, set())
+        if pod is not None and pod.placement_id == placement_id and not pod.finished:
+            if rank in reserved:
+                self.usage.set(("rank", key, rank), None, handover=True)
+                reserved.discard(rank)
+        else:
             self.usage.set(("rank", key, rank), usage)
             reserved.add(rank)
         self._snapshot = None
