@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
+
+from railyard.topology.timestamps import iso
 
 PLACED, RUNNING, SUCCEEDED, FAILED = "Placed", "Running", "Succeeded", "Failed"
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso()
 
 
 def get(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:

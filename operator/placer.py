@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from railyard.operator import conditions as cond
@@ -51,14 +50,9 @@ from railyard.topology.model import Snapshot
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, solve
+from railyard.topology.timestamps import epoch, iso
 
 log = logging.getLogger("railyard.placer")
-
-
-def _epoch(timestamp: str | None, default: float) -> float:
-    if not timestamp:
-        return default
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def stable_key(message: str) -> str:
@@ -185,8 +179,8 @@ class Placer:
             log.exception("job %s/%s: step failed; will retry", *key)
 
     def _queued(self, key: Key, job: JobView, request: GangRequest, now: float) -> QueuedJob:
-        avoid = frozenset(a["node"] for a in job.status.get("avoidNodes") or [] if _epoch(a.get("until"), 0) > now)
-        return QueuedJob(key, job.priority, _epoch(job.queued_since, now), request, avoid)
+        avoid = frozenset(a["node"] for a in job.status.get("avoidNodes") or [] if epoch(a.get("until"), 0) > now)
+        return QueuedJob(key, job.priority, epoch(job.queued_since, now), request, avoid)
 
     def _worth_solving(self, job: QueuedJob, now: float) -> bool:
         """An unschedulable job is solved again only when capacity was freed since it last failed,
@@ -210,8 +204,8 @@ class Placer:
         # fenced off before anything else is tried (timestamps have one-second resolution, so queue
         # order alone could let a job created in the same second slip in front of it).
         for job in ordered:
-            if JobView(self.state.jobs.get(job.key) or {"metadata": {}}).condition(cond.PLACED).get("reason") == \
-                    "Reserving":
+            recorded = self.state.jobs.get(job.key)
+            if recorded is not None and JobView(recorded).condition(cond.PLACED).get("reason") == "Reserving":
                 holder, reserved = job.key, reserved_nodes(job, current)
                 ordered = [job, *(j for j in ordered if j.key != job.key)]
                 break
@@ -313,7 +307,7 @@ class Placer:
                                         job.condition(cond.PLACED).get("message", ""), job.generation)
         if await self._patch_status(current, {"conditions": conditions}) is None:
             return
-        created = _epoch(job.created, time.time())
+        created = epoch(job.created, time.time())
         metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - created))
         metrics.PLACEMENTS.inc()
         metrics.TORS_SPANNED.observe(placement.get("tors", 0))
@@ -429,8 +423,7 @@ class Placer:
                          "conditions": cond.set_condition(conditions, cond.PLACED, "False", action.reason,
                                                           action.message, generation)}
                 if action.avoid:
-                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                          time.gmtime(time.time() + self.settings.placement.avoid_seconds))
+                    stamp = iso(time.time() + self.settings.placement.avoid_seconds)
                     kept = [a for a in status.get("avoidNodes") or [] if a.get("node") not in action.avoid]
                     patch["avoidNodes"] = kept + [{"node": n, "reason": action.reason, "until": stamp}
                                                   for n in action.avoid]
@@ -578,7 +571,7 @@ class Placer:
                             int(job.status.get("restartCount") or 0)))
             if state == "Queued":
                 reason = job.condition(cond.PLACED).get("reason") or "New"
-                waited = max(0.0, now - _epoch(job.queued_since, now))
+                waited = max(0.0, now - epoch(job.queued_since, now))
                 oldest[reason] = max(oldest.get(reason, 0.0), waited)
         for state, count in states.items():
             metrics.JOBS.labels(state).set(count)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +20,7 @@ from railyard.topology.documents import format_validation
 from railyard.topology.faults import NodeLoss, node_loss
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
+from railyard.topology.timestamps import epoch
 
 RELEASED = "Released"
 PLACING = "Placing"
@@ -56,9 +56,7 @@ class Action:
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
-    if not timestamp:
-        return 0.0
-    return now - datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    return now - epoch(timestamp, now)
 
 
 def _stuck(pods: list[PodView], snapshot: Snapshot, now: float, force_after: float) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from railyard.operator.keys import LABEL_JOB
 from railyard.operator.views import JobView
 from railyard.topology.model import Snapshot
 from railyard.topology.nodes import pod_usage
+from railyard.topology.timestamps import epoch
 
 _COLOURS = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
 _MARKS = string.ascii_uppercase + string.ascii_lowercase + string.digits
@@ -21,7 +22,7 @@ _MARKS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 def _age(timestamp: str | None, now: datetime) -> str:
     if not timestamp:
         return "-"
-    seconds = int((now - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))).total_seconds())
+    seconds = int(now.timestamp() - epoch(timestamp, now.timestamp()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"

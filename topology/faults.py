@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from railyard.topology.eligibility import untolerated_taint
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.model import GpuNode, Taint
 from railyard.topology.quantity import parse_count
+from railyard.topology.timestamps import epoch
 
 DEFAULT_FAULT_CONDITIONS: tuple[str, ...] = (
     # NVIDIA NVSentinel health monitors (fatal -> condition status True)
@@ -43,10 +43,6 @@ class NodeLoss:
     reason: str  # NodeDeleted | NodeNotReady | Taint | GpuFault | GpuAllocatableDropped
     message: str
     since: str | None  # when the signal started, if the object says
-
-
-def _epoch(timestamp: str) -> float:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def node_loss(name: str, node: Mapping[str, Any] | None, held_gpus: int, tolerations: Sequence[Mapping[str, Any]],
@@ -79,7 +75,7 @@ def node_loss(name: str, node: Mapping[str, Any] | None, held_gpus: int, tolerat
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         since = (ready or {}).get("lastTransitionTime")
-        waited = now - _epoch(since) if since else grace_seconds
+        waited = now - epoch(since, now - grace_seconds)
         if waited >= grace_seconds:
             state = "Unknown" if ready is None else ready.get("status")
             return NodeLoss(name, "NodeNotReady", f"node {name}: Ready={state} for {waited:.0f}s", since)
