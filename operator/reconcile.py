@@ -48,7 +48,7 @@ class Action:
     reason: str = ""
     message: str = ""
     pods: tuple[str, ...] = field(default=())  # pod names the action concerns (to delete / to create)
-    request: GangRequest | None = None  # for QUEUE
+    request: GangRequest | None = None  # the validated request, for QUEUE and RESTART
     force: tuple[str, ...] = field(default=())  # pods to delete with grace 0 (stuck on a gone node)
     avoid: tuple[str, ...] = field(default=())  # nodes to avoid for a while (ROLLBACK after BindTimeout)
     losses: tuple[NodeLoss, ...] = field(default=())  # RESTART: which nodes are lost and why
