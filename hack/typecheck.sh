@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mypy over the railyard package. The editable install maps topology/ and operator/ to railyard.*
+# mypy over the railyard package. The editable install maps topology/, operator/ and worker/ to railyard.*
 # through an import hook that type checkers cannot follow, so mypy reads a symlinked tree instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,4 +7,5 @@ tree=.venv/typecheck/railyard
 mkdir -p "$tree"
 ln -sfn "$PWD/topology" "$tree/topology"
 ln -sfn "$PWD/operator" "$tree/operator"
-MYPYPATH=.venv/typecheck exec .venv/bin/mypy -p railyard.topology -p railyard.operator "$@"
+ln -sfn "$PWD/worker" "$tree/worker"
+MYPYPATH=.venv/typecheck exec .venv/bin/mypy -p railyard.topology -p railyard.operator -p railyard.worker "$@"

@@ -275,6 +275,16 @@ class KubeApi:
                     raise
         raise RuntimeError(f"node {name}: could not add taint {taint['key']} (kept changing)")
 
+    # --- authentication (the report endpoint) -------------------------------------------------------
+
+    async def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """TokenReview: the API server says whose token this is (status.user) for these audiences.
+        Call it on a client without a fence (it changes nothing)."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token, "audiences": audiences}}
+        path = "/apis/authentication.k8s.io/v1/tokenreviews"
+        return (await self.run(self.request, "POST", path, body)).get("status") or {}
+
     # --- Leases (used by the elector on its own KubeApi, never queued behind placement) ------------
 
     def lease_path(self, namespace: str, name: str | None = None) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from railyard.operator.keys import (
@@ -22,6 +23,18 @@ from railyard.topology.api import API_VERSION, KIND
 from railyard.topology.solver import Placement
 
 MAX_NAME = 63
+TOKEN_VOLUME = "railyard-token"
+TOKEN_DIR = "/var/run/secrets/railyard.dev"  # railyard.worker's default token file is TOKEN_DIR/token
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """Operator-wide settings every replica pod reflects."""
+
+    master_port: int = 29500
+    report_url: str | None = None  # the operator's report endpoint; None: no reporting env, no token
+    report_audience: str = "railyard.dev"
+    token_seconds: int = 3600  # kubelet refreshes a projected token at 80 % of its life
 
 
 def pod_name(job_name: str, rank: int, generation: int = 0) -> str:
@@ -62,27 +75,43 @@ def placement_status(placement: Placement, job_name: str, placement_id: str, gen
 
 
 def build_env(job: dict[str, Any], rank: int, world: int, gpus: int, rail_aligned: bool,
-              master_port: int) -> list[dict[str, Any]]:
-    """The launcher environment torchrun and training-operator users expect."""
+              options: PodOptions) -> list[dict[str, Any]]:
+    """The launcher environment torchrun and training-operator users expect, plus railyard.worker's
+    contract (railyard.worker.context reads it)."""
     meta = job["metadata"]
+    status = job.get("status") or {}
     master = f"{pod_name(meta['name'], 0)}.{service_name(meta['name'])}.{meta['namespace']}.svc"
-    restarts = (job.get("status") or {}).get("restartCount", 0)
-    env = {
+    restarts = status.get("restartCount", 0)
+    last_restart = status.get("lastRestart") or {}
+    env: dict[str, Any] = {
         "RANK": rank, "NODE_RANK": rank, "WORLD_SIZE": world,
-        "MASTER_ADDR": master, "MASTER_PORT": master_port,
+        "MASTER_ADDR": master, "MASTER_PORT": options.master_port,
         "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": max(1, gpus),
-        "PET_MASTER_ADDR": master, "PET_MASTER_PORT": master_port,
-        "RAILYARD_JOB_NAME": meta["name"], "RAILYARD_RESTART_COUNT": restarts,
-        "RAILYARD_RESTART_REASON": ((job.get("status") or {}).get("lastRestart") or {}).get("reason", ""),
+        "PET_MASTER_ADDR": master, "PET_MASTER_PORT": options.master_port,
+        "RAILYARD_JOB_NAME": meta["name"], "RAILYARD_NAMESPACE": meta["namespace"],
+        "RAILYARD_RESTART_COUNT": restarts, "RAILYARD_RESTART_REASON": last_restart.get("reason", ""),
         "TORCHELASTIC_RESTART_COUNT": restarts,  # what torchrun-style scripts read
     }
+    # Resume from what was committed when the restart was decided (recorded with it, so every rank
+    # of a generation gets the same step even if the operator rebuilt the pods later).
+    if restarts and last_restart.get("resumeStep") is not None:
+        env["RAILYARD_RESUME_STEP"] = last_restart["resumeStep"]
+        env["RAILYARD_RESUME_CHECKPOINT"] = last_restart.get("resumeCheckpoint") or ""
+    checkpoint = job["spec"].get("checkpoint") or {}
+    if checkpoint.get("path"):
+        env["RAILYARD_CHECKPOINT_PATH"] = checkpoint["path"]
+    if checkpoint.get("intervalSeconds"):
+        env["RAILYARD_CHECKPOINT_INTERVAL_SECONDS"] = checkpoint["intervalSeconds"]
+    if options.report_url:
+        env["RAILYARD_REPORT_URL"] = options.report_url
+        env["RAILYARD_TOKEN_FILE"] = f"{TOKEN_DIR}/token"
     if rail_aligned:
         env["NCCL_CROSS_NIC"] = 0  # keep each ring on its rail: the placement made that possible
     return [{"name": k, "value": str(v)} for k, v in env.items()]
 
 
 def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world: int, rail_aligned: bool,
-              placement_id: str, master_port: int) -> dict[str, Any]:
+              placement_id: str, options: PodOptions) -> dict[str, Any]:
     """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed."""
     meta = job["metadata"]
     template = copy.deepcopy(job["spec"].get("template") or {})
@@ -93,11 +122,13 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
     labels = {**pod_labels(job), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts)}
     annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
                    ANNOTATION_PLACEMENT_ID: placement_id}
-    env = build_env(job, rank, world, len(gpus), rail_aligned, master_port)
+    env = build_env(job, rank, world, len(gpus), rail_aligned, options)
     names = {e["name"] for e in env}
     for container in spec.get("containers") or []:
         # The placement's env wins over the template's for the same variable.
         container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + env
+    if options.report_url:
+        _mount_token(spec, options)
     _pin(spec, node)
     spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": SCHEDULING_GATE}]
     spec["hostname"] = pod_name(meta["name"], rank)  # stable across generations: MASTER_ADDR names rank 0
@@ -109,6 +140,19 @@ def build_pod(job: dict[str, Any], rank: int, node: str, gpus: list[int], world:
                      "ownerReferences": [owner_reference(job)]},
         "spec": spec,
     }
+
+
+def _mount_token(spec: dict[str, Any], options: PodOptions) -> None:
+    """A projected service-account token for the report endpoint: audience-bound (useless against
+    the API server) and bound to this pod (invalid once the pod is gone, so a stale generation's
+    reports are refused at authentication)."""
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v.get("name") != TOKEN_VOLUME] + [{
+        "name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+            "audience": options.report_audience, "expirationSeconds": options.token_seconds, "path": "token"}}]}}]
+    mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+    for container in spec.get("containers") or []:
+        container["volumeMounts"] = [m for m in container.get("volumeMounts") or []
+                                     if m.get("name") != TOKEN_VOLUME] + [mount]
 
 
 def _pin(spec: dict[str, Any], node: str) -> None:

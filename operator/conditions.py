@@ -7,6 +7,9 @@ from typing import Any
 from railyard.topology.timestamps import iso
 
 PLACED, RUNNING, SUCCEEDED, FAILED = "Placed", "Running", "Succeeded", "Failed"
+# Recovery: Restarting from a restart decision until the new generation is released; Degraded while
+# lost ranks have no replacement yet (waiting for capacity, or re-queued).
+RESTARTING, DEGRADED = "Restarting", "Degraded"
 
 
 def now_iso() -> str:

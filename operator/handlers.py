@@ -18,7 +18,9 @@ from railyard.operator import metrics
 from railyard.operator.apiclient import KubeApi
 from railyard.operator.leader import LeaderElector
 from railyard.operator.placer import Placer
+from railyard.operator.progress import ProgressBook
 from railyard.operator.reflector import KINDS, Reflector, reflector_sink
+from railyard.operator.reports import ReportServer
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState
 from railyard.topology.labels import resolve_scheme
@@ -43,7 +45,10 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
                            on_elected=lambda: memo.placer.wake())
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
     state = ClusterState(resolve_scheme(config.placement.label_preset))
-    placer = Placer(state, api, config, leader.is_leader)
+    book = ProgressBook()
+    placer = Placer(state, api, config, leader.is_leader, book)
+    reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
+                           leader.is_leader)
     loop = asyncio.get_running_loop()
     sink = reflector_sink(state, placer.wake)
     delays = {"pods": config.test_pod_watch_delay}
@@ -52,7 +57,8 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     for r in reflectors:
         r.start()
     metrics.serve(config.metrics.port)
-    memo.update(api=api, leader=leader, state=state, placer=placer, reflectors=reflectors,
+    await reports.start()
+    memo.update(api=api, leader=leader, state=state, placer=placer, reflectors=reflectors, reports=reports,
                 tasks=[asyncio.create_task(leader.run(), name="railyard-leader"),
                        asyncio.create_task(placer.run(), name="railyard-placer"),
                        asyncio.create_task(_measure_lag(), name="railyard-lag")])
@@ -73,6 +79,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     for r in memo.get("reflectors", []):
         r.stop()
+    reports: ReportServer | None = memo.get("reports")
+    if reports is not None:
+        await reports.stop()
     leader: LeaderElector | None = memo.get("leader")
     if leader is not None:
         await leader.release()

@@ -30,6 +30,7 @@ from railyard.operator import conditions as cond
 from railyard.operator import metrics
 from railyard.operator.apiclient import ApiException, Fenced, KubeApi
 from railyard.operator.builders import (
+    PodOptions,
     build_event,
     build_pod,
     build_service,
@@ -39,6 +40,7 @@ from railyard.operator.builders import (
     selector,
 )
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, QUARANTINE_TAINT
+from railyard.operator.progress import ProgressBook
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
@@ -86,11 +88,16 @@ class _Failure:
 
 
 class Placer:
-    def __init__(self, state: ClusterState, api: KubeApi, settings: Settings, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, state: ClusterState, api: KubeApi, settings: Settings, is_leader: Callable[[], bool],
+                 book: ProgressBook | None = None) -> None:
         self.state = state
         self.api = api
         self.settings = settings
         self.is_leader = is_leader
+        self.book = book if book is not None else ProgressBook()
+        reports = settings.reports
+        self.pod_options = PodOptions(settings.placement.master_port, reports.url or None, reports.audience)
+        self._flushed: dict[Key, float] = {}  # job -> when report-derived status was last written
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
         self._failures: dict[Key, _Failure] = {}
@@ -157,6 +164,7 @@ class Placer:
                 case _:
                     work.append(self._guard(key, self._act(key, job, action)))
         await asyncio.gather(*work)
+        await self._record_checkpoints()
         self.state.prune_tombstones()
         placed = await self._place_queue(queued, snapshot, now)
         self._observe(self.state.snapshot() if placed else snapshot)
@@ -260,6 +268,35 @@ class Placer:
             self.state.apply_job("MODIFIED", updated)
         return updated
 
+    # --- worker reports -----------------------------------------------------------------------------
+
+    def committed_checkpoint(self, job: JobView) -> dict[str, Any] | None:
+        """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports."""
+        recorded = job.status.get("lastCheckpoint")
+        generation = int(job.status.get("restartCount") or 0)
+        found = self.book.committed(job.key, generation, len(job.placement.get("ranks") or []))
+        if found is None or (recorded and int(recorded.get("step", -1)) >= found[0]):
+            return recorded
+        return {"step": found[0], "path": found[1], "time": cond.now_iso(), "generation": generation}
+
+    async def _record_checkpoints(self) -> None:
+        """Write newly committed checkpoints to status, at most once per job per flush period."""
+        self.book.forget(set(self.state.jobs))
+        now = time.monotonic()
+        writes = []
+        for key in list(self.book.jobs):
+            body = self.state.jobs.get(key)
+            if body is None or now - self._flushed.get(key, float("-inf")) < self.settings.reports.flush_seconds:
+                continue
+            job = JobView(body)
+            if job.deleting or cond.state_of(job.conditions) in ("Succeeded", "Failed"):
+                continue
+            committed = self.committed_checkpoint(job)
+            if committed is not None and committed is not job.status.get("lastCheckpoint"):
+                self._flushed[key] = now
+                writes.append(self._guard(key, self._patch_status(job, {"lastCheckpoint": committed})))
+        await asyncio.gather(*writes)
+
     # --- placing ------------------------------------------------------------------------------------
 
     async def _place(self, job: JobView, decision: Decision) -> None:
@@ -269,7 +306,7 @@ class Placer:
         message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
                    f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
         patch = {
-            "placement": placement_status(placement, job.name, placement_id),
+            "placement": placement_status(placement, job.name, placement_id, int(job.status.get("restartCount") or 0)),
             "replicas": len(placement.replicas),
             "selector": selector(job.name),
             "queuedSince": job.queued_since,
@@ -287,7 +324,7 @@ class Placer:
             await self._create_owned("services", build_service(job.body), placement["id"])
             pods = [
                 build_pod(job.body, r["rank"], r["node"], r["gpus"], len(ranks), placement.get("railAligned", False),
-                          placement["id"], self.settings.placement.master_port)
+                          placement["id"], self.pod_options)
                 for r in ranks if only is None or r["pod"] in only
             ]
             await asyncio.gather(*(self._limited(self._create_owned("pods", p, placement["id"])) for p in pods))
@@ -305,7 +342,16 @@ class Placer:
         current = self._current(job)
         conditions = cond.set_condition(current.conditions, cond.PLACED, "True", RELEASED,
                                         job.condition(cond.PLACED).get("message", ""), job.generation)
-        if await self._patch_status(current, {"conditions": conditions}) is None:
+        release: dict[str, Any] = {}
+        if cond.is_true(conditions, cond.RESTARTING):
+            generation = current.status.get("restartCount")
+            conditions = cond.set_condition(conditions, cond.RESTARTING, "False", RELEASED,
+                                            f"generation {generation} released", job.generation)
+            release["lastRestart"] = {"releasedAt": cond.now_iso()}
+        if cond.is_true(conditions, cond.DEGRADED):
+            conditions = cond.set_condition(conditions, cond.DEGRADED, "False", "Recovered",
+                                            "every rank has a node again", job.generation)
+        if await self._patch_status(current, {**release, "conditions": conditions}) is None:
             return
         created = epoch(job.created, time.time())
         metrics.RELEASE_SECONDS.observe(max(0.0, time.time() - created))
@@ -398,7 +444,7 @@ class Placer:
                 # Losses close together (a switch, a rack's power) make one restart: act only once the
                 # first one has been seen for the debounce window. A process failure waits its backoff.
                 seen = self._losses_seen.setdefault(key, time.monotonic())
-                delay = job.fault_policy.backoff(int(status.get("processRestarts") or 0)) if not action.losses \
+                delay = job.fault_policy.backoff(int(status.get("processRestarts") or 0)) if action.counted \
                     else self.settings.placement.loss_debounce_seconds
                 wait = delay - (time.monotonic() - seen)
                 if wait > 0:
@@ -469,32 +515,21 @@ class Placer:
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
         now = cond.now_iso()
         generation = int(job.status.get("restartCount") or 0) + 1
+        known = {u.get("name") for u in job.status.get("unhealthyNodes") or []}
         unhealthy = [u for u in job.status.get("unhealthyNodes") or [] if u.get("name") not in lost_names]
         unhealthy += [{"name": loss.node, "reason": loss.reason, "message": loss.message[:1024],
                        "since": loss.since or now} for loss in losses]
         on_lost = tuple(p.name for p in self.state.job_pods(job.key) if (p.node_name or "") in lost_names)
         everyone = tuple(p.name for p in self.state.job_pods(job.key) if not p.terminating)
         for loss in losses:
-            await self._event(job, "Warning", "NodeLost", loss.message, key=f"{generation}/{loss.node}")
-        metrics.RESTARTS.labels(action.reason).inc()
+            if loss.node not in known:
+                await self._event(job, "Warning", "NodeLost", loss.message, key=f"{generation}/{loss.node}")
         if not decision.found:
-            message = f"no replacement for {len(lost)} lost ranks: {decision.reason}"
-            await self._event(job, "Warning", "NoReplacement", message)
-            if job.fault_policy.on_no_replacement == "Fail":
-                conditions = cond.set_condition(job.conditions, cond.FAILED, "True", "NoReplacement", message,
-                                                job.generation)
-                patch: dict[str, Any] = {"unhealthyNodes": unhealthy, "completionTime": now, "conditions": conditions}
-            else:  # Requeue: the whole gang is placed again, as a new generation
-                conditions = cond.set_condition(job.conditions, cond.PLACED, "False", "NoReplacement", message,
-                                                job.generation)
-                if cond.get(conditions, cond.RUNNING):
-                    conditions = cond.set_condition(conditions, cond.RUNNING, "False", "NoReplacement", message,
-                                                    job.generation)
-                patch = {"placement": None, "replicas": 0, "restartCount": generation, "unhealthyNodes": unhealthy,
-                         "conditions": conditions}
-            if await self._patch_status(job, patch) is not None:
-                await self._delete_pods(job.key, everyone, on_lost)
+            await self._no_replacement(job, action, sorted(lost_names), len(lost), decision.reason, unhealthy,
+                                       everyone, on_lost)
+            await self._quarantine(losses)
             return
+        metrics.RESTARTS.labels(action.reason).inc()
         new_home = {r.rank: r for r in decision.replacements}
         replicas = []
         for r in ranks:
@@ -508,11 +543,13 @@ class Placer:
             message = (f"restart {generation}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
                        f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
         else:
-            message = f"restart {generation} on the same nodes after a process failure: {action.message}"
+            message = f"restart {generation} on the same nodes: {action.message}"
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         if cond.get(conditions, cond.RUNNING):
             conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
-        counted = int(job.status.get("processRestarts") or 0) + (0 if losses else 1)
+        conditions = cond.set_condition(conditions, cond.RESTARTING, "True", action.reason, message, job.generation)
+        counted = int(job.status.get("processRestarts") or 0) + (1 if action.counted else 0)
+        checkpoint = self.committed_checkpoint(job)
         patch = {
             "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
             "replicas": len(replicas), "restartCount": generation, "processRestarts": counted,
@@ -520,19 +557,76 @@ class Placer:
             "lastRestart": {"reason": action.reason, "lostNodes": sorted(lost_names), "replacements": replacements,
                             "movedRanks": 0, "detectedAt": min((u["since"] for u in unhealthy
                                                                   if u["name"] in lost_names), default=now),
-                            "decidedAt": now},
+                            "decidedAt": now, "releasedAt": None, **_resume(checkpoint)},
             "conditions": conditions,
         }
+        if checkpoint is not None:
+            patch["lastCheckpoint"] = checkpoint
         if await self._patch_status(job, patch) is None:
             return
-        await self._event(job, "Normal", "ReplacementChosen", "; ".join(
-            f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
-            for r in replacements), key=str(generation))
+        if replacements:
+            await self._event(job, "Normal", "ReplacementChosen", "; ".join(
+                f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
+                for r in replacements), key=str(generation))
         await self._event(job, "Normal", "RestartIssued", message, key=str(generation))
         await self._quarantine(losses)
         # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
         await self._delete_pods(job.key, everyone, on_lost)
         await self._materialise(self._current(job), None)
+
+    async def _no_replacement(self, job: JobView, action: Action, lost_nodes: list[str], lost: int, why: str,
+                              unhealthy: list[dict[str, Any]], everyone: tuple[str, ...],
+                              on_lost: tuple[str, ...]) -> None:
+        """No node fits a lost rank. Within replacementTimeoutSeconds the healthy ranks keep their
+        nodes (Degraded) and the search is retried as capacity frees; then onNoReplacement applies."""
+        policy = job.fault_policy
+        message = f"no replacement for {lost} lost ranks: {why}"
+        degraded = job.condition(cond.DEGRADED)
+        waiting_since = degraded.get("lastTransitionTime") if degraded.get("status") == "True" and \
+            degraded.get("reason") == "NoReplacement" else None
+        clock = time.time()
+        waited = clock - epoch(waiting_since, clock)
+        if waited < policy.replacement_timeout_seconds:
+            if waiting_since is None or unhealthy != job.status.get("unhealthyNodes"):
+                conditions = cond.set_condition(job.conditions, cond.DEGRADED, "True", "NoReplacement",
+                                                f"{message}; waiting up to {policy.replacement_timeout_seconds}s",
+                                                job.generation)
+                if await self._patch_status(job, {"unhealthyNodes": unhealthy, "conditions": conditions}) is None:
+                    return
+                await self._event(job, "Warning", "NoReplacement", message, key="waiting")
+            retry = min(self.settings.placement.retry_seconds, policy.replacement_timeout_seconds - waited)
+            asyncio.get_running_loop().call_later(max(0.5, retry), self.wake)
+            return
+        metrics.RESTARTS.labels(action.reason).inc()
+        generation = int(job.status.get("restartCount") or 0) + 1
+        now = cond.now_iso()
+        if policy.on_no_replacement == "Fail":
+            conditions = cond.set_condition(job.conditions, cond.FAILED, "True", "NoReplacement", message,
+                                            job.generation)
+            patch: dict[str, Any] = {"unhealthyNodes": unhealthy, "completionTime": now, "conditions": conditions}
+        else:  # Requeue: the whole gang is placed again, as a new generation
+            message += f"; re-queued after {policy.replacement_timeout_seconds}s"
+            conditions = cond.set_condition(job.conditions, cond.PLACED, "False", "NoReplacement", message,
+                                            job.generation)
+            if cond.get(conditions, cond.RUNNING):
+                conditions = cond.set_condition(conditions, cond.RUNNING, "False", "NoReplacement", message,
+                                                job.generation)
+            conditions = cond.set_condition(conditions, cond.RESTARTING, "True", action.reason, message,
+                                            job.generation)
+            conditions = cond.set_condition(conditions, cond.DEGRADED, "True", "Requeued", message, job.generation)
+            checkpoint = self.committed_checkpoint(job)
+            patch = {"placement": None, "replicas": 0, "restartCount": generation, "unhealthyNodes": unhealthy,
+                     "lastRestart": {"reason": action.reason, "lostNodes": lost_nodes,
+                                     "replacements": [], "movedRanks": len(job.placement.get("ranks") or []),
+                                     "detectedAt": min((u["since"] for u in unhealthy
+                                                        if u["name"] in lost_nodes), default=now),
+                                     "decidedAt": now, "releasedAt": None, **_resume(checkpoint)},
+                     "conditions": conditions}
+            if checkpoint is not None:
+                patch["lastCheckpoint"] = checkpoint
+        if await self._patch_status(job, patch) is not None:
+            await self._event(job, "Warning", "NoReplacement", message, key=f"final/{generation}")
+            await self._delete_pods(job.key, everyone, on_lost)
 
     async def _quarantine(self, losses: tuple[NodeLoss, ...]) -> None:
         """Keep every job off a lost node until an admin lifts the taint
@@ -581,6 +675,13 @@ class Placer:
         metrics.QUARANTINED_NODES.set(sum(1 for h in self.state.health.values()
                                           if any(t.get("key") == QUARANTINE_TAINT for t in h["spec"]["taints"])))
         metrics.observe_capacity(snapshot)
+
+
+def _resume(checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """The resume point a restart records (builders pass it to every rank of the new generation)."""
+    if checkpoint is None:
+        return {"resumeStep": None, "resumeCheckpoint": None}
+    return {"resumeStep": checkpoint["step"], "resumeCheckpoint": checkpoint.get("path") or ""}
 
 
 def _api_message(e: ApiException) -> str:

@@ -53,6 +53,7 @@ class Action:
     avoid: tuple[str, ...] = field(default=())  # nodes to avoid for a while (ROLLBACK after BindTimeout)
     losses: tuple[NodeLoss, ...] = field(default=())  # RESTART: which nodes are lost and why
     stale: tuple[str, ...] = field(default=())  # RESUME: pods of an older placement, deleted first
+    counted: bool = False  # RESTART: a failure of the training process (counts against maxRestarts, backs off)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -135,6 +136,18 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
         if losses:
             return Action(Kind.RESTART, losses[0].reason, "; ".join(loss.message for loss in losses),
                           request=request, losses=losses)
+    # A pod evicted or preempted (DisruptionTarget), or deleted by someone else, is an infrastructure
+    # restart on the same nodes: not the training process's fault. "Gone" only after the pod was
+    # observed and then deleted (DELETED event or a re-list): the state holds every pod from the
+    # moment its creation was answered.
+    disrupted = [p for p in wanted if p in mine and mine[p].disruption]
+    if disrupted:
+        pod = mine[disrupted[0]]
+        return Action(Kind.RESTART, "PodDisrupted", f"pod {pod.name} was disrupted: {pod.disruption}",
+                      request=request)
+    gone = [p for p in wanted if p not in mine]
+    if gone:
+        return Action(Kind.RESTART, "PodDeleted", f"pod {gone[0]} of the gang was deleted", request=request)
     failed = [p for p in wanted if p in mine and mine[p].phase == "Failed"]
     if failed:
         pod = mine[failed[0]]
@@ -146,12 +159,7 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
         if done >= policy.max_restarts:
             return Action(Kind.FAIL, "PodFailed", f"{why} (after {done} restarts; maxRestarts {policy.max_restarts})")
         # A failure of the training process on a healthy node: the whole gang restarts in place.
-        return Action(Kind.RESTART, "ProcessFailed", why, request=request)
-    gone = [p for p in wanted if p not in mine]
-    if gone:
-        # Only after the pod was observed and then deleted (DELETED event or a re-list): the state
-        # holds every pod from the moment its creation was answered.
-        return Action(Kind.FAIL, "PodDeleted", f"pod {gone[0]} of the gang was deleted")
+        return Action(Kind.RESTART, "ProcessFailed", why, request=request, counted=True)
     phases = [mine[p].phase for p in wanted]
     if all(ph == "Succeeded" for ph in phases):
         return Action(Kind.SUCCEED, "AllSucceeded", f"all {len(wanted)} replicas succeeded")

@@ -63,12 +63,33 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    """The endpoint railyard.worker posts progress and checkpoint reports to."""
+
+    # Port the endpoint listens on (0: off).
+    port: int = field(default_factory=lambda: int(_env("REPORT_PORT", "8090")))
+    # The URL pods are given (the chart sets the Service's); empty: pods get no reporting env or token.
+    url: str = field(default_factory=lambda: _env("REPORT_URL", ""))
+    audience: str = field(default_factory=lambda: _env("REPORT_AUDIENCE", "railyard.dev"))
+    # TLS for the endpoint (a mounted Secret); plain HTTP when unset.
+    tls_cert: str = field(default_factory=lambda: _env("REPORT_TLS_CERT", ""))
+    tls_key: str = field(default_factory=lambda: _env("REPORT_TLS_KEY", ""))
+    # Per pod: sustained reports per second (bursts of 10 allowed); more get HTTP 429.
+    rate_per_second: float = field(default_factory=lambda: float(_env("REPORT_RATE", "2")))
+    # A job's status is written at most this often for report-derived fields (lastCheckpoint).
+    flush_seconds: float = field(default_factory=lambda: float(_env("REPORT_FLUSH_SECONDS", "5")))
+    # How long a TokenReview answer is trusted.
+    auth_cache_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
 class Settings:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
+    reports: ReportSettings = field(default_factory=ReportSettings)
     # Fault injection for e2e tests only: deliver pod watch events this many seconds late.
     test_pod_watch_delay: float = field(default_factory=lambda: float(_env("TEST_POD_WATCH_DELAY_SECONDS", "0")))
     # Fault injection for the crash-safety e2e test only: exit right after this step.

@@ -81,6 +81,7 @@ class ClusterState:
         self.synced: set[str] = set()
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
+        self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
         self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
@@ -94,6 +95,8 @@ class ClusterState:
     # --- events (watch, list, write responses) ---------------------------------------------------
 
     def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+        if self._predates_list(kind, body):
+            return
         if kind == "pods":
             self.apply_pod(event_type, body)
         elif isinstance(body, PodView):
@@ -102,6 +105,21 @@ class ClusterState:
             self.apply_node(event_type, body)
         else:
             self.apply_job(event_type, body)
+
+    def _predates_list(self, kind: str, body: Mapping[str, Any] | PodView) -> bool:
+        """An event at or before the last list's version, about an object this state does not hold:
+        the list already says that object was gone (a late or replayed event must not resurrect a
+        deleted job; for objects held, resourceVersion ordering already rejects old versions)."""
+        floor = self._listed_at.get(kind)
+        if isinstance(body, PodView):
+            rv, key = body.resource_version, body.key
+        else:
+            meta = body.get("metadata") or {}
+            rv, key = resource_version(body), ("" if kind == "nodes" else meta.get("namespace") or "", meta.get("name"))
+        if floor is None or rv is None or rv > floor:
+            return False
+        held = {"pods": self.pods, "trainingjobs": self.jobs}.get(kind)
+        return key[1] not in self._node_meta if held is None else key not in held
 
     def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
         stone = self._tombstones.get((kind, key))
@@ -216,6 +234,7 @@ class ClusterState:
     def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView], list_rv: int | None) -> None:
         """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished."""
         seen: set[Key] = set()
+        self._listed_at.pop(kind, None)  # listed objects are applied whatever their version
         for body in bodies:
             self.apply(kind, "MODIFIED", body)
             if isinstance(body, PodView):
@@ -229,6 +248,8 @@ class ClusterState:
             if list_rv is not None and held_rv is not None and held_rv > list_rv:
                 continue  # we know a version newer than the list: written after the list was cut
             self._forget(kind, key)
+        if list_rv is not None:
+            self._listed_at[kind] = list_rv
         self.synced.add(kind)
 
     def _held(self, kind: str) -> list[tuple[Key, int | None]]:

@@ -45,6 +45,7 @@ class PodView:
     deleted_at: str | None
     terminated: str | None  # why a container failed, for the job's Failed message
     exit_code: int | None  # the first non-zero container exit code
+    disruption: str | None  # DisruptionTarget=True: "<reason>: <message>" (evicted, preempted, taint manager)
     usage: PodUsage | None  # what it holds on its node (None: nothing)
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
 
@@ -78,9 +79,16 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
-
+        disruption=_disruption(status),
         usage=pod_usage(pod), labels=labels,
     )
+
+
+def _disruption(status: Mapping[str, Any]) -> str | None:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return f"{c.get('reason') or 'DisruptionTarget'}: {c.get('message') or ''}".strip(": ")
+    return None
 
 
 def _exit_code(status: Mapping[str, Any]) -> int | None:

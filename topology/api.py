@@ -73,10 +73,16 @@ class FaultPolicy(_Model):
     restart_backoff: RestartBackoff = Field(default_factory=RestartBackoff, alias="restartBackoff")
     non_retryable_exit_codes: list[int] = Field(default_factory=list, alias="nonRetryableExitCodes")
     on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail)$")
+    replacement_timeout_seconds: int = Field(120, alias="replacementTimeoutSeconds", ge=0, le=86400)
 
     def backoff(self, restarts: int) -> float:
         """Delay before the next restart after a process failure: doubling, capped."""
         return float(min(self.restart_backoff.initial_seconds * 2 ** restarts, self.restart_backoff.max_seconds))
+
+
+class CheckpointSpec(_Model):
+    path: str | None = Field(None, max_length=4096)
+    interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
 
 
 class TrainingJobSpec(_Model):
@@ -87,6 +93,7 @@ class TrainingJobSpec(_Model):
     topology: TopologySpec = TopologySpec()
     parallelism: Parallelism | None = None
     fault_policy: FaultPolicy = Field(default_factory=FaultPolicy, alias="faultPolicy")
+    checkpoint: CheckpointSpec | None = None
     template: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -152,6 +159,13 @@ class PlacementStatus(_Model):
     rail_aligned: bool = Field(False, alias="railAligned")
 
 
+class CheckpointRecord(_Model):
+    step: int = Field(ge=0)
+    path: str = ""
+    time: datetime | None = None
+    generation: int = 0
+
+
 class TrainingJobStatus(_Model):
     conditions: list[Condition] = []
     observed_generation: int | None = Field(None, alias="observedGeneration")
@@ -162,6 +176,7 @@ class TrainingJobStatus(_Model):
     start_time: datetime | None = Field(None, alias="startTime")
     completion_time: datetime | None = Field(None, alias="completionTime")
     restart_count: int = Field(0, alias="restartCount")
+    last_checkpoint: CheckpointRecord | None = Field(None, alias="lastCheckpoint")
 
 
 class ObjectMeta(_Model):

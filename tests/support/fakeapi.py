@@ -112,12 +112,7 @@ class FakeApi:
         if resource_version and resource_version != job["metadata"]["resourceVersion"]:
             raise ApiException(status=409, reason="Conflict")
         job = copy.deepcopy(job)
-        current = job.setdefault("status", {})
-        for k, v in status.items():
-            if v is None:
-                current.pop(k, None)
-            else:
-                current[k] = copy.deepcopy(v)
+        job["status"] = merge_patch(job.get("status") or {}, status)
         return self._store("trainingjobs", job, "MODIFIED")
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -159,3 +154,17 @@ class FakeApi:
 
     async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:
         self.posted_events.append(event)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """JSON merge patch (RFC 7386), as the API server applies application/merge-patch+json:
+    objects merge key by key, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from railyard.operator import conditions as cond
-from railyard.operator.builders import build_pod, build_service, placement_status
+from railyard.operator.builders import PodOptions, build_pod, build_service, placement_status
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import RELEASED, Kind, assess
 from railyard.operator.state import ClusterState
@@ -29,7 +29,7 @@ JOB = {
 
 
 def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
-    pod = build_pod(JOB, 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", 29500)
+    pod = build_pod(JOB, 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", PodOptions())
     spec = pod["spec"]
     # Pinned by node name (matchFields), not by the hostname label, which differs on some clouds.
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -50,7 +50,7 @@ def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
 
 
 def test_no_cross_nic_hint_without_rail_alignment():
-    env = build_pod(JOB, 0, "n", [0], 2, False, "pid", 29500)["spec"]["containers"][0]["env"]
+    env = build_pod(JOB, 0, "n", [0], 2, False, "pid", PodOptions())["spec"]["containers"][0]["env"]
     assert "NCCL_CROSS_NIC" not in {e["name"] for e in env}
 
 
@@ -112,7 +112,8 @@ def test_assess_walks_the_job_lifecycle():
     unbound = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", None)]
     assert assess(released, unbound, snap, now, 60).kind is Kind.ROLLBACK  # released long ago, never bound
     stale = [_pod("llm-0", nodes[0], "Running", pid="old"), *running[1:]]
-    assert assess(released, stale, snap, now, 60).kind is Kind.FAIL  # rank 0 of this placement is gone
+    gone = assess(released, stale, snap, now, 60)  # rank 0 of this placement is gone: deleted by someone
+    assert gone.kind is Kind.RESTART and gone.reason == "PodDeleted" and not gone.counted
 
 
 def test_assess_rolls_back_a_placement_whose_node_vanished():

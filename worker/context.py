@@ -1,0 +1,63 @@
+"""The environment contract between the operator (operator/builders.py) and a rank."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_TOKEN_FILE = "/var/run/secrets/railyard.dev/token"
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r}: expected an integer") from None
+
+
+@dataclass(frozen=True)
+class Context:
+    job: str
+    namespace: str
+    rank: int
+    world_size: int
+    restart_count: int  # the gang's generation
+    restart_reason: str
+    resume_step: int | None  # the last checkpoint every rank saved (None: start from scratch)
+    resume_checkpoint: str | None
+    checkpoint_path: str | None  # spec.checkpoint.path
+    checkpoint_interval_seconds: int | None
+    report_url: str | None  # the operator's report endpoint (None: reporting off)
+    report_file: str | None  # file transport (tests, or a sidecar that forwards)
+    token_file: str
+    report_ca_file: str | None
+
+    @property
+    def resuming(self) -> bool:
+        return self.resume_step is not None
+
+
+def context(env: Mapping[str, str] | None = None) -> Context:
+    """Read the contract from the environment; a malformed value names the variable."""
+    e = os.environ if env is None else env
+    rank = _int(e, "RANK", 0)
+    world = _int(e, "WORLD_SIZE", 1)
+    assert rank is not None and world is not None
+    return Context(
+        job=e.get("RAILYARD_JOB_NAME", ""), namespace=e.get("RAILYARD_NAMESPACE", ""),
+        rank=rank, world_size=world,
+        restart_count=_int(e, "RAILYARD_RESTART_COUNT", 0) or 0,
+        restart_reason=e.get("RAILYARD_RESTART_REASON", ""),
+        resume_step=_int(e, "RAILYARD_RESUME_STEP"),
+        resume_checkpoint=e.get("RAILYARD_RESUME_CHECKPOINT") or None,
+        checkpoint_path=e.get("RAILYARD_CHECKPOINT_PATH") or None,
+        checkpoint_interval_seconds=_int(e, "RAILYARD_CHECKPOINT_INTERVAL_SECONDS"),
+        report_url=e.get("RAILYARD_REPORT_URL") or None,
+        report_file=e.get("RAILYARD_REPORT_FILE") or None,
+        token_file=e.get("RAILYARD_TOKEN_FILE") or DEFAULT_TOKEN_FILE,
+        report_ca_file=e.get("RAILYARD_REPORT_CA_FILE") or None,
+    )
