@@ -169,7 +169,7 @@ class Placer:
         placed = await self._place_queue(queued, snapshot, now)
         self._observe(self.state.snapshot() if placed else snapshot)
 
-    async def _guard(self, key: Key, step: Awaitable[None]) -> None:
+    async def _guard(self, key: Key, step: Awaitable[Any]) -> None:
         try:
             await step
         except Fenced:
@@ -525,7 +525,7 @@ class Placer:
             if loss.node not in known:
                 await self._event(job, "Warning", "NodeLost", loss.message, key=f"{generation}/{loss.node}")
         if not decision.found:
-            await self._no_replacement(job, action, sorted(lost_names), len(lost), decision.reason, unhealthy,
+            await self._no_replacement(job, action, sorted(lost_names), len(lost), decision.reason or "", unhealthy,
                                        everyone, on_lost)
             await self._quarantine(losses)
             return

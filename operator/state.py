@@ -115,11 +115,13 @@ class ClusterState:
             rv, key = body.resource_version, body.key
         else:
             meta = body.get("metadata") or {}
-            rv, key = resource_version(body), ("" if kind == "nodes" else meta.get("namespace") or "", meta.get("name"))
+            rv = resource_version(body)
+            key = ("" if kind == "nodes" else str(meta.get("namespace") or ""), str(meta.get("name")))
         if floor is None or rv is None or rv > floor:
             return False
-        held = {"pods": self.pods, "trainingjobs": self.jobs}.get(kind)
-        return key[1] not in self._node_meta if held is None else key not in held
+        if kind == "nodes":
+            return key[1] not in self._node_meta
+        return key not in (self.pods if kind == "pods" else self.jobs)
 
     def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
         stone = self._tombstones.get((kind, key))

@@ -63,10 +63,12 @@ class Reporter:
         return self.flush()
 
     def checkpoint_saved(self, step: int, path: str) -> bool:
-        """This rank finished writing its part of the checkpoint of `step`; reported at once."""
+        """This rank finished writing its part of the checkpoint of `step`; reported at once, retried
+        briefly when the operator is busy (429) or between leaders (503): the process may be about
+        to exit after a SIGTERM, and this report is what a restart resumes from."""
         self._checkpoints.append({"step": step, "path": path})
         self._step = max(self._step or 0, step)
-        return self.flush()
+        return self.flush(retries=3)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -75,20 +77,27 @@ class Reporter:
             "samples": list(self._samples), "checkpoints": list(self._checkpoints), "sentAt": time.time(),
         }
 
-    def flush(self) -> bool:
+    def flush(self, retries: int = 0, backoff: float = 0.5) -> bool:
+        """Send what is pending now; `retries` more attempts (doubling waits) on 429, 503 or a
+        network error."""
         if not self.enabled:
             return False
-        self._last_sent = self._clock()
-        try:
-            answer = self._send(self.payload())
-        except ReportError as e:
-            if e.status == 409:
-                self.stale = True
-            self._warn(str(e))
-            return False
-        except (OSError, ValueError) as e:
-            self._warn(f"report not sent: {e}")
-            return False
+        for attempt in range(retries + 1):
+            self._last_sent = self._clock()
+            try:
+                answer = self._send(self.payload())
+                break
+            except ReportError as e:
+                if e.status == 409:
+                    self.stale = True
+                if e.status not in (429, 503) or attempt == retries:
+                    self._warn(str(e))
+                    return False
+            except (OSError, ValueError) as e:
+                if attempt == retries:
+                    self._warn(f"report not sent: {e}")
+                    return False
+            time.sleep(backoff * 2 ** attempt)
         self._samples.clear()
         self.directives = answer.get("directives") or {}
         self.sent += 1

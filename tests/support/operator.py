@@ -25,10 +25,14 @@ class OperatorProcess:
                  name: str = "op", extra_env: dict[str, str] | None = None) -> None:
         self.metrics_port = free_port()
         self.health_port = free_port()
+        self.report_port = free_port()
+        self.report_url = f"http://127.0.0.1:{self.report_port}/v1/reports"
         identity.prepare(lease_namespace)  # the operator creates no namespaces
         env = {**os.environ, "KUBECONFIG": identity.kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
                "RAILYARD_METRICS_PORT": str(self.metrics_port),
                "RAILYARD_HEALTH_PORT": str(self.health_port), "RAILYARD_LEASE_SECONDS": "6",
+               "RAILYARD_REPORT_PORT": str(self.report_port), "RAILYARD_REPORT_URL": self.report_url,
+               "RAILYARD_REPORT_FLUSH_SECONDS": "1",
                "RAILYARD_RENEW_SECONDS": "1", "RAILYARD_RESYNC_SECONDS": "2",
                "RAILYARD_BIND_TIMEOUT_SECONDS": "60"}
         env.pop("RAILYARD_TEST_CRASH_AFTER", None)

@@ -70,6 +70,9 @@ def test_defaults_render_a_hardened_leader_elected_operator(helm):
     assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
     assert by_kind(docs, "Service")[0]["metadata"]["name"] == "railyard"  # the alerts' job label
+    reports = by_kind(docs, "Service")[1]
+    assert env["RAILYARD_REPORT_URL"]["value"].startswith(f"http://{reports['metadata']['name']}.")
+    assert reports["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
 
 
 def test_rbac_is_exactly_what_the_operator_uses(helm):
@@ -78,6 +81,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
              for res in r["resources"]}
     assert rules == {
         ("", "nodes"): {"list", "watch", "get", "patch"},
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
         ("", "events"): {"create", "patch"},

@@ -1,0 +1,136 @@
+"""A small data-parallel training script on railyard.worker (pure Python: no torch, no numpy).
+
+Linear regression by synchronous SGD: each rank computes the gradient on its own shard, the ranks
+average their gradients through a shared directory (a stand-in for the all-reduce NCCL would do),
+and every rank applies the same update. It shows the worker contract end to end:
+- resume from RAILYARD_RESUME_STEP / RAILYARD_RESUME_CHECKPOINT after a restart;
+- report progress (per-rank compute time before the "collective") and saved checkpoints;
+- on SIGTERM, all ranks agree on a step (the stop flag rides on the exchange), save it, report it, exit.
+
+    RANK=0 WORLD_SIZE=2 RAILYARD_CHECKPOINT_PATH=/tmp/ckpt python train.py --exchange /tmp/x --steps 500
+
+Prints one JSON line per event (start, checkpoint, stop, done) on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from railyard import worker
+
+FEATURES = 4
+TRUE_WEIGHTS = [0.5, -1.0, 2.0, 0.25]
+
+
+def shard(rank: int, size: int = 256) -> list[tuple[list[float], float]]:
+    rng = random.Random(1000 + rank)
+    rows = []
+    for _ in range(size):
+        x = [rng.uniform(-1, 1) for _ in range(FEATURES)]
+        rows.append((x, sum(w * v for w, v in zip(TRUE_WEIGHTS, x, strict=True)) + rng.gauss(0, 0.01)))
+    return rows
+
+
+def gradient(weights: list[float], rows: list[tuple[list[float], float]]) -> tuple[list[float], float]:
+    grad = [0.0] * FEATURES
+    loss = 0.0
+    for x, y in rows:
+        err = sum(w * v for w, v in zip(weights, x, strict=True)) - y
+        loss += err * err
+        for i in range(FEATURES):
+            grad[i] += 2 * err * x[i] / len(rows)
+    return grad, loss / len(rows)
+
+
+def emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: bool,
+             timeout: float) -> tuple[list[float], bool]:
+    """Average the gradients of all ranks for this step (and OR their stop flags)."""
+    here = root / f"g{ctx.restart_count}" / f"step-{step}"
+    here.mkdir(parents=True, exist_ok=True)
+    write_atomic(here / f"rank-{ctx.rank}.json", {"grad": grad, "stop": stop})
+    deadline = time.monotonic() + timeout
+    while True:
+        parts = [here / f"rank-{r}.json" for r in range(ctx.world_size)]
+        if all(p.exists() for p in parts):
+            break
+        if time.monotonic() > deadline:
+            emit("peer_lost", step=step)
+            sys.exit(3)  # a rank is gone: the operator restarts the gang
+        time.sleep(0.002)
+    got = [json.loads(p.read_text()) for p in parts]
+    # Every rank has read step-2 by now (it wrote step-1 after reading it): drop our old file.
+    (root / f"g{ctx.restart_count}" / f"step-{step - 2}" / f"rank-{ctx.rank}.json").unlink(missing_ok=True)
+    mean = [sum(g["grad"][i] for g in got) / len(got) for i in range(FEATURES)]
+    return mean, any(g["stop"] for g in got)
+
+
+def save(ctx: worker.Context, step: int, weights: list[float]) -> str:
+    base = Path(ctx.checkpoint_path or "checkpoints") / f"step-{step}"
+    base.mkdir(parents=True, exist_ok=True)
+    write_atomic(base / f"rank-{ctx.rank}.json", {"step": step, "weights": weights})
+    return str(base)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--exchange", required=True, help="shared directory for the gradient exchange")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds of 'compute' per step")
+    parser.add_argument("--learning-rate", type=float, default=0.1)
+    parser.add_argument("--peer-timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+
+    ctx = worker.context()
+    reporter = worker.Reporter(ctx, min_interval=1.0)
+    stop = worker.StopFlag.install()
+    rows = shard(ctx.rank)
+    weights = [0.0] * FEATURES
+    start = 0
+    if ctx.resuming:
+        saved = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())
+        weights, start = saved["weights"], saved["step"] + 1
+    emit("start", rank=ctx.rank, generation=ctx.restart_count, resume_step=ctx.resume_step, first_step=start)
+    loss = float("nan")
+    for step in range(start, args.steps):
+        began = time.perf_counter()
+        grad, loss = gradient(weights, rows)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        computed = time.perf_counter() - began
+        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop.requested, args.peer_timeout)
+        weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
+        reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
+        if stopping or (step + 1) % args.checkpoint_every == 0:
+            path = save(ctx, step, weights)
+            reporter.checkpoint_saved(step, path)
+            emit("checkpoint", step=step, path=path, reported=reporter.enabled)
+        if stopping:
+            emit("stop", step=step, loss=loss)
+            return 0
+        if reporter.stale:
+            emit("stale", step=step)  # this generation was replaced: stop quietly
+            return 0
+    reporter.flush()
+    emit("done", step=args.steps - 1, loss=loss, weights=weights)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

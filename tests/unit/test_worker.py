@@ -1,0 +1,100 @@
+"""railyard.worker: the contract a training script reads, and its report transport (real HTTP on
+localhost, real signals)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from railyard.worker import Reporter, StopFlag, context
+
+
+def test_importing_the_worker_loads_the_standard_library_only():
+    code = ("import sys; before = set(sys.modules); import railyard.worker; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+            "print(sorted(m for m in new if m not in sys.stdlib_module_names and m != 'railyard'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_context_reads_the_operator_contract():
+    ctx = context({"RANK": "3", "WORLD_SIZE": "8", "RAILYARD_JOB_NAME": "llm", "RAILYARD_NAMESPACE": "ml",
+                   "RAILYARD_RESTART_COUNT": "2", "RAILYARD_RESTART_REASON": "NodeNotReady",
+                   "RAILYARD_RESUME_STEP": "400", "RAILYARD_RESUME_CHECKPOINT": "/ckpt/step-400"})
+    assert (ctx.rank, ctx.world_size, ctx.restart_count, ctx.resume_step) == (3, 8, 2, 400) and ctx.resuming
+    assert not context({}).resuming and context({}).world_size == 1
+    with pytest.raises(ValueError, match="RAILYARD_RESUME_STEP='four'"):
+        context({"RAILYARD_RESUME_STEP": "four"})
+
+
+def test_reports_go_to_a_file_one_json_line_each(tmp_path):
+    path = tmp_path / "reports.jsonl"
+    ctx = context({"RANK": "1", "WORLD_SIZE": "2", "RAILYARD_JOB_NAME": "j", "RAILYARD_REPORT_FILE": str(path)})
+    clock = [0.0]
+    reporter = Reporter(ctx, min_interval=5, clock=lambda: clock[0])
+    assert reporter.progress(1, compute_seconds=0.5)
+    assert not reporter.progress(2, compute_seconds=0.6), "throttled inside min_interval"
+    assert reporter.checkpoint_saved(2, "/c/2"), "a checkpoint goes out at once"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert lines[1]["samples"] == [[2, 0.6, -1.0]] and lines[1]["checkpoints"] == [{"step": 2, "path": "/c/2"}]
+
+
+class _Operator(BaseHTTPRequestHandler):
+    answers: list[tuple[int, dict]] = []
+    seen: list[tuple[str, dict]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.headers["Authorization"], body))
+        status, answer = self.answers.pop(0)
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_reports_over_http_carry_the_token_and_survive_refusals(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Operator)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _Operator.answers = [(503, {"reason": "not_leader"}), (200, {"accepted": True, "directives": {"x": 1}}),
+                             (409, {"reason": "stale"})]
+        _Operator.seen = []
+        ctx = context({"RANK": "0", "RAILYARD_JOB_NAME": "j", "RAILYARD_TOKEN_FILE": str(token),
+                       "RAILYARD_REPORT_URL": f"http://127.0.0.1:{server.server_port}/v1/reports"})
+        reporter = Reporter(ctx, min_interval=0)
+        assert not reporter.progress(1, compute_seconds=1.0)  # 503: kept for the next report
+        token.write_text("tok-2\n")  # kubelet rotated the projected token
+        assert reporter.progress(2, compute_seconds=1.1)
+        assert reporter.directives == {"x": 1} and not reporter.stale
+        assert not reporter.progress(3) and reporter.stale  # 409: this rank's generation is over
+        assert [auth for auth, _ in _Operator.seen] == ["Bearer tok-1", "Bearer tok-2", "Bearer tok-2"]
+        assert [s[0] for s in _Operator.seen[1][1]["samples"]] == [1, 2], "nothing lost across the 503"
+        _Operator.answers = [(429, {"reason": "rate_limited"}), (200, {"accepted": True})]
+        assert reporter.checkpoint_saved(5, "/c/5"), "a checkpoint report is retried when the operator is busy"
+        assert _Operator.seen[-1][1]["checkpoints"] == [{"step": 5, "path": "/c/5"}]
+    finally:
+        server.shutdown()
+
+
+def test_sigterm_sets_the_stop_flag_instead_of_killing_the_process():
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        flag = StopFlag.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.wait(5) and flag.signal == signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
