@@ -564,6 +564,7 @@ class Placer:
             patch["lastCheckpoint"] = checkpoint
         if await self._patch_status(job, patch) is None:
             return
+        self._crash_point("restart-recorded")
         if replacements:
             await self._event(job, "Normal", "ReplacementChosen", "; ".join(
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.faults import FAULT, bound_generation, ranks_of, untaint
 from tests.support.jobs import create_job, get_job, gpus_of, make_job, pods_of, wait_bound, wait_condition
 from tests.support.poll import poll
 from tests.support.rig import load_hack_module
@@ -138,3 +139,56 @@ def test_other_loss_signals_restart_the_gang_around_the_lost_node(
             core.patch_node(victim, {"spec": {"taints": [t for t in [
                 {"key": t.key, "value": t.value, "effect": t.effect} for t in core.read_node(victim).spec.taints or []]
                 if t["key"] != fault["key"]] or None}})
+
+
+def test_eight_nodes_lost_at_once_make_one_restart(operator, api_client, core, custom, namespace):
+    create_job(custom, namespace, make_job("wide", 12))
+    before = ranks_of(wait_bound(api_client, core, namespace, "wide", 12))
+    victims = sorted(set(before.values()))[:8]
+    try:
+        for node in victims:  # a leaf switch going down: eight nodes within a second
+            core.patch_node(node, {"spec": {"taints": [FAULT]}})
+        after = ranks_of(bound_generation(api_client, core, namespace, "wide", 12))
+        job = get_job(custom, namespace, "wide")
+        assert job["status"]["restartCount"] == 1, "losses inside the debounce window make one restart"
+        assert sorted(job["status"]["lastRestart"]["lostNodes"]) == victims
+        assert len(job["status"]["lastRestart"]["replacements"]) == 8
+        for rank, node in before.items():
+            assert (after[rank] not in victims) if node in victims else (after[rank] == node), rank
+        assert_no_gpu_double_booked(api_client, core)
+    finally:
+        for node in victims:
+            untaint(core, node, FAULT["key"])
+
+
+def test_a_gpu_dropping_out_of_allocatable_restarts_the_gang_around_its_node(
+        operator, api_client, core, custom, namespace):
+    create_job(custom, namespace, make_job("xid", 3))
+    before = ranks_of(wait_bound(api_client, core, namespace, "xid", 3))
+    victim = before["2"]
+    try:
+        # The device plugin withdraws a GPU after a fatal XID: allocatable 8 -> 7.
+        core.patch_node_status(victim, {"status": {"allocatable": {"nvidia.com/gpu": "7"}}})
+        job = poll(lambda: (j := get_job(custom, namespace, "xid"))["status"].get("restartCount") == 1 and j,
+                   60, "a restart after the allocatable drop")
+        assert job["status"]["lastRestart"]["reason"] == "GpuAllocatableDropped"
+        after = ranks_of(bound_generation(api_client, core, namespace, "xid", 3))
+        assert after["2"] != victim and after["0"] == before["0"] and after["1"] == before["1"]
+    finally:
+        core.patch_node_status(victim, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+        untaint(core, victim, "none")
+
+
+def test_an_evicted_pod_is_an_infrastructure_restart_on_the_same_nodes(operator, api_client, core, custom, namespace):
+    create_job(custom, namespace, make_job("evicted", 2, faultPolicy={"maxRestarts": 0}))
+    pods = wait_bound(api_client, core, namespace, "evicted", 2)
+    before = ranks_of(pods)
+    victim = next(p for p in pods if p["metadata"]["labels"]["railyard.dev/rank"] == "1")
+    core.create_namespaced_pod_eviction(victim["metadata"]["name"], namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=victim["metadata"]["name"], namespace=namespace)))
+    after = ranks_of(bound_generation(api_client, core, namespace, "evicted", 2))
+    job = get_job(custom, namespace, "evicted")
+    assert job["status"]["lastRestart"]["reason"] in ("PodDisrupted", "PodDeleted")
+    assert not job["status"].get("processRestarts"), "an eviction is not the training process's failure"
+    assert after == before, "nothing was wrong with the nodes: every rank stays"
+    assert not any((c["type"], c["status"]) == ("Failed", "True") for c in job["status"]["conditions"])

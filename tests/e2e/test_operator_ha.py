@@ -6,6 +6,7 @@ import pytest
 from railyard.topology.nodes import pinned_node
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.faults import FAULT, bound_generation, ranks_of, untaint
 from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
 from tests.support.operator import OperatorProcess, wait_for_leader
 from tests.support.poll import poll
@@ -104,3 +105,39 @@ def test_gang_that_cannot_be_bound_is_replanned(
         assert_no_gpu_double_booked(api_client, core)
     finally:
         successor.stop()
+
+
+def test_an_operator_killed_right_after_recording_a_restart_is_completed_by_its_successor(
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    # In this module, not test_faults.py: there the module's own operator would take the restart first.
+    doomed = OperatorProcess(identity, lease_namespace, tmp_path, crash_after="restart-recorded", name="doomed")
+    victim = None
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        create_job(custom, namespace, make_job("phoenix", 4))
+        before = ranks_of(wait_bound(api_client, core, namespace, "phoenix", 4))
+        victim = before["1"]
+        core.patch_node(victim, {"spec": {"taints": [FAULT]}})
+        poll(lambda: doomed.proc.poll() is not None, 60, "the operator to crash after recording the restart")
+        assert doomed.proc.returncode == 17, doomed.log_tail()
+        doomed.stop()
+        job = get_job(custom, namespace, "phoenix")
+        assert job["status"]["restartCount"] == 1 and not [
+            p for p in pods_of(api_client, core, namespace, "phoenix") if "-g1-" in p["metadata"]["name"]]
+        successor = OperatorProcess(identity, lease_namespace, tmp_path, name="successor")
+        try:
+            after = ranks_of(bound_generation(api_client, core, namespace, "phoenix", 4))
+            job = wait_condition(custom, namespace, "phoenix", "Placed", reason="Released", timeout=60)
+            assert job["status"]["restartCount"] == 1, "the recorded restart was finished, not decided again"
+            assert after["1"] != victim and all(after[r] == before[r] for r in ("0", "2", "3"))
+            recorded = {str(r["rank"]): r["node"] for r in job["status"]["placement"]["ranks"]}
+            assert after == recorded
+            poll(lambda: not [p for p in pods_of(api_client, core, namespace, "phoenix")
+                              if "-g1-" not in p["metadata"]["name"]], 60, "generation 0 gone")
+            assert_no_gpu_double_booked(api_client, core)
+        finally:
+            successor.stop()
+    finally:
+        doomed.stop()
+        if victim:
+            untaint(core, victim, FAULT["key"])
