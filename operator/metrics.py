@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
+from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from railyard.topology.model import Snapshot
@@ -61,31 +62,62 @@ JOB_RESTARTS = Gauge("railyard_job_restarts", "The job's generation: gang restar
 QUARANTINED_NODES = Gauge("railyard_quarantined_nodes", "Nodes carrying the railyard.dev/unhealthy taint")
 
 
+JOB_LAST_CHECKPOINT = Gauge("railyard_job_last_checkpoint_timestamp_seconds",
+                            "When the job's newest committed checkpoint was recorded (its start while it has none)",
+                            ["namespace", "trainingjob"])
+JOB_CHECKPOINT_INTERVAL = Gauge("railyard_job_checkpoint_interval_seconds",
+                                "The job's spec.checkpoint.intervalSeconds hint", ["namespace", "trainingjob"])
+
+
+@dataclass(frozen=True)
+class JobFigures:
+    namespace: str
+    name: str
+    state: str
+    tors: int | None
+    replicas: int
+    restarts: int
+    last_checkpoint: float | None = None  # epoch seconds (running jobs only)
+    checkpoint_interval: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
 class JobSeries:
     """Publishes the per-job series and removes those of jobs that are gone or changed state."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._published: dict[tuple[str, str], str] = {}  # (namespace, job) -> state label
+        self._published: dict[tuple[str, str], JobFigures] = {}
 
-    def update(self, jobs: list[tuple[str, str, str, int | None, int, int]]) -> None:
-        """jobs: (namespace, name, state, TORs or None, replicas, restarts)."""
-        wanted = {(ns, name): (state, tors, replicas, restarts)
-                  for ns, name, state, tors, replicas, restarts in sorted(jobs)[:self.limit]}
-        for key, state in list(self._published.items()):
-            if key not in wanted or wanted[key][0] != state:
-                JOB_STATE.remove(*key, state)
-                if key not in wanted:
-                    JOB_TORS.remove(*key)
-                    JOB_REPLICAS.remove(*key)
-                    JOB_RESTARTS.remove(*key)
+    def update(self, jobs: list[JobFigures]) -> None:
+        wanted = {j.key: j for j in sorted(jobs, key=lambda j: j.key)[:self.limit]}
+        for key, old in list(self._published.items()):
+            new = wanted.get(key)
+            if new is None or new.state != old.state:
+                JOB_STATE.remove(*key, old.state)
+            if new is None:
+                for gauge in (JOB_TORS, JOB_REPLICAS, JOB_RESTARTS):
+                    gauge.remove(*key)
+            for gauge, was, now in ((JOB_LAST_CHECKPOINT, old.last_checkpoint, new and new.last_checkpoint),
+                                    (JOB_CHECKPOINT_INTERVAL, old.checkpoint_interval,
+                                     new and new.checkpoint_interval)):
+                if was is not None and now is None:
+                    gauge.remove(*key)
+            if new is None:
                 del self._published[key]
-        for key, (state, tors, replicas, restarts) in wanted.items():
-            JOB_STATE.labels(*key, state).set(1)
-            JOB_TORS.labels(*key).set(tors or 0)
-            JOB_REPLICAS.labels(*key).set(replicas)
-            JOB_RESTARTS.labels(*key).set(restarts)
-            self._published[key] = state
+        for key, job in wanted.items():
+            JOB_STATE.labels(*key, job.state).set(1)
+            JOB_TORS.labels(*key).set(job.tors or 0)
+            JOB_REPLICAS.labels(*key).set(job.replicas)
+            JOB_RESTARTS.labels(*key).set(job.restarts)
+            if job.last_checkpoint is not None:
+                JOB_LAST_CHECKPOINT.labels(*key).set(job.last_checkpoint)
+            if job.checkpoint_interval is not None:
+                JOB_CHECKPOINT_INTERVAL.labels(*key).set(job.checkpoint_interval)
+            self._published[key] = job
 
 
 # Operator internals: API traffic, watch health, loop cost (bounded labels: verb, resource, kind).

@@ -656,14 +656,20 @@ class Placer:
     def _observe(self, snapshot: Snapshot) -> None:
         states: dict[str, int] = {s: 0 for s in ("Queued", "Placed", "Running", "Succeeded", "Failed")}
         oldest: dict[str, float] = dict.fromkeys(WAIT_REASONS, 0.0)
-        per_job: list[tuple[str, str, str, int | None, int, int]] = []
+        per_job: list[metrics.JobFigures] = []
         now = time.time()
         for body in self.state.jobs.values():
             job = JobView(body)
             state = cond.state_of(job.conditions)
             states[state] += 1
-            per_job.append((job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0,
-                            int(job.status.get("restartCount") or 0)))
+            checkpointed = None
+            if state == "Running":  # staleness counts from the start while nothing was saved yet
+                stamp = (job.status.get("lastCheckpoint") or {}).get("time") or job.status.get("startTime")
+                checkpointed = epoch(stamp, now) if stamp else None
+            per_job.append(metrics.JobFigures(
+                job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0,
+                int(job.status.get("restartCount") or 0), checkpointed,
+                ((job.body.get("spec") or {}).get("checkpoint") or {}).get("intervalSeconds")))
             if state == "Queued":
                 reason = job.condition(cond.PLACED).get("reason") or "New"
                 waited = max(0.0, now - epoch(job.queued_since, now))

@@ -62,18 +62,23 @@ def test_explanation_groups_excluded_nodes_by_reason():
 
 def test_per_job_series_follow_the_jobs_and_stay_bounded():
     from prometheus_client import REGISTRY
+    from railyard.operator.metrics import JobFigures as F
     from railyard.operator.metrics import JobSeries
 
     def value(name, **labels):
         return REGISTRY.get_sample_value(name, labels)
 
     series = JobSeries(limit=2)
-    series.update([("ml", "a", "Queued", None, 0, 0), ("ml", "b", "Placed", 2, 4, 1), ("ml", "c", "Placed", 1, 1, 0)])
+    series.update([F("ml", "a", "Queued", None, 0, 0), F("ml", "b", "Running", 2, 4, 1, 1000.0, 600),
+                   F("ml", "c", "Placed", 1, 1, 0)])
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") == 1
     assert value("railyard_job_tors", namespace="ml", trainingjob="b") == 2
     assert value("railyard_job_state", namespace="ml", trainingjob="c", state="Placed") is None, "over the limit"
     assert value("railyard_job_restarts", namespace="ml", trainingjob="b") == 1
-    series.update([("ml", "a", "Running", 3, 8, 0)])
+    assert value("railyard_job_last_checkpoint_timestamp_seconds", namespace="ml", trainingjob="b") == 1000
+    assert value("railyard_job_last_checkpoint_timestamp_seconds", namespace="ml", trainingjob="a") is None
+    series.update([F("ml", "a", "Running", 3, 8, 0)])
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") is None
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Running") == 1
+    assert value("railyard_job_checkpoint_interval_seconds", namespace="ml", trainingjob="b") is None
     assert value("railyard_job_replicas", namespace="ml", trainingjob="b") is None, "a deleted job's series go"
