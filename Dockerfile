@@ -5,6 +5,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY topology/ topology/
 COPY operator/ operator/
+COPY worker/ worker/
 RUN pip install --no-cache-dir . && rm -rf /src
 USER 65532:65532
 ENTRYPOINT ["railyard"]

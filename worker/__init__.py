@@ -6,7 +6,7 @@
     ctx = worker.context()                      # rank, world size, restart count, resume step ...
     reporter = worker.Reporter(ctx)
     stop = worker.StopFlag.install()            # SIGTERM -> save, then exit
-    for step in range(ctx.resume_step or 0, steps):
+    for step in range(ctx.first_step, steps):  # load ctx.resume_checkpoint first when ctx.resuming
         ...                                     # compute, then the collective
         reporter.progress(step, compute_seconds=c)
         if step % 100 == 0 or stop.requested:

@@ -40,6 +40,11 @@ class Context:
     def resuming(self) -> bool:
         return self.resume_step is not None
 
+    @property
+    def first_step(self) -> int:
+        """The step to run first: the one after the resume checkpoint's, else 0."""
+        return self.resume_step + 1 if self.resume_step is not None else 0
+
 
 def context(env: Mapping[str, str] | None = None) -> Context:
     """Read the contract from the environment; a malformed value names the variable."""

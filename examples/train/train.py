@@ -102,13 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = worker.StopFlag.install()
     rows = shard(ctx.rank)
     weights = [0.0] * FEATURES
-    start = 0
     if ctx.resuming:
-        saved = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())
-        weights, start = saved["weights"], saved["step"] + 1
-    emit("start", rank=ctx.rank, generation=ctx.restart_count, resume_step=ctx.resume_step, first_step=start)
+        weights = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())["weights"]
+    emit("start", rank=ctx.rank, generation=ctx.restart_count, resume_step=ctx.resume_step,
+         first_step=ctx.first_step)
     loss = float("nan")
-    for step in range(start, args.steps):
+    for step in range(ctx.first_step, args.steps):
         began = time.perf_counter()
         grad, loss = gradient(weights, rows)
         if args.step_sleep:

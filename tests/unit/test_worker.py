@@ -28,7 +28,8 @@ def test_context_reads_the_operator_contract():
                    "RAILYARD_RESTART_COUNT": "2", "RAILYARD_RESTART_REASON": "NodeNotReady",
                    "RAILYARD_RESUME_STEP": "400", "RAILYARD_RESUME_CHECKPOINT": "/ckpt/step-400"})
     assert (ctx.rank, ctx.world_size, ctx.restart_count, ctx.resume_step) == (3, 8, 2, 400) and ctx.resuming
-    assert not context({}).resuming and context({}).world_size == 1
+    assert ctx.first_step == 401 and context({"RAILYARD_RESUME_STEP": "0"}).first_step == 1
+    assert not context({}).resuming and context({}).world_size == 1 and context({}).first_step == 0
     with pytest.raises(ValueError, match="RAILYARD_RESUME_STEP='four'"):
         context({"RAILYARD_RESUME_STEP": "four"})
 
