@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -38,6 +38,10 @@ cluster-up: deps
 
 cluster-down:
 	python3 hack/cluster.py down
+
+# Opt-in: the PyTorch example under torchrun (CPU, gloo); installs torch (~3 GB) once into ~/.cache/railyard.
+train-torch:
+	python3 hack/train_torch.py
 
 bench: deps
 	.venv/bin/railyard bench | tee bench-placement.json

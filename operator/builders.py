@@ -88,6 +88,8 @@ def build_env(job: dict[str, Any], rank: int, world: int, gpus: int, rail_aligne
         "MASTER_ADDR": master, "MASTER_PORT": options.master_port,
         "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": max(1, gpus),
         "PET_MASTER_ADDR": master, "PET_MASTER_PORT": options.master_port,
+        # The pod's rank and the gang's size again: torchrun overwrites RANK/WORLD_SIZE for its workers.
+        "RAILYARD_RANK": rank, "RAILYARD_REPLICAS": world,
         "RAILYARD_JOB_NAME": meta["name"], "RAILYARD_NAMESPACE": meta["namespace"],
         "RAILYARD_RESTART_COUNT": restarts, "RAILYARD_RESTART_REASON": last_restart.get("reason", ""),
         "TORCHELASTIC_RESTART_COUNT": restarts,  # what torchrun-style scripts read

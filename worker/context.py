@@ -23,8 +23,9 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int |
 class Context:
     job: str
     namespace: str
-    rank: int
-    world_size: int
+    rank: int  # the pod's rank in the gang (what the operator checks reports against)
+    world_size: int  # replicas in the gang
+    local_rank: int  # the process inside the pod (torchrun's LOCAL_RANK; 0 without torchrun)
     restart_count: int  # the gang's generation
     restart_reason: str
     resume_step: int | None  # the last checkpoint every rank saved (None: start from scratch)
@@ -49,12 +50,13 @@ class Context:
 def context(env: Mapping[str, str] | None = None) -> Context:
     """Read the contract from the environment; a malformed value names the variable."""
     e = os.environ if env is None else env
-    rank = _int(e, "RANK", 0)
-    world = _int(e, "WORLD_SIZE", 1)
+    # RAILYARD_RANK/RAILYARD_REPLICAS are the pod's: under torchrun, RANK and WORLD_SIZE count processes.
+    rank = _int(e, "RAILYARD_RANK", _int(e, "RANK", 0))
+    world = _int(e, "RAILYARD_REPLICAS", _int(e, "WORLD_SIZE", 1))
     assert rank is not None and world is not None
     return Context(
         job=e.get("RAILYARD_JOB_NAME", ""), namespace=e.get("RAILYARD_NAMESPACE", ""),
-        rank=rank, world_size=world,
+        rank=rank, world_size=world, local_rank=_int(e, "LOCAL_RANK", 0) or 0,
         restart_count=_int(e, "RAILYARD_RESTART_COUNT", 0) or 0,
         restart_reason=e.get("RAILYARD_RESTART_REASON", ""),
         resume_step=_int(e, "RAILYARD_RESUME_STEP"),

@@ -49,7 +49,8 @@ class Reporter:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.ctx.report_url or self.ctx.report_file)
+        """One reporter per pod: under torchrun only local rank 0 sends (the others' calls are no-ops)."""
+        return bool(self.ctx.report_url or self.ctx.report_file) and self.ctx.local_rank == 0
 
     def progress(self, step: int, compute_seconds: float | None = None, step_seconds: float | None = None) -> bool:
         """Record one finished step. `compute_seconds`: this rank's time before the blocking collective

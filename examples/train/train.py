@@ -49,7 +49,8 @@ def gradient(weights: list[float], rows: list[tuple[list[float], float]]) -> tup
 
 
 def emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")  # one write per line
+    sys.stdout.flush()
 
 
 def write_atomic(path: Path, data: dict) -> None:

@@ -30,6 +30,11 @@ def test_context_reads_the_operator_contract():
     assert (ctx.rank, ctx.world_size, ctx.restart_count, ctx.resume_step) == (3, 8, 2, 400) and ctx.resuming
     assert ctx.first_step == 401 and context({"RAILYARD_RESUME_STEP": "0"}).first_step == 1
     assert not context({}).resuming and context({}).world_size == 1 and context({}).first_step == 0
+    # Under torchrun RANK/WORLD_SIZE count processes; the pod's rank comes from RAILYARD_RANK.
+    under_torchrun = context({"RANK": "13", "WORLD_SIZE": "16", "LOCAL_RANK": "5", "RAILYARD_RANK": "1",
+                              "RAILYARD_REPLICAS": "2", "RAILYARD_REPORT_FILE": "/dev/null"})
+    assert (under_torchrun.rank, under_torchrun.world_size, under_torchrun.local_rank) == (1, 2, 5)
+    assert not Reporter(under_torchrun).enabled, "one reporter per pod: local rank 0"
     with pytest.raises(ValueError, match="RAILYARD_RESUME_STEP='four'"):
         context({"RAILYARD_RESUME_STEP": "four"})
 
