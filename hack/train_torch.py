@@ -79,11 +79,13 @@ def main() -> int:
     done = [e for e in second if e["event"] == "done"]
     # torchrun itself exits 1 on SIGTERM (SignalException) after its workers stopped; what matters is
     # that both workers agreed on a step, saved it and reported it.
-    summary = {"work_dir": str(work), "torchrun_exit_after_sigterm": code1, "workers_stopped": len(stop_events), "stopped_at": sorted(stops), "reported_step": saved["step"],
+    summary = {"work_dir": str(work), "torchrun_exit_after_sigterm": code1, "workers_stopped": len(stop_events),
+               "stopped_at": sorted(stops), "reported_step": saved["step"],
                "resumed_at": sorted(starts), "second_exit": code2, "final_loss": done[0]["loss"] if done else None,
                "seconds": [round(secs1, 1), round(secs2, 1)]}
     print(json.dumps(summary))
-    ok = len(stop_events) == 2 and code2 == 0 and stops == {saved["step"]} and starts == {saved["step"] + 1} and len(done) == 2
+    ok = len(stop_events) == 2 and stops == {saved["step"]} and starts == {saved["step"] + 1}
+    ok = ok and code2 == 0 and len(done) == 2
     return 0 if ok else 1
 
 

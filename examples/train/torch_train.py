@@ -17,9 +17,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 from railyard import worker
+from torch.nn.parallel import DistributedDataParallel
 
 
 def emit(event: str, **fields: object) -> None:
