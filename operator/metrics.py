@@ -132,5 +132,7 @@ LOOP_LAG_SECONDS = Histogram("railyard_event_loop_lag_seconds", "How late the ev
 STATE_READY = Gauge("railyard_state_synced", "1 once Nodes, Pods and TrainingJobs have been listed")
 REPLACEMENT_SECONDS = Histogram("railyard_replacement_solve_seconds", "Time to choose replacements for lost ranks",
                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+STRAGGLERS = Gauge("railyard_stragglers", "Nodes slow for minDurationSeconds under running gangs")
+STRAGGLER_EVICTIONS = Counter("railyard_straggler_evictions", "Gangs restarted without a slow node")
 REPORTS = Counter("railyard_worker_reports", "Reports from railyard.worker, by result", ["result"])
 RESTARTS = Counter("railyard_restarts", "Gang restarts after lost nodes, by the first loss's reason", ["reason"])

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -45,10 +46,13 @@ from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
+from railyard.operator.stragglers import Straggler, StragglerTracker, score
 from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
+from railyard.topology.api import StragglerPolicy, TrainingJob
 from railyard.topology.faults import NodeLoss
 from railyard.topology.model import Snapshot
+from railyard.topology.ranks import pipeline_stage
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, solve
@@ -98,6 +102,8 @@ class Placer:
         reports = settings.reports
         self.pod_options = PodOptions(settings.placement.master_port, reports.url or None, reports.audience)
         self._flushed: dict[Key, float] = {}  # job -> when report-derived status was last written
+        self._trackers: dict[tuple[Key, int], StragglerTracker] = {}  # (job, generation) -> slow nodes
+        self._evicting: dict[Key, tuple[str, int, float]] = {}  # job -> (node, checkpoint step, deadline)
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
         self._failures: dict[Key, _Failure] = {}
@@ -164,7 +170,7 @@ class Placer:
                 case _:
                     work.append(self._guard(key, self._act(key, job, action)))
         await asyncio.gather(*work)
-        await self._record_checkpoints()
+        await self._record_progress()
         self.state.prune_tombstones()
         placed = await self._place_queue(queued, snapshot, now)
         self._observe(self.state.snapshot() if placed else snapshot)
@@ -279,23 +285,146 @@ class Placer:
             return recorded
         return {"step": found[0], "path": found[1], "time": cond.now_iso(), "generation": generation}
 
-    async def _record_checkpoints(self) -> None:
-        """Write newly committed checkpoints to status, at most once per job per flush period."""
+    async def _record_progress(self) -> None:
+        """Write what the reports add up to — a newly committed checkpoint, step time, stragglers — at
+        most once per job per flush period; evict a straggler when the job's policy says so."""
         self.book.forget(set(self.state.jobs))
-        now = time.monotonic()
+        self._trackers = {k: v for k, v in self._trackers.items() if k[0] in self.book.jobs}
+        mono, now = time.monotonic(), time.time()
         writes = []
+        persistent = 0
         for key in list(self.book.jobs):
             body = self.state.jobs.get(key)
-            if body is None or now - self._flushed.get(key, float("-inf")) < self.settings.reports.flush_seconds:
+            if body is None or mono - self._flushed.get(key, float("-inf")) < self.settings.reports.flush_seconds:
                 continue
             job = JobView(body)
             if job.deleting or cond.state_of(job.conditions) in ("Succeeded", "Failed"):
                 continue
+            patch: dict[str, Any] = {}
             committed = self.committed_checkpoint(job)
             if committed is not None and committed is not job.status.get("lastCheckpoint"):
-                self._flushed[key] = now
-                writes.append(self._guard(key, self._patch_status(job, {"lastCheckpoint": committed})))
+                patch["lastCheckpoint"] = committed
+            eviction = None
+            policy = job.straggler_policy
+            if policy is not None and cond.is_true(job.conditions, cond.RUNNING):
+                fields, eviction, slow = self._judge_stragglers(job, policy, now)
+                patch.update(fields)
+                persistent += slow
+            if eviction is not None:
+                writes.append(self._guard(key, self._evict(job, eviction, now)))
+            elif patch:
+                self._flushed[key] = mono
+                writes.append(self._guard(key, self._patch_status(job, patch)))
+        metrics.STRAGGLERS.set(persistent)
         await asyncio.gather(*writes)
+
+    def _judge_stragglers(self, job: JobView, policy: StragglerPolicy, now: float
+                          ) -> tuple[dict[str, Any], Action | None, int]:
+        """Status fields that changed, an eviction to carry out (or None), and how many nodes are slow."""
+        progress = self.book.jobs[job.key]
+        generation = int(job.status.get("restartCount") or 0)
+        if progress.generation != generation or now - progress.started < policy.window.seconds:
+            return {}, None, 0
+        ranks = job.placement.get("ranks") or []
+        rank_nodes = {r["rank"]: r["node"] for r in ranks}
+        models = {n: self.state.nodes.get(n) or self.state.last_model.get(n) for n in set(rank_nodes.values())}
+        tors = {n: m.tor for n, m in models.items() if m is not None}
+        spec = TrainingJob.model_validate(job.body).spec
+        stages = {r: pipeline_stage(r, len(ranks), spec.gpus_per_replica, spec.parallelism) for r in rank_nodes}
+        scores = score(progress.samples(), rank_nodes, tors, policy, progress.first_step or 0, stages)
+        if scores is None:
+            return {}, None, 0
+        recorded = {s.get("node"): epoch(s.get("since"), now) for s in job.status.get("stragglers") or []}
+        tracker = self._trackers.get((job.key, generation))
+        if tracker is None:  # seeded from status: an operator restart does not reset how long a node was slow
+            tracker = self._trackers[(job.key, generation)] = StragglerTracker(below_since=recorded)
+        flagged = tracker.observe(scores, now, policy)
+        slow = [f for f in flagged if f.persistent]
+        action_of = {f.node: "Reported" for f in flagged}
+        eviction = None
+        if policy.action == "Evict":
+            eviction = self._eviction(job, policy, flagged, scores.step_p50, tracker, now, action_of)
+        fields: dict[str, Any] = {}
+        # Written when they change materially (or once a minute): never a status write per report.
+        recorded_step = job.status.get("stepTime") or {}
+        if scores.step_p50 is not None and (
+                abs(scores.step_p50 - float(recorded_step.get("p50Seconds") or 0)) > 0.05 * scores.step_p50
+                or now - epoch(recorded_step.get("updatedAt"), 0) > 60):
+            fields["stepTime"] = {"p50Seconds": round(scores.step_p50, 4),
+                                  "p90Seconds": round(scores.step_p90 or scores.step_p50, 4),
+                                  "samples": scores.samples, "updatedAt": iso(now)}
+        stragglers = [{"node": f.node, "ranks": list(f.ranks), "score": round(f.score, 2), "since": iso(f.since),
+                       "action": action_of[f.node]} for f in flagged]
+        before = [{k: v for k, v in x.items() if k != "score"} for x in job.status.get("stragglers") or []]
+        if [{k: v for k, v in x.items() if k != "score"} for x in stragglers] != before:
+            fields["stragglers"] = stragglers
+        if slow:
+            reason, message = "Slow", (f"slow for {policy.min_duration_seconds}s or more: "
+                                       f"{', '.join(f.node for f in slow)} (scores in status.stragglers)")
+        elif scores.network:
+            reason, message = "Network", (f"every node of the job in TOR {', '.join(scores.network)} is slow: a "
+                                          "shared cause (network, power, cooling); no node is evicted")
+        else:
+            reason, message = "", ""
+        current = job.condition(cond.STRAGGLING)
+        if reason and not cond.unchanged(job.conditions, cond.STRAGGLING, reason, message):
+            fields["conditions"] = cond.set_condition(job.conditions, cond.STRAGGLING, "True", reason, message,
+                                                      job.generation)
+            for f in slow:
+                self._event_soon(job, "Warning", "StragglerDetected", f"{f.node}: score {f.score:.2f}",
+                                 key=f"{generation}/{f.node}")
+        elif not reason and current.get("status") == "True":
+            fields["conditions"] = cond.set_condition(job.conditions, cond.STRAGGLING, "False", "NoStragglers",
+                                                      "every node within the threshold", job.generation)
+        return fields, eviction, len(slow)
+
+    def _eviction(self, job: JobView, policy: StragglerPolicy, flagged: list[Straggler], step_seconds: float | None,
+                  tracker: StragglerTracker, now: float, action_of: dict[str, str]) -> Action | None:
+        """Evict the slowest persistent straggler; with checkpointBeforeEvict, first ask every rank to
+        save one step far enough ahead that all hear of it, and wait for that commit (or the timeout)."""
+        progress = self.book.jobs[job.key]
+        generation = int(job.status.get("restartCount") or 0)
+        world = len(job.placement.get("ranks") or [])
+        pending = self._evicting.get(job.key)
+        if pending is None:
+            slow = [f for f in flagged if f.persistent]
+            if not slow or not tracker.may_evict(now, policy):
+                return None
+            worst = min(slow, key=lambda f: f.score)
+            if not policy.checkpoint_before_evict:
+                return _straggler_restart(job, worst)
+            margin = math.ceil(3 * self.settings.reports.worker_interval_seconds / (step_seconds or 1.0)) + 2
+            target = progress.max_step + margin
+            progress.directives["checkpoint"] = {"step": target}
+            self._evicting[job.key] = (worst.node, target, now + policy.checkpoint_timeout_seconds)
+            action_of[worst.node] = "CheckpointRequested"
+            return None
+        node, target, deadline = pending
+        action_of[node] = "CheckpointRequested"
+        saved = self.book.committed(job.key, generation, world)
+        if not ((saved is not None and saved[0] >= target) or now >= deadline):
+            return None
+        flag = next((f for f in flagged if f.node == node), None)
+        if flag is None:  # it recovered while the checkpoint was taken: nothing to evict
+            self._evicting.pop(job.key, None)
+            progress.directives.pop("checkpoint", None)
+            return None
+        return _straggler_restart(job, flag)
+
+    def _event_soon(self, job: JobView, type_: str, reason: str, message: str, key: str) -> None:
+        asyncio.get_running_loop().create_task(self._event(job, type_, reason, message, key=key))
+
+    async def _evict(self, job: JobView, action: Action, now: float) -> None:
+        """Restart the gang without the straggler (the fault path: replacement next to it, quarantine)."""
+        tracker = self._trackers.get((job.key, int(job.status.get("restartCount") or 0)))
+        if tracker is not None:
+            tracker.evicted(now)
+        self._evicting.pop(job.key, None)
+        progress = self.book.jobs.get(job.key)
+        if progress is not None:
+            progress.directives.pop("checkpoint", None)
+        metrics.STRAGGLER_EVICTIONS.inc()
+        await self._restart(job, action)
 
     # --- placing ------------------------------------------------------------------------------------
 
@@ -548,12 +677,15 @@ class Placer:
         if cond.get(conditions, cond.RUNNING):
             conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
         conditions = cond.set_condition(conditions, cond.RESTARTING, "True", action.reason, message, job.generation)
+        if cond.is_true(conditions, cond.STRAGGLING):  # a new generation is measured afresh
+            conditions = cond.set_condition(conditions, cond.STRAGGLING, "False", "Restarted", message,
+                                            job.generation)
         counted = int(job.status.get("processRestarts") or 0) + (1 if action.counted else 0)
         checkpoint = self.committed_checkpoint(job)
         patch = {
             "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
             "replicas": len(replicas), "restartCount": generation, "processRestarts": counted,
-            "unhealthyNodes": unhealthy,
+            "unhealthyNodes": unhealthy, "stragglers": None,
             "lastRestart": {"reason": action.reason, "lostNodes": sorted(lost_names), "replacements": replacements,
                             "movedRanks": 0, "detectedAt": min((u["since"] for u in unhealthy
                                                                   if u["name"] in lost_names), default=now),
@@ -682,6 +814,14 @@ class Placer:
         metrics.QUARANTINED_NODES.set(sum(1 for h in self.state.health.values()
                                           if any(t.get("key") == QUARANTINE_TAINT for t in h["spec"]["taints"])))
         metrics.observe_capacity(snapshot)
+
+
+def _straggler_restart(job: JobView, straggler: Straggler) -> Action:
+    message = (f"node {straggler.node} (ranks {', '.join(map(str, straggler.ranks))}) computes at "
+               f"{straggler.score:.2f} of the fastest comparable node's speed since {iso(straggler.since)}")
+    return Action(Kind.RESTART, "Straggler", message,
+                  request=GangRequest.from_job(TrainingJob.model_validate(job.body)),
+                  losses=(NodeLoss(straggler.node, "Straggler", message, iso(straggler.since)),))
 
 
 def _resume(checkpoint: dict[str, Any] | None) -> dict[str, Any]:

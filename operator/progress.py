@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from railyard.operator.keys import LABEL_RESTART
@@ -53,7 +54,18 @@ class RankProgress:
 @dataclass
 class JobProgress:
     generation: int
+    started: float = 0.0  # when the first report of this generation arrived
+    first_step: int | None = None  # the lowest step this generation reported (warm-up counts from it)
     ranks: dict[int, RankProgress] = field(default_factory=dict)
+    # What the ranks are asked to do, carried on every report answer (e.g. {"checkpoint": {"step": N}}).
+    directives: dict[str, Any] = field(default_factory=dict)
+
+    def samples(self) -> dict[int, list[tuple[int, float, float]]]:
+        return {r: list(p.samples) for r, p in self.ranks.items()}
+
+    @property
+    def max_step(self) -> int:
+        return max((p.step or 0 for p in self.ranks.values()), default=0)
 
 
 class ProgressBook:
@@ -65,7 +77,7 @@ class ProgressBook:
         key = (report.namespace, report.job)
         job = self.jobs.get(key)
         if job is None or job.generation < report.generation:
-            job = self.jobs[key] = JobProgress(report.generation)  # a new generation starts afresh
+            job = self.jobs[key] = JobProgress(report.generation, now)  # a new generation starts afresh
         elif job.generation > report.generation:
             return
         rank = job.ranks.setdefault(report.rank, RankProgress())
@@ -76,6 +88,8 @@ class ProgressBook:
             rank.saved[c.step] = c.path
         while len(rank.saved) > 16:
             del rank.saved[min(rank.saved)]
+        for s in report.samples:
+            job.first_step = s[0] if job.first_step is None else min(job.first_step, s[0])
         known = rank.samples[-1][0] if rank.samples else -1
         rank.samples.extend(s for s in report.samples if s[0] > known)
 
@@ -94,6 +108,10 @@ class ProgressBook:
             return None
         step = max(common)
         return step, job.ranks[0].saved[step]
+
+    def directives(self, key: Key) -> dict[str, Any]:
+        job = self.jobs.get(key)
+        return dict(job.directives) if job is not None else {}
 
     def forget(self, alive: set[Key]) -> None:
         for key in [k for k in self.jobs if k not in alive]:

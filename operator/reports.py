@@ -135,7 +135,7 @@ class ReportServer:
         if not bucket.take(now):
             return Refusal(429, "rate_limited", f"more than {self.settings.rate_per_second}/s from this pod"), {}
         self.book.record(report, time.time())
-        return None, {"directives": {}}
+        return None, {"directives": self.book.directives((report.namespace, report.job))}
 
     async def _authenticate(self, token: str) -> PodIdentity | None:
         digest = hashlib.sha256(token.encode()).hexdigest()

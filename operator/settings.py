@@ -78,6 +78,9 @@ class ReportSettings:
     rate_per_second: float = field(default_factory=lambda: float(_env("REPORT_RATE", "2")))
     # A job's status is written at most this often for report-derived fields (lastCheckpoint).
     flush_seconds: float = field(default_factory=lambda: float(_env("REPORT_FLUSH_SECONDS", "5")))
+    # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request
+    # targets a step far enough ahead that every rank hears of it first.
+    worker_interval_seconds: float = 5.0
     # How long a TokenReview answer is trusted.
     auth_cache_seconds: float = 60.0
 

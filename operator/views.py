@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABEL_RANK, SCHEDULING_GATE
-from railyard.topology.api import FaultPolicy
+from railyard.topology.api import FaultPolicy, StragglerPolicy
 from railyard.topology.nodes import PodUsage, pod_usage
 
 Key = tuple[str, str]
@@ -159,6 +159,11 @@ class JobView:
     def fault_policy(self) -> FaultPolicy:
         """Validated, with the CRD's defaults."""
         return FaultPolicy.model_validate((self.body.get("spec") or {}).get("faultPolicy") or {})
+
+    @property
+    def straggler_policy(self) -> StragglerPolicy | None:
+        raw = (self.body.get("spec") or {}).get("stragglerPolicy")
+        return StragglerPolicy.model_validate(raw) if raw is not None else None
 
     @property
     def status(self) -> dict[str, Any]:

@@ -80,6 +80,26 @@ class FaultPolicy(_Model):
         return float(min(self.restart_backoff.initial_seconds * 2 ** restarts, self.restart_backoff.max_seconds))
 
 
+class StragglerWindow(_Model):
+    steps: int = Field(50, ge=1, le=256)
+    seconds: int = Field(120, ge=0)
+
+
+class StragglerPolicy(_Model):
+    """Slow nodes found from the ranks' reported compute times (railyard.worker)."""
+
+    action: str = Field("Report", pattern="^(Report|Evict)$")
+    # A node is slow when the fastest comparable node's median compute time / its own is below this
+    # (the NVIDIA resiliency extension's rule; 0.75 = a third slower).
+    threshold: float = Field(0.75, gt=0, lt=1)
+    window: StragglerWindow = Field(default_factory=StragglerWindow)
+    min_duration_seconds: int = Field(300, alias="minDurationSeconds", ge=0)
+    warmup_steps: int = Field(20, alias="warmupSteps", ge=0)
+    checkpoint_before_evict: bool = Field(True, alias="checkpointBeforeEvict")
+    checkpoint_timeout_seconds: int = Field(600, alias="checkpointTimeoutSeconds", ge=0)
+    max_evictions_per_hour: int = Field(2, alias="maxEvictionsPerHour", ge=0)
+
+
 class CheckpointSpec(_Model):
     path: str | None = Field(None, max_length=4096)
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
@@ -94,6 +114,7 @@ class TrainingJobSpec(_Model):
     parallelism: Parallelism | None = None
     fault_policy: FaultPolicy = Field(default_factory=FaultPolicy, alias="faultPolicy")
     checkpoint: CheckpointSpec | None = None
+    straggler_policy: StragglerPolicy | None = Field(None, alias="stragglerPolicy")
     template: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

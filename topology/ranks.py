@@ -78,3 +78,15 @@ def local_rank_order(node: GpuNode, gpus: Sequence[int], reference_rails: Sequen
             cost[j, col] = (node.rails[g] != rail) * n * n + abs(j - col)
     rows, cols = linear_sum_assignment(cost)
     return [locality[c] for _, c in sorted(zip(rows, cols, strict=True))]
+
+
+def pipeline_stage(rank: int, replicas: int, gpus_per_replica: int, parallelism: Parallelism | None) -> int:
+    """The pipeline stage replica `rank` serves in order_replicas' layout (0 without pipelining, or
+    when a replica straddles stages)."""
+    if parallelism is None or parallelism.pipeline <= 1 or gpus_per_replica == 0:
+        return 0
+    world = replicas * gpus_per_replica
+    per_stage_gpus = world // parallelism.pipeline
+    if world % parallelism.pipeline or per_stage_gpus % gpus_per_replica:
+        return 0
+    return rank // (per_stage_gpus // gpus_per_replica)

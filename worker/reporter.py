@@ -71,6 +71,13 @@ class Reporter:
         self._step = max(self._step or 0, step)
         return self.flush(retries=3)
 
+    def checkpoint_requested(self, step: int) -> bool:
+        """The operator asked every rank to save this step (before evicting a straggler or resizing):
+        check after each step and save when True. A rank that learns of the request only after that
+        step has passed does not save; the operator then restarts from the last committed step."""
+        target = (self.directives.get("checkpoint") or {}).get("step")
+        return target is not None and step == target
+
     def payload(self) -> dict[str, Any]:
         return {
             "namespace": self.ctx.namespace, "job": self.ctx.job, "rank": self.ctx.rank,

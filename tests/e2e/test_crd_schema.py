@@ -75,6 +75,10 @@ CASES = {
     "fault-policy-shrink": variant(faultPolicy={"onNoReplacement": "Shrink"}),
     "fault-policy-negative-restarts": variant(faultPolicy={"maxRestarts": -1}),
     "fault-policy-long-grace": variant(faultPolicy={"nodeLossGraceSeconds": 7200}),
+    "replacement-timeout": variant(faultPolicy={"replacementTimeoutSeconds": 0}),
+    "replacement-timeout-negative": variant(faultPolicy={"replacementTimeoutSeconds": -5}),
+    "checkpoint": variant(checkpoint={"path": "/shared/ckpt", "intervalSeconds": 600}),
+    "checkpoint-zero-interval": variant(checkpoint={"intervalSeconds": 0}),
 }
 
 

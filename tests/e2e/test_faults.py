@@ -192,3 +192,31 @@ def test_an_evicted_pod_is_an_infrastructure_restart_on_the_same_nodes(operator,
     assert not job["status"].get("processRestarts"), "an eviction is not the training process's failure"
     assert after == before, "nothing was wrong with the nodes: every rank stays"
     assert not any((c["type"], c["status"]) == ("Failed", "True") for c in job["status"]["conditions"])
+
+
+def test_a_loss_without_a_replacement_inside_the_required_tor_requeues_the_whole_gang(
+        operator, api_client, core, custom, namespace):
+    # 8 whole-node replicas in one TOR of 8 nodes: a lost node leaves no free node inside the TOR.
+    create_job(custom, namespace, make_job("boxed", 8, topology={"requiredTier": "tor"},
+                                           faultPolicy={"replacementTimeoutSeconds": 0}))
+    before = ranks_of(wait_bound(api_client, core, namespace, "boxed", 8))
+    labels = {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+    tor = {labels[n][TOR] for n in before.values()}.pop()
+    victim = before["3"]
+    try:
+        core.patch_node(victim, {"spec": {"taints": [FAULT]}})
+        after = ranks_of(bound_generation(api_client, core, namespace, "boxed", 8))
+        job = get_job(custom, namespace, "boxed")
+        assert job["status"]["lastRestart"]["reason"] == "Taint" and job["status"]["restartCount"] == 1
+        assert victim not in after.values()
+        assert len({labels[n][TOR] for n in after.values()}) == 1, "still inside one TOR"
+        assert {labels[n][TOR] for n in after.values()} != {tor}, "a TOR with room for the whole gang"
+        events = {e.reason for e in core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=boxed").items}
+        assert "NoReplacement" in events, events
+        job = wait_condition(custom, namespace, "boxed", "Placed", reason="Released", timeout=60)
+        degraded = next(c for c in job["status"]["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "False" and degraded["reason"] == "Recovered"
+        assert_no_gpu_double_booked(api_client, core)
+    finally:
+        untaint(core, victim, FAULT["key"])

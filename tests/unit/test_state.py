@@ -577,3 +577,92 @@ def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
     status = job_status(api, "race")
     assert sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
     assert {r["node"] for r in status["placement"]["ranks"]}.isdisjoint(nodes[:2])
+
+
+# --- stragglers ------------------------------------------------------------------------------------
+
+def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monkeypatch):
+    import railyard.operator.placer as placer_module
+    from railyard.operator.progress import WorkerReport
+    from railyard.operator.settings import ReportSettings
+
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(placer_module.time, "time", lambda: clock[0])
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
+    state = synced(api)
+    placer = Placer(state, api, Settings(placement=PlacementSettings(loss_debounce_seconds=0),  # type: ignore[arg-type]
+                                         reports=ReportSettings(flush_seconds=0)), lambda: True)
+    policy = {"action": "Evict", "threshold": 0.85, "minDurationSeconds": 60, "warmupSteps": 0,
+              "window": {"steps": 20, "seconds": 0}}
+    submit(api, state, make_job("slowpoke", 4, stragglerPolicy=policy))
+    run(placer.run_once())
+    api.bind_released()
+    for kind, event, obj in api.log:
+        state.apply(kind, event, obj)
+    run(placer.run_once())
+    assert cond.is_true(job_status(api, "slowpoke")["conditions"], cond.RUNNING)
+    ranks = job_status(api, "slowpoke")["placement"]["ranks"]
+    slow_node = ranks[2]["node"]
+
+    def report(step: int, saved: tuple[int, ...] = ()) -> None:
+        for r in range(4):
+            placer.book.record(WorkerReport.model_validate({
+                "namespace": "default", "job": "slowpoke", "rank": r, "generation": 0, "step": step,
+                "samples": [[step, 1.3 if r == 2 else 1.0, 1.5]],
+                "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}), clock[0])
+
+    step = 0
+    while not placer.book.directives(("default", "slowpoke")) and step < 400:
+        report(step)
+        clock[0] += 1.5
+        if step % 4 == 0:
+            run(placer.run_once())
+        step += 1
+    target = placer.book.directives(("default", "slowpoke"))["checkpoint"]["step"]
+    status = job_status(api, "slowpoke")
+    assert 40 <= step <= 80, "flagged after minDurationSeconds (60 s = 40 steps of 1.5 s), then a checkpoint asked"
+    assert [(s["node"], s["action"]) for s in status["stragglers"]] == [(slow_node, "CheckpointRequested")]
+    assert cond.get(status["conditions"], cond.STRAGGLING)["reason"] == "Slow"
+    assert status["stepTime"]["p50Seconds"] == 1.5
+    assert target > step, "a step every rank has yet to reach"
+    while step <= target:
+        report(step, saved=(target,) if step == target else ())
+        step += 1
+    run(placer.run_once())
+    status = job_status(api, "slowpoke")
+    assert status["restartCount"] == 1 and status["lastRestart"]["reason"] == "Straggler"
+    assert status["lastRestart"]["lostNodes"] == [slow_node] and status["lastRestart"]["resumeStep"] == target
+    assert status["lastCheckpoint"]["step"] == target and not status.get("stragglers")
+    assert slow_node not in {r["node"] for r in status["placement"]["ranks"]}
+    taints = api.objects["nodes"][("", slow_node)]["spec"].get("taints") or []
+    assert {"key": "railyard.dev/unhealthy", "value": "Straggler", "effect": "NoSchedule"} in taints
+    assert not placer.book.directives(("default", "slowpoke")), "the request ends with the generation"
+
+
+def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
+    import railyard.operator.placer as placer_module
+    from railyard.operator.progress import WorkerReport
+    from railyard.operator.settings import ReportSettings
+
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(placer_module.time, "time", lambda: clock[0])
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
+    state = synced(api)
+    placer = Placer(state, api, Settings(reports=ReportSettings(flush_seconds=0)), lambda: True)  # type: ignore[arg-type]
+    submit(api, state, make_job("watched", 2, stragglerPolicy={"minDurationSeconds": 30, "warmupSteps": 0,
+                                                               "window": {"seconds": 0}}))
+    run(placer.run_once())
+    api.bind_released()
+    for kind, event, obj in api.log:
+        state.apply(kind, event, obj)
+    for step in range(300):
+        for r in range(2):
+            placer.book.record(WorkerReport.model_validate({
+                "namespace": "default", "job": "watched", "rank": r, "generation": 0, "step": step,
+                "samples": [[step, 2.0 if r == 1 else 1.0, 2.1]]}), clock[0])
+        clock[0] += 2
+        if step % 10 == 0:
+            run(placer.run_once())
+    status = job_status(api, "watched")
+    assert not status.get("restartCount") and status["stragglers"][0]["action"] == "Reported"
+    assert cond.get(status["conditions"], cond.STRAGGLING)["status"] == "True"
