@@ -13,28 +13,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from kubernetes import client
 
 from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
 from tests.support.poll import poll
+from tests.support.worker import env_of, pod_token
 
 pytestmark = pytest.mark.e2e
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train" / "train.py"
-
-
-def pod_token(core, namespace: str, pod: dict, audience: str = "railyard.dev") -> str:
-    """What kubelet projects into the pod: a short-lived token bound to the pod, for our audience."""
-    meta = pod["metadata"]
-    sa = pod["spec"].get("serviceAccountName") or "default"
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-        audiences=[audience], expiration_seconds=600,
-        bound_object_ref=client.V1BoundObjectReference(kind="Pod", api_version="v1", name=meta["name"],
-                                                       uid=meta["uid"])))
-    return core.create_namespaced_service_account_token(sa, namespace, request).status.token
-
-
-def env_of(pod: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
 
 
 def start_ranks(core, namespace: str, pods: list[dict], work: Path, exchange: Path) -> list[subprocess.Popen]:
