@@ -96,6 +96,12 @@ def build_env(job: dict[str, Any], rank: int, world: int, gpus: int, rail_aligne
     }
     # Resume from what was committed when the restart was decided (recorded with it, so every rank
     # of a generation gets the same step even if the operator rebuilt the pods later).
+    if restarts and last_restart.get("previousReplicas"):
+        env["RAILYARD_PREV_WORLD_SIZE"] = last_restart["previousReplicas"]
+    spec = job["spec"]
+    low, high = spec.get("minReplicas") or spec["replicas"], spec.get("maxReplicas") or spec["replicas"]
+    if low != high:  # an elastic job: torchrun's elastic rendezvous accepts any size in the range
+        env["PET_NNODES"] = f"{low}:{high}"
     if restarts and last_restart.get("resumeStep") is not None:
         env["RAILYARD_RESUME_STEP"] = last_restart["resumeStep"]
         env["RAILYARD_RESUME_CHECKPOINT"] = last_restart.get("resumeCheckpoint") or ""

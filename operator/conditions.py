@@ -10,6 +10,7 @@ PLACED, RUNNING, SUCCEEDED, FAILED = "Placed", "Running", "Succeeded", "Failed"
 # Recovery: Restarting from a restart decision until the new generation is released; Degraded while
 # lost ranks have no replacement yet (waiting for capacity, or re-queued).
 RESTARTING, DEGRADED = "Restarting", "Degraded"
+BELOW_DESIRED = "BelowDesired"  # an elastic job runs with fewer replicas than spec.replicas
 STRAGGLING = "Straggling"  # True: a node is slow for minDurationSeconds (Slow) or a whole TOR is (Network)
 
 

@@ -23,7 +23,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +49,12 @@ from railyard.operator.state import ClusterState, Key
 from railyard.operator.stragglers import Straggler, StragglerTracker, score
 from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
-from railyard.topology.api import StragglerPolicy, TrainingJob
+from railyard.topology.api import ElasticPolicy, StragglerPolicy, TrainingJob, TrainingJobSpec
+from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth, valid_size
 from railyard.topology.faults import NodeLoss
-from railyard.topology.model import Snapshot
+from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.ranks import pipeline_stage
-from railyard.topology.replace import RankSlot, solve_replacement
+from railyard.topology.replace import RankSlot, Replacement, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, solve
 from railyard.topology.timestamps import epoch, iso
@@ -104,6 +105,8 @@ class Placer:
         self._flushed: dict[Key, float] = {}  # job -> when report-derived status was last written
         self._trackers: dict[tuple[Key, int], StragglerTracker] = {}  # (job, generation) -> slow nodes
         self._evicting: dict[Key, tuple[str, int, float]] = {}  # job -> (node, checkpoint step, deadline)
+        self._resize_checkpoints: dict[Key, tuple[int, float]] = {}  # job -> (checkpoint step, deadline)
+        self._grow_attempts: dict[Key, int] = {}  # job -> freed-capacity epoch of its last failed grow
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
         self._failures: dict[Key, _Failure] = {}
@@ -434,12 +437,15 @@ class Placer:
         placement_id = uuid.uuid4().hex[:10]
         message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
                    f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
+        conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         patch = {
-            "placement": placement_status(placement, job.name, placement_id, int(job.status.get("restartCount") or 0)),
+            "placement": {**placement_status(placement, job.name, placement_id,
+                                             int(job.status.get("restartCount") or 0)),
+                          "desiredReplicas": int((job.body.get("spec") or {}).get("replicas") or 0)},
             "replicas": len(placement.replicas),
             "selector": selector(job.name),
             "queuedSince": job.queued_since,
-            "conditions": cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation),
+            "conditions": self._below_desired(job, conditions, len(placement.replicas)),
         }
         if await self._patch_status(job, patch) is None:
             return
@@ -582,6 +588,9 @@ class Placer:
                 self._losses_seen.pop(key, None)
                 await self._restart(job, action)
                 return
+            case Kind.RESIZE:
+                await self._resize(job, action)
+                return
             case Kind.CLEANUP:
                 await self._delete_pods(key, action.pods, action.force)
                 return
@@ -665,7 +674,6 @@ class Placer:
             moved = new_home.get(r["rank"])
             node, gpus = (moved.new, moved.gpus) if moved else (r["node"], tuple(r["gpus"]))
             replicas.append((snapshot.node(node), gpus))
-        placement = Placement.from_replicas(replicas)
         replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "sameTor": r.same_tor}
                         for r in decision.replacements]
         if losses:
@@ -673,30 +681,11 @@ class Placer:
                        f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
         else:
             message = f"restart {generation} on the same nodes: {action.message}"
-        conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
-        if cond.get(conditions, cond.RUNNING):
-            conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
-        conditions = cond.set_condition(conditions, cond.RESTARTING, "True", action.reason, message, job.generation)
-        if cond.is_true(conditions, cond.STRAGGLING):  # a new generation is measured afresh
-            conditions = cond.set_condition(conditions, cond.STRAGGLING, "False", "Restarted", message,
-                                            job.generation)
-        counted = int(job.status.get("processRestarts") or 0) + (1 if action.counted else 0)
-        checkpoint = self.committed_checkpoint(job)
-        patch = {
-            "placement": placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
-            "replicas": len(replicas), "restartCount": generation, "processRestarts": counted,
-            "unhealthyNodes": unhealthy, "stragglers": None,
-            "lastRestart": {"reason": action.reason, "lostNodes": sorted(lost_names), "replacements": replacements,
-                            "movedRanks": 0, "detectedAt": min((u["since"] for u in unhealthy
-                                                                  if u["name"] in lost_names), default=now),
-                            "decidedAt": now, "releasedAt": None, **_resume(checkpoint)},
-            "conditions": conditions,
-        }
-        if checkpoint is not None:
-            patch["lastCheckpoint"] = checkpoint
-        if await self._patch_status(job, patch) is None:
+        record = {"lostNodes": sorted(lost_names), "replacements": replacements, "movedRanks": 0,
+                  "detectedAt": min((u["since"] for u in unhealthy if u["name"] in lost_names), default=now)}
+        if not await self._new_generation(job, action.reason, message, replicas, record, {"unhealthyNodes": unhealthy},
+                                          counted=action.counted):
             return
-        self._crash_point("restart-recorded")
         if replacements:
             await self._event(job, "Normal", "ReplacementChosen", "; ".join(
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
@@ -706,6 +695,185 @@ class Placer:
         # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
         await self._delete_pods(job.key, everyone, on_lost)
         await self._materialise(self._current(job), None)
+
+    async def _new_generation(self, job: JobView, reason: str, message: str, replicas: list[tuple[GpuNode,
+                              tuple[int, ...]]], record: dict[str, Any], extra: dict[str, Any],
+                              counted: bool = False) -> bool:
+        """Record a new generation of the gang in status (write-ahead: an operator killed after this
+        finishes it, see assess -> RESUME): its placement in rank order, the restart record with the
+        resume point, the conditions. False when the write did not happen (job gone)."""
+        generation = int(job.status.get("restartCount") or 0) + 1
+        now = cond.now_iso()
+        placement = Placement.from_replicas(replicas)
+        conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
+        if cond.get(conditions, cond.RUNNING):
+            conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)
+        conditions = cond.set_condition(conditions, cond.RESTARTING, "True", reason, message, job.generation)
+        if cond.is_true(conditions, cond.STRAGGLING):  # a new generation is measured afresh
+            conditions = cond.set_condition(conditions, cond.STRAGGLING, "False", "Restarted", message,
+                                            job.generation)
+        conditions = self._below_desired(job, conditions, len(replicas))
+        checkpoint = self.committed_checkpoint(job)
+        patch = {
+            "placement": {**placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
+                          "desiredReplicas": int((job.body.get("spec") or {}).get("replicas") or len(replicas))},
+            "replicas": len(replicas), "restartCount": generation,
+            "processRestarts": int(job.status.get("processRestarts") or 0) + (1 if counted else 0),
+            "stragglers": None,
+            "lastRestart": {"reason": reason, "lostNodes": [], "replacements": [], "movedRanks": 0,
+                            "previousReplicas": len(job.placement.get("ranks") or []), "detectedAt": now,
+                            **record, "decidedAt": now, "releasedAt": None, **_resume(checkpoint)},
+            "conditions": conditions, **extra,
+        }
+        if checkpoint is not None:
+            patch["lastCheckpoint"] = checkpoint
+        if await self._patch_status(job, patch) is None:
+            return False
+        self._crash_point("restart-recorded")
+        return True
+
+    def _below_desired(self, job: JobView, conditions: list[dict[str, Any]], placed: int) -> list[dict[str, Any]]:
+        """BelowDesired=True while an elastic job runs with fewer replicas than spec.replicas."""
+        desired = int((job.body.get("spec") or {}).get("replicas") or placed)
+        if placed < desired:
+            return cond.set_condition(conditions, cond.BELOW_DESIRED, "True", "Shrunk",
+                                      f"{placed} of {desired} replicas placed", job.generation)
+        if cond.is_true(conditions, cond.BELOW_DESIRED):
+            return cond.set_condition(conditions, cond.BELOW_DESIRED, "False", "AtDesired",
+                                      f"{placed} replicas placed", job.generation)
+        return conditions
+
+    # --- elastic resize ---------------------------------------------------------------------------
+
+    async def _resize(self, job: JobView, action: Action) -> None:
+        """spec.replicas differs from the running gang's size. A shrink drops replicas from the least
+        dense domain; a grow is a delta solve next to the job (current ranks keep their nodes). Either
+        way the gang restarts as a new generation, from a checkpoint taken for it when ranks report."""
+        assert action.request is not None
+        spec = TrainingJob.model_validate(job.body).spec
+        policy = spec.elastic_policy
+        ranks = sorted(job.placement["ranks"], key=lambda r: r["rank"])
+        current, desired = len(ranks), spec.replicas
+        slots = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks]
+        models = self._models(s.node for s in slots)
+        if models is None:
+            return  # a node of the gang is unknown: the fault path comes first
+        user = int(job.placement.get("desiredReplicas") or current) != desired  # kubectl scale / an edit
+        now = time.time()
+        if desired < current:
+            size = largest_valid(desired, 1, spec.gpus_per_replica, spec.parallelism) or desired
+            kept = choose_shrink(slots, models, current - size)
+            replicas = [(models[s.node], s.gpus) for s in kept]
+            moved = sum(1 for i, s in enumerate(kept) if s.rank != i)
+        else:
+            if not user and now - self._last_generation(job, now) < policy.cooldown_seconds:
+                return
+            attempt = self._grow_attempts.get(job.key)
+            if attempt is not None and attempt == self.state.usage.freed:
+                return  # nothing was freed since the last attempt found no room
+            grown = self._grow(job, action.request, spec, slots, desired, 1 if user else policy.min_growth)
+            if grown is None:
+                self._grow_attempts[job.key] = self.state.usage.freed
+                message = f"{current} of {desired} replicas: no room to grow next to the job"
+                if not cond.unchanged(job.conditions, cond.BELOW_DESIRED, "NoCapacity", message):
+                    conditions = cond.set_condition(job.conditions, cond.BELOW_DESIRED, "True", "NoCapacity", message,
+                                                    job.generation)
+                    await self._patch_status(job, {"conditions": conditions})
+                return
+            self._grow_attempts.pop(job.key, None)
+            snapshot = self.state.snapshot()
+            replicas = [(models[s.node], s.gpus) for s in slots] + [(snapshot.node(r.new), r.gpus) for r in grown]
+            moved = 0
+        if len(replicas) == current or not await self._checkpoint_first(job, policy, now):
+            return
+        generation = int(job.status.get("restartCount") or 0) + 1
+        reason = "ScaleUp" if len(replicas) > current else "ScaleDown"
+        message = f"restart {generation}: resized from {current} to {len(replicas)} replicas ({reason})"
+        if not await self._new_generation(job, reason, message, replicas, {"movedRanks": moved}, {}):
+            return
+        metrics.RESTARTS.labels(reason).inc()
+        await self._event(job, "Normal", "Resized", message, key=str(generation))
+        await self._delete_pods(job.key, tuple(p.name for p in self.state.job_pods(job.key) if not p.terminating), ())
+        await self._materialise(self._current(job), None)
+
+    def _grow(self, job: JobView, request: GangRequest, spec: TrainingJobSpec, slots: list[RankSlot], desired: int,
+              min_growth: int) -> list[Replacement] | None:
+        """The largest valid growth towards `desired` that fits next to the job, or None."""
+        snapshot = self.state.snapshot()
+        for size in range(desired, len(slots), -1):
+            if size - len(slots) < min_growth:
+                break
+            if not valid_size(size, spec.gpus_per_replica, spec.parallelism):
+                continue
+            decision = solve_growth(snapshot, request, slots, size - len(slots))
+            if decision.found:
+                return list(decision.replacements)
+        return None
+
+    def _models(self, names: Iterable[str]) -> dict[str, GpuNode] | None:
+        """The node models (usable now, or last seen usable) of these nodes; None if one is unknown."""
+        out: dict[str, GpuNode] = {}
+        for name in names:
+            model = self.state.nodes.get(name) or self.state.last_model.get(name)
+            if model is None:
+                return None
+            out[name] = model
+        return out
+
+    def _last_generation(self, job: JobView, now: float) -> float:
+        """When the gang's current generation was decided (its placement, or its last restart)."""
+        stamp = (job.status.get("lastRestart") or {}).get("decidedAt") or job.condition(cond.PLACED).get(
+            "lastTransitionTime")
+        return epoch(stamp, now)
+
+    async def _checkpoint_first(self, job: JobView, policy: ElasticPolicy, now: float) -> bool:
+        """True when the resize may go ahead: no checkpoint wanted (or nobody reports), or every rank
+        saved the requested step, or the request timed out. Otherwise the request is (re)issued."""
+        progress = self.book.jobs.get(job.key)
+        generation = int(job.status.get("restartCount") or 0)
+        if not policy.checkpoint_before_resize or progress is None or progress.generation != generation:
+            return True
+        request = self._resize_checkpoints.get(job.key)
+        if request is None:
+            step_seconds = float((job.status.get("stepTime") or {}).get("p50Seconds") or 1.0)
+            margin = math.ceil(3 * self.settings.reports.worker_interval_seconds / max(step_seconds, 0.001)) + 2
+            target = int((progress.directives.get("checkpoint") or {}).get("step") or progress.max_step + margin)
+            progress.directives["checkpoint"] = {"step": target}
+            self._resize_checkpoints[job.key] = (target, now + policy.checkpoint_timeout_seconds)
+            asyncio.get_running_loop().call_later(1.0, self.wake)
+            return False
+        target, deadline = request
+        saved = self.book.committed(job.key, generation, len(job.placement.get("ranks") or []))
+        if (saved is None or saved[0] < target) and now < deadline:
+            asyncio.get_running_loop().call_later(1.0, self.wake)
+            return False
+        self._resize_checkpoints.pop(job.key, None)
+        progress.directives.pop("checkpoint", None)
+        return True
+
+    async def _shrink_on_loss(self, job: JobView, action: Action, lost_nodes: list[str],
+                              unhealthy: list[dict[str, Any]], message: str) -> bool:
+        """onNoReplacement: Shrink — continue on the survivors (at least minReplicas, a valid size);
+        False when that is not possible (the caller requeues)."""
+        spec = TrainingJob.model_validate(job.body).spec
+        ranks = sorted(job.placement["ranks"], key=lambda r: r["rank"])
+        survivors = [RankSlot(r["rank"], r["node"], tuple(r["gpus"])) for r in ranks if r["node"] not in lost_nodes]
+        size = largest_valid(len(survivors), spec.effective_min_replicas, spec.gpus_per_replica, spec.parallelism)
+        models = self._models(s.node for s in survivors)
+        if size is None or models is None:
+            return False
+        kept = choose_shrink(survivors, models, len(survivors) - size)
+        replicas = [(models[s.node], s.gpus) for s in kept]
+        message = f"{message}; shrunk from {len(ranks)} to {size} replicas (onNoReplacement: Shrink)"
+        record = {"lostNodes": lost_nodes, "movedRanks": sum(1 for i, s in enumerate(kept) if s.rank != i),
+                  "detectedAt": min((u["since"] for u in unhealthy if u["name"] in lost_nodes), default=cond.now_iso())}
+        conditions_job = JobView({**job.body, "status": {**job.status, "conditions": cond.set_condition(
+            job.conditions, cond.DEGRADED, "False", "Shrunk", message, job.generation)}})
+        if not await self._new_generation(conditions_job, action.reason, message, replicas, record,
+                                          {"unhealthyNodes": unhealthy}):
+            return False
+        await self._event(job, "Warning", "Shrunk", message)
+        return True
 
     async def _no_replacement(self, job: JobView, action: Action, lost_nodes: list[str], lost: int, why: str,
                               unhealthy: list[dict[str, Any]], everyone: tuple[str, ...],
@@ -733,6 +901,12 @@ class Placer:
         metrics.RESTARTS.labels(action.reason).inc()
         generation = int(job.status.get("restartCount") or 0) + 1
         now = cond.now_iso()
+        if policy.on_no_replacement == "Shrink" and await self._shrink_on_loss(job, action, lost_nodes, unhealthy,
+                                                                              message):
+            await self._quarantine(tuple(NodeLoss(n, action.reason, message, None) for n in lost_nodes))
+            await self._delete_pods(job.key, everyone, on_lost)
+            await self._materialise(self._current(job), None)
+            return
         if policy.on_no_replacement == "Fail":
             conditions = cond.set_condition(job.conditions, cond.FAILED, "True", "NoReplacement", message,
                                             job.generation)

@@ -40,6 +40,7 @@ class Kind(enum.Enum):
     FAIL = "fail"
     RUNNING = "running"
     RESTART = "restart"  # nodes under a released gang are lost: replace them, restart every rank
+    RESIZE = "resize"  # an elastic gang's size differs from spec.replicas: grow or shrink it (a new generation)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,10 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
                       tuple(mine) + stale, force=force, avoid=nodes)
     if all(ph == "Running" for ph in phases) and not cond.is_true(conditions, cond.RUNNING):
         return Action(Kind.RUNNING, "AllRunning", f"all {len(wanted)} replicas running")
+    desired = model.spec.replicas
+    if len(wanted) != desired and all(ph == "Running" for ph in phases):
+        return Action(Kind.RESIZE, "ScaleUp" if desired > len(wanted) else "ScaleDown",
+                      f"{len(wanted)} -> {desired} replicas", request=request)
     if any(mine[p].gated for p in wanted):
         return Action(Kind.RESUME, PLACING, "release interrupted", ())
     if force:

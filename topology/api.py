@@ -72,7 +72,7 @@ class FaultPolicy(_Model):
     max_restarts: int = Field(3, alias="maxRestarts", ge=0)
     restart_backoff: RestartBackoff = Field(default_factory=RestartBackoff, alias="restartBackoff")
     non_retryable_exit_codes: list[int] = Field(default_factory=list, alias="nonRetryableExitCodes")
-    on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail)$")
+    on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail|Shrink)$")
     replacement_timeout_seconds: int = Field(120, alias="replacementTimeoutSeconds", ge=0, le=86400)
 
     def backoff(self, restarts: int) -> float:
@@ -100,6 +100,13 @@ class StragglerPolicy(_Model):
     max_evictions_per_hour: int = Field(2, alias="maxEvictionsPerHour", ge=0)
 
 
+class ElasticPolicy(_Model):
+    cooldown_seconds: int = Field(300, alias="cooldownSeconds", ge=0)
+    min_growth: int = Field(1, alias="minGrowth", ge=1)
+    checkpoint_before_resize: bool = Field(True, alias="checkpointBeforeResize")
+    checkpoint_timeout_seconds: int = Field(300, alias="checkpointTimeoutSeconds", ge=0)
+
+
 class CheckpointSpec(_Model):
     path: str | None = Field(None, max_length=4096)
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
@@ -115,6 +122,7 @@ class TrainingJobSpec(_Model):
     fault_policy: FaultPolicy = Field(default_factory=FaultPolicy, alias="faultPolicy")
     checkpoint: CheckpointSpec | None = None
     straggler_policy: StragglerPolicy | None = Field(None, alias="stragglerPolicy")
+    elastic_policy: ElasticPolicy = Field(default_factory=ElasticPolicy, alias="elasticPolicy")
     template: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -132,6 +140,13 @@ class TrainingJobSpec(_Model):
         for field_path, value in _gpu_values(self.template):
             if isinstance(value, bool) or not _WHOLE.match(str(value)):
                 raise ValueError(f"{field_path}={value!r}: must be a whole, non-negative number of GPUs")
+        if self.parallelism is not None and self.parallelism.data is None:
+            p = self.parallelism
+            if (self.replicas * self.gpus_per_replica) % (p.tensor * p.pipeline):
+                raise ValueError(
+                    f"spec.replicas: replicas * GPUs per replica = {self.replicas}*{self.gpus_per_replica} must be "
+                    f"divisible by tensor*pipeline = {p.tensor}*{p.pipeline}"
+                )
         if self.parallelism is not None and self.parallelism.data is not None:
             # Same rule as the CRD's CEL validation: checked when data is given.
             p = self.parallelism

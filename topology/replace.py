@@ -65,7 +65,8 @@ class ReplacementDecision:
 
 def _target(keep: Sequence[RankSlot], lost: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> RailTarget | None:
     """The rails every replica covers, when the placement was rail-aligned (None otherwise)."""
-    targets = {tuple(sorted(nodes[s.node].rails[g] for g in s.gpus)) for s in (*keep, *lost) if s.node in nodes}
+    targets = {tuple(sorted(nodes[s.node].rails[g] for g in s.gpus)) for s in (*keep, *lost)
+               if s.node in nodes and s.gpus}  # a slot without GPUs (an anchor for growth) has no rails
     return targets.pop() if len(targets) == 1 else None
 
 

@@ -77,6 +77,9 @@ CASES = {
     "fault-policy-long-grace": variant(faultPolicy={"nodeLossGraceSeconds": 7200}),
     "replacement-timeout": variant(faultPolicy={"replacementTimeoutSeconds": 0}),
     "replacement-timeout-negative": variant(faultPolicy={"replacementTimeoutSeconds": -5}),
+    "elastic-policy": variant(elasticPolicy={"cooldownSeconds": 60, "minGrowth": 2}, minReplicas=1, maxReplicas=4),
+    "elastic-indivisible": variant(replicas=3, parallelism={"tensor": 8, "pipeline": 2}),
+    "elastic-divisible": variant(replicas=4, parallelism={"tensor": 8, "pipeline": 2}),
     "checkpoint": variant(checkpoint={"path": "/shared/ckpt", "intervalSeconds": 600}),
     "checkpoint-zero-interval": variant(checkpoint={"intervalSeconds": 0}),
 }

@@ -666,3 +666,88 @@ def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
     status = job_status(api, "watched")
     assert not status.get("restartCount") and status["stragglers"][0]["action"] == "Reported"
     assert cond.get(status["conditions"], cond.STRAGGLING)["status"] == "True"
+
+
+# --- elastic resize -------------------------------------------------------------------------------
+
+def _running(api: FakeApi, state: ClusterState, placer: Placer) -> None:
+    """kube-scheduler binds what was released; the operator sees it and marks the gang Running."""
+    run(placer.run_once())
+    api.bind_released()
+    for kind, event, obj in list(api.log):
+        state.apply(kind, event, obj)
+    api.log.clear()
+    run(placer.run_once())
+
+
+def _scale(api: FakeApi, state: ClusterState, name: str, replicas: int) -> None:
+    """`kubectl scale tj NAME --replicas=N` (the scale subresource writes spec.replicas)."""
+    job = copy.deepcopy(api.objects["trainingjobs"][("default", name)])
+    job["spec"]["replicas"] = replicas
+    job["metadata"]["generation"] = job["metadata"].get("generation", 1) + 1
+    state.apply_job("MODIFIED", api._store("trainingjobs", job, "MODIFIED"))
+
+
+def _env(api: FakeApi, pod: str) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in api.objects["pods"][("default", pod)]["spec"]["containers"][0]["env"]}
+
+
+def test_kubectl_scale_shrinks_and_grows_a_running_gang():
+    api, state, placer = operator_over(6)
+    submit(api, state, make_job("elastic", 4, minReplicas=1, maxReplicas=6))
+    _running(api, state, placer)
+    first = {r["rank"]: r["node"] for r in job_status(api, "elastic")["placement"]["ranks"]}
+    _scale(api, state, "elastic", 2)
+    _running(api, state, placer)
+    status = job_status(api, "elastic")
+    assert status["restartCount"] == 1 and status["lastRestart"]["reason"] == "ScaleDown"
+    assert status["replicas"] == 2 and status["placement"]["desiredReplicas"] == 2
+    kept = [r["node"] for r in sorted(status["placement"]["ranks"], key=lambda r: r["rank"])]
+    assert set(kept) <= set(first.values()), "a shrink keeps replicas where they are"
+    env = _env(api, "elastic-g1-0")
+    assert env["WORLD_SIZE"] == "2" and env["RAILYARD_PREV_WORLD_SIZE"] == "4" and env["PET_NNODES"] == "1:6"
+    _scale(api, state, "elastic", 5)
+    _running(api, state, placer)
+    status = job_status(api, "elastic")
+    assert status["restartCount"] == 2 and status["lastRestart"]["reason"] == "ScaleUp" and status["replicas"] == 5
+    ranks = {r["rank"]: r["node"] for r in status["placement"]["ranks"]}
+    assert [ranks[0], ranks[1]] == kept, "a grow keeps the current ranks on their nodes"
+    assert len(set(ranks.values())) == 5 and cond.is_true(status["conditions"], cond.RUNNING)
+
+
+def test_a_grow_without_room_waits_below_desired():
+    api, state, placer = operator_over(3)
+    submit(api, state, make_job("elastic", 2, minReplicas=1, maxReplicas=6))
+    _running(api, state, placer)
+    _scale(api, state, "elastic", 5)  # 3 nodes: at most one more replica fits
+    run(placer.run_once())
+    status = job_status(api, "elastic")
+    assert status["restartCount"] == 1 and status["replicas"] == 3, "grows as far as it can"
+    below = cond.get(status["conditions"], cond.BELOW_DESIRED)
+    assert below["status"] == "True", below
+
+
+def test_no_replacement_with_shrink_continues_on_the_survivors_and_grows_back():
+    api, state, placer = operator_over(3)
+    submit(api, state, make_job("elastic", 3, minReplicas=2, faultPolicy={
+        "onNoReplacement": "Shrink", "replacementTimeoutSeconds": 0}, elasticPolicy={"cooldownSeconds": 0}))
+    _running(api, state, placer)
+    lost = job_status(api, "elastic")["placement"]["ranks"][1]["node"]
+    _not_ready(api, state, lost)
+    run(placer.run_once())
+    status = job_status(api, "elastic")
+    assert status["restartCount"] == 1 and status["replicas"] == 2 and status["lastRestart"]["lostNodes"] == [lost]
+    assert lost not in {r["node"] for r in status["placement"]["ranks"]}
+    assert cond.is_true(status["conditions"], cond.BELOW_DESIRED)
+    _running(api, state, placer)
+    # The node comes back and an admin lifts the quarantine: the job grows back to 3.
+    node = copy.deepcopy(api.objects["nodes"][("", lost)])
+    node["spec"]["taints"] = []
+    for c in node["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="True")
+    state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
+    _running(api, state, placer)
+    status = job_status(api, "elastic")
+    assert status["restartCount"] == 2 and status["replicas"] == 3 and status["lastRestart"]["reason"] == "ScaleUp"
+    assert cond.get(status["conditions"], cond.BELOW_DESIRED)["status"] == "False"
