@@ -106,7 +106,7 @@ class Placer:
         self._trackers: dict[tuple[Key, int], StragglerTracker] = {}  # (job, generation) -> slow nodes
         self._evicting: dict[Key, tuple[str, int, float]] = {}  # job -> (node, checkpoint step, deadline)
         self._resize_checkpoints: dict[Key, tuple[int, float]] = {}  # job -> (checkpoint step, deadline)
-        self._grow_attempts: dict[Key, int] = {}  # job -> freed-capacity epoch of its last failed grow
+        self._grow_attempts: dict[Key, tuple[int, float]] = {}  # job -> (freed epoch, when) of its last failed grow
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
         self._failures: dict[Key, _Failure] = {}
@@ -769,11 +769,12 @@ class Placer:
             if not user and now - self._last_generation(job, now) < policy.cooldown_seconds:
                 return
             attempt = self._grow_attempts.get(job.key)
-            if attempt is not None and attempt == self.state.usage.freed:
-                return  # nothing was freed since the last attempt found no room
+            if attempt is not None and attempt[0] == self.state.usage.freed and \
+                    time.monotonic() - attempt[1] < self.settings.placement.retry_seconds:
+                return  # nothing was freed since the last attempt found no room (nodes back: the retry period)
             grown = self._grow(job, action.request, spec, slots, desired, 1 if user else policy.min_growth)
             if grown is None:
-                self._grow_attempts[job.key] = self.state.usage.freed
+                self._grow_attempts[job.key] = (self.state.usage.freed, time.monotonic())
                 message = f"{current} of {desired} replicas: no room to grow next to the job"
                 if not cond.unchanged(job.conditions, cond.BELOW_DESIRED, "NoCapacity", message):
                     conditions = cond.set_condition(job.conditions, cond.BELOW_DESIRED, "True", "NoCapacity", message,
