@@ -760,6 +760,7 @@ class Placer:
             return  # a node of the gang is unknown: the fault path comes first
         user = int(job.placement.get("desiredReplicas") or current) != desired  # kubectl scale / an edit
         now = time.time()
+        started = time.perf_counter()
         if desired < current:
             size = largest_valid(desired, 1, spec.gpus_per_replica, spec.parallelism) or desired
             kept = choose_shrink(slots, models, current - size)
@@ -785,6 +786,7 @@ class Placer:
             snapshot = self.state.snapshot()
             replicas = [(models[s.node], s.gpus) for s in slots] + [(snapshot.node(r.new), r.gpus) for r in grown]
             moved = 0
+        metrics.RESIZE_SECONDS.observe(time.perf_counter() - started)
         if len(replicas) == current or not await self._checkpoint_first(job, policy, now):
             return
         generation = int(job.status.get("restartCount") or 0) + 1

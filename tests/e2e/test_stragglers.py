@@ -32,6 +32,8 @@ def test_a_slow_node_is_checkpointed_evicted_and_quarantined(operator, api_clien
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
+            if saved and get_job(custom, namespace, "laggard")["status"].get("restartCount") == 1:
+                break  # restarted: the old generation's tokens are refused from now on
             # One report per rank per second, 5 steps each (the rate limit is 2 per second per pod).
             samples = {r: [[s, 1.3 if r == 2 else 1.0, 1.5] for s in range(step, step + 5)] for r in tokens}
             checkpoints = [{"step": target, "path": f"/c/step-{target}"}] if target is not None and \
@@ -40,13 +42,13 @@ def test_a_slow_node_is_checkpointed_evicted_and_quarantined(operator, api_clien
                 answer = requests.post(operator.report_url, timeout=10, headers={"Authorization": f"Bearer {token}"},
                                        json={"namespace": namespace, "job": "laggard", "rank": rank, "generation": 0,
                                              "step": step + 4, "samples": samples[rank], "checkpoints": checkpoints})
-                assert answer.status_code in (200, 429), answer.text
+                # 429: over the per-pod rate; once the checkpoint is in, the restart may already have
+                # deleted this pod (403) or moved the job on (409).
+                assert answer.status_code in ((200, 429, 403, 409) if saved else (200, 429)), answer.text
                 if answer.ok:
                     target = (answer.json()["directives"].get("checkpoint") or {}).get("step", target)
             saved = saved or bool(checkpoints)
             step += 5
-            if saved and get_job(custom, namespace, "laggard")["status"].get("restartCount") == 1:
-                break
             time.sleep(1)
         job = get_job(custom, namespace, "laggard")
         assert target is not None, f"no checkpoint was requested: {job['status'].get('stragglers')}"

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Elastic resize benchmark on superpod-2k (2,048 kwok nodes x 8 GPUs). Prints JSON.
+
+A 128-replica whole-node job (minReplicas 32, maxReplicas 256) is scaled through the scale subresource
+(as `kubectl scale` does): 128 -> 96 -> 160 -> 128. Measured per step: scale -> every pod of the new
+generation released and bound; replicas that kept their node; the resize decision time (operator
+histogram). Restarts the local rig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from bench_common import HACK, cluster, wait
+from bench_operator import JOBS, PodWatch, gauge, scrape, start_operator, start_rig, training_job
+
+
+def main() -> None:
+    _, api = start_rig()
+    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
+                    str(HACK.parent / "crds")], check=True, capture_output=True)
+    operator, port, _ = start_operator("bench-elastic")
+    steps = []
+    try:
+        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
+        body = training_job("elastic", 128)
+        body["spec"].update(minReplicas=32, maxReplicas=256)
+        watch = PodWatch()
+        api.request("POST", JOBS, body)
+        wait(lambda: sum(1 for p in watch.bound if p.startswith("elastic-")) >= 128, 300, "bound", interval=0.2)
+        previous = {r["rank"]: r["node"] for r in api.request("GET", f"{JOBS}/elastic")["status"]["placement"]["ranks"]}
+        for generation, size in enumerate((96, 160, 128), start=1):
+            t0 = time.monotonic()
+            api.request("PATCH", f"{JOBS}/elastic/scale", {"spec": {"replicas": size}}, "application/merge-patch+json")
+            pods = [f"elastic-g{generation}-{r}" for r in range(size)]
+            wait(lambda p=pods: all(n in watch.released for n in p), 600, f"{size} released", interval=0.1)
+            released = max(watch.released[p] for p in pods) - t0
+            wait(lambda p=pods: all(n in watch.bound for n in p), 600, f"{size} bound", interval=0.1)
+            bound = max(watch.bound[p] for p in pods) - t0
+            job = api.request("GET", f"{JOBS}/elastic")
+            now = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+            kept = len(set(previous.values()) & set(now.values()))
+            steps.append({"from": len(previous), "to": size, "scale_to_all_released_seconds": round(released, 2),
+                          "scale_to_all_bound_seconds": round(bound, 2), "replicas_that_kept_their_node": kept,
+                          "tors": job["status"]["placement"]["tors"]})
+            print(json.dumps(steps[-1]), flush=True)
+            previous = now
+        text = scrape(port)
+        count = gauge(text, "railyard_resize_decision_seconds_count")
+        total = gauge(text, "railyard_resize_decision_seconds_sum")
+        watch.stop()
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+    print(json.dumps({"steps": steps, "resize_decision_seconds": {"count": count,
+                      "mean": round(total / count, 4) if count else None}, "machine": {"cpus": os.cpu_count()}},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
