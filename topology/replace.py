@@ -104,6 +104,12 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
             total = min(total, limits.caps[node.name])
             aligned = min(aligned, total)
         columns += [(node, i, i < aligned) for i in range(min(total, len(lost)))]
+    # Ties (same distance, same fit) go to the TOR with the most candidate slots, then TOR by TOR, so
+    # ranks that cannot stay near their old home land packed instead of scattered across a spine.
+    per_tor: dict[str, int] = {}
+    for node, _, _ in columns:
+        per_tor[node.domain(1)] = per_tor.get(node.domain(1), 0) + 1
+    columns.sort(key=lambda c: (-per_tor[c[0].domain(1)], c[0].domain(1), c[0].name, c[1]))
     if len(columns) < len(lost):
         where = f"inside {scope[1]}" if scope else "in the cluster"
         return ReplacementDecision((), f"{len(lost)} lost ranks need replacement slots {where}; only "

@@ -64,3 +64,25 @@ def test_shrink_keeps_exactly_the_rest(drop, spread):
     ranks = [RankSlot(i, names[(i * 4 + t) % len(names)], ()) for i, t in enumerate(spread)]
     kept = choose_shrink(ranks, {n.name: n for n in snap.nodes}, drop)
     assert len(kept) == len(ranks) - drop and set(kept) <= set(ranks)
+
+
+def test_new_ranks_that_cannot_stay_near_pack_into_as_few_tors_as_possible():
+    # superpod-2k: a 128-node job fills its leaf (4 TORs of 32); shrink by 32, grow by 64: 32 go back to
+    # the leaf, 32 must go elsewhere in the spine, and should take one TOR, not scatter.
+    import yaml
+    from railyard.topology.nodes import build_snapshot
+    from railyard.topology.profile import ClusterProfile, node_objects
+
+    from tests.support.rig import REPO
+
+    profile = ClusterProfile.model_validate(yaml.safe_load((REPO / "examples/clusters/superpod-2k.yaml").read_text()))
+    snap = build_snapshot(node_objects(profile, kwok=False))
+    request = GangRequest("e", 128, 8, min_replicas=32)
+    decision = solve(snap, request)
+    assert decision.placement is not None
+    slots = [RankSlot(r.rank, r.node, r.gpus) for r in decision.placement.replicas]
+    kept = choose_shrink(slots, {n.name: n for n in snap.nodes}, 32)
+    held = snap.allocate((s.node, list(s.gpus)) for s in kept)
+    grown = solve_growth(held, request, [RankSlot(i, s.node, s.gpus) for i, s in enumerate(kept)], 64)
+    assert grown.found
+    assert len({snap.node(r.new).tor for r in grown.replacements}) == 2
