@@ -248,9 +248,10 @@ class KubeApi:
             detail = e.body if isinstance(e, ApiException) and e.body else ""
             log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
 
-    async def taint_node(self, name: str, taint: dict[str, str]) -> bool:
-        """Add a taint unless the node already has one with that key. A JSON patch guarded by the
-        node's resourceVersion, so no other writer's taint change is lost. False: the node is gone."""
+    async def taint_node(self, name: str, taint: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
+        """Add a taint (and annotations) unless the node already has a taint with that key. A JSON
+        patch guarded by the node's resourceVersion, so no other writer's change is lost. False: the
+        node is gone."""
         path = f"/api/v1/nodes/{name}"
         for _ in range(3):
             try:
@@ -265,7 +266,7 @@ class KubeApi:
             op = {"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None else \
                 {"op": "add", "path": "/spec/taints", "value": [taint]}
             patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
-                     op]
+                     op, *_annotation_ops(node, annotations or {})]
             try:
                 await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
                                [("fieldManager", FIELD_MANAGER)])
@@ -274,6 +275,35 @@ class KubeApi:
                 if e.status not in (409, 422):
                     raise
         raise RuntimeError(f"node {name}: could not add taint {taint['key']} (kept changing)")
+
+    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
+        """Remove the taint with this key and the annotation, guarded by resourceVersion (retried on
+        a conflict). False: the node is gone."""
+        path = f"/api/v1/nodes/{name}"
+        for _ in range(3):
+            try:
+                node = await self.run(self.request, "GET", path)
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+            taints = (node.get("spec") or {}).get("taints") or []
+            patch: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}]
+            patch += [{"op": "remove", "path": f"/spec/taints/{i}"} for i in
+                      reversed(range(len(taints))) if taints[i].get("key") == taint_key]
+            if annotation in ((node.get("metadata") or {}).get("annotations") or {}):
+                patch.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(annotation)}"})
+            if len(patch) == 1:
+                return True
+            try:
+                await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                               [("fieldManager", FIELD_MANAGER)])
+                return True
+            except ApiException as e:
+                if e.status not in (409, 422):
+                    raise
+        raise RuntimeError(f"node {name}: could not lift quarantine (kept changing)")
 
     # --- authentication (the report endpoint) -------------------------------------------------------
 
@@ -290,3 +320,17 @@ class KubeApi:
     def lease_path(self, namespace: str, name: str | None = None) -> str:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         return f"{base}/{name}" if name else base
+
+
+def _pointer(key: str) -> str:
+    """A JSON-pointer path segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _annotation_ops(node: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
+    if not annotations:
+        return []
+    if (node.get("metadata") or {}).get("annotations") is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v} for k, v in annotations.items()]
+

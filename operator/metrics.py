@@ -65,6 +65,10 @@ QUARANTINED_NODES = Gauge("railyard_quarantined_nodes", "Nodes carrying the rail
 JOB_LAST_CHECKPOINT = Gauge("railyard_job_last_checkpoint_timestamp_seconds",
                             "When the job's newest committed checkpoint was recorded (its start while it has none)",
                             ["namespace", "trainingjob"])
+JOB_STEP_SECONDS = Gauge("railyard_job_step_seconds", "The job's median step time from its ranks' reports",
+                         ["namespace", "trainingjob"])
+JOB_STRAGGLERS = Gauge("railyard_job_stragglers", "The job's nodes below its straggler threshold",
+                       ["namespace", "trainingjob"])
 JOB_CHECKPOINT_INTERVAL = Gauge("railyard_job_checkpoint_interval_seconds",
                                 "The job's spec.checkpoint.intervalSeconds hint", ["namespace", "trainingjob"])
 
@@ -79,6 +83,8 @@ class JobFigures:
     restarts: int
     last_checkpoint: float | None = None  # epoch seconds (running jobs only)
     checkpoint_interval: int | None = None
+    step_seconds: float | None = None
+    stragglers: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -103,7 +109,9 @@ class JobSeries:
                     gauge.remove(*key)
             for gauge, was, now in ((JOB_LAST_CHECKPOINT, old.last_checkpoint, new and new.last_checkpoint),
                                     (JOB_CHECKPOINT_INTERVAL, old.checkpoint_interval,
-                                     new and new.checkpoint_interval)):
+                                     new and new.checkpoint_interval),
+                                    (JOB_STEP_SECONDS, old.step_seconds, new and new.step_seconds),
+                                    (JOB_STRAGGLERS, old.stragglers, new and new.stragglers)):
                 if was is not None and now is None:
                     gauge.remove(*key)
             if new is None:
@@ -117,6 +125,10 @@ class JobSeries:
                 JOB_LAST_CHECKPOINT.labels(*key).set(job.last_checkpoint)
             if job.checkpoint_interval is not None:
                 JOB_CHECKPOINT_INTERVAL.labels(*key).set(job.checkpoint_interval)
+            if job.step_seconds is not None:
+                JOB_STEP_SECONDS.labels(*key).set(job.step_seconds)
+            if job.stragglers is not None:
+                JOB_STRAGGLERS.labels(*key).set(job.stragglers)
             self._published[key] = job
 
 

@@ -40,7 +40,7 @@ from railyard.operator.builders import (
     pod_labels,
     selector,
 )
-from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, QUARANTINE_TAINT
+from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.progress import ProgressBook
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
 from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
@@ -174,6 +174,7 @@ class Placer:
                     work.append(self._guard(key, self._act(key, job, action)))
         await asyncio.gather(*work)
         await self._record_progress()
+        await self._lift_expired_quarantines(now)
         self.state.prune_tombstones()
         placed = await self._place_queue(queued, snapshot, now)
         self._observe(self.state.snapshot() if placed else snapshot)
@@ -691,7 +692,8 @@ class Placer:
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['sameTor'] else ''}"
                 for r in replacements), key=str(generation))
         await self._event(job, "Normal", "RestartIssued", message, key=str(generation))
-        await self._quarantine(losses)
+        straggling = job.straggler_policy if action.reason == "Straggler" else None
+        await self._quarantine(losses, straggling.quarantine_seconds if straggling else 0)
         # The old generation goes; pods on lost nodes at once (no kubelet will confirm their end).
         await self._delete_pods(job.key, everyone, on_lost)
         await self._materialise(self._current(job), None)
@@ -938,15 +940,24 @@ class Placer:
             await self._event(job, "Warning", "NoReplacement", message, key=f"final/{generation}")
             await self._delete_pods(job.key, everyone, on_lost)
 
-    async def _quarantine(self, losses: tuple[NodeLoss, ...]) -> None:
+    async def _quarantine(self, losses: tuple[NodeLoss, ...], lift_after: float = 0) -> None:
         """Keep every job off a lost node until an admin lifts the taint
-        (`kubectl taint node NODE railyard.dev/unhealthy-`)."""
+        (`kubectl taint node NODE railyard.dev/unhealthy-`), or, with `lift_after` (a straggler's
+        stragglerPolicy.quarantineSeconds), until the operator lifts it then."""
         if not self.settings.placement.quarantine:
             return
+        until = {ANNOTATION_QUARANTINED_UNTIL: iso(time.time() + lift_after)} if lift_after > 0 else None
         for loss in losses:
             if loss.node in self.state.health:
                 await self.api.taint_node(loss.node, {"key": QUARANTINE_TAINT, "value": loss.reason,
-                                                      "effect": "NoSchedule"})
+                                                      "effect": "NoSchedule"}, until)
+
+    async def _lift_expired_quarantines(self, now: float) -> None:
+        for name, health in list(self.state.health.items()):
+            until = (health["metadata"].get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL)
+            if until and epoch(until, now) <= now:
+                log.info("node %s: quarantine ended (%s); lifting the %s taint", name, until, QUARANTINE_TAINT)
+                await self.api.lift_quarantine(name, QUARANTINE_TAINT, ANNOTATION_QUARANTINED_UNTIL)
 
     async def _event(self, job: JobView, type_: str, reason: str, message: str, key: str = "") -> None:
         """Post an Event; a repeat (same job, reason and key) bumps the existing Event's count."""
@@ -978,7 +989,9 @@ class Placer:
             per_job.append(metrics.JobFigures(
                 job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0,
                 int(job.status.get("restartCount") or 0), checkpointed,
-                ((job.body.get("spec") or {}).get("checkpoint") or {}).get("intervalSeconds")))
+                ((job.body.get("spec") or {}).get("checkpoint") or {}).get("intervalSeconds"),
+                (job.status.get("stepTime") or {}).get("p50Seconds") if state == "Running" else None,
+                len(job.status.get("stragglers") or []) if job.straggler_policy is not None else None))
             if state == "Queued":
                 reason = job.condition(cond.PLACED).get("reason") or "New"
                 waited = max(0.0, now - epoch(job.queued_since, now))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from railyard.operator.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID
+from railyard.operator.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID, ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.usage import Usage
 from railyard.operator.views import Key, PodView, pod_view, resource_version
 from railyard.topology.affinity import PodInfo
@@ -47,6 +47,7 @@ def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
     conditions = tuple(sorted((c.get("type"), c.get("status"), c.get("lastTransitionTime"))
                               for c in status.get("conditions") or []))
     return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
+            (meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL),
             tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
             tuple(sorted((status.get("allocatable") or {}).items())), conditions)
 
@@ -55,7 +56,9 @@ def _health(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the fault path reads of a Node (topology.faults.node_loss): taints, GPU allocatable,
     conditions without heartbeat times."""
     status = body.get("status") or {}
-    return {"metadata": {"name": body["metadata"]["name"]},
+    until = (body["metadata"].get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL)
+    return {"metadata": {"name": body["metadata"]["name"],
+                         "annotations": {ANNOTATION_QUARANTINED_UNTIL: until} if until else {}},
             "spec": {"taints": list((body.get("spec") or {}).get("taints") or [])},
             "status": {"allocatable": {k: v for k, v in (status.get("allocatable") or {}).items() if k == GPU_RESOURCE},
                        "conditions": [{k: c.get(k) for k in ("type", "status", "lastTransitionTime", "message")}

@@ -98,6 +98,8 @@ class StragglerPolicy(_Model):
     checkpoint_before_evict: bool = Field(True, alias="checkpointBeforeEvict")
     checkpoint_timeout_seconds: int = Field(600, alias="checkpointTimeoutSeconds", ge=0)
     max_evictions_per_hour: int = Field(2, alias="maxEvictionsPerHour", ge=0)
+    # An evicted node keeps the quarantine taint this long, then the operator lifts it (0: an admin does).
+    quarantine_seconds: int = Field(3600, alias="quarantineSeconds", ge=0)
 
 
 class ElasticPolicy(_Model):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def test_a_slow_node_is_checkpointed_evicted_and_quarantined(operator, api_client, core, custom, namespace):
     policy = {"action": "Evict", "threshold": 0.85, "minDurationSeconds": 8, "warmupSteps": 0,
-              "window": {"steps": 20, "seconds": 0}, "checkpointTimeoutSeconds": 120}
+              "window": {"steps": 20, "seconds": 0}, "checkpointTimeoutSeconds": 120, "quarantineSeconds": 15}
     create_job(custom, namespace, make_job("laggard", 4, stragglerPolicy=policy, checkpoint={"path": "/c"}))
     pods = wait_bound(api_client, core, namespace, "laggard", 4)
     wait_condition(custom, namespace, "laggard", "Running", timeout=60)
@@ -59,6 +59,11 @@ def test_a_slow_node_is_checkpointed_evicted_and_quarantined(operator, api_clien
         assert after["2"] != slow_node and all(after[r] == before[r] for r in ("0", "1", "3"))
         taints = core.read_node(slow_node).spec.taints or []
         assert any(t.key == "railyard.dev/unhealthy" and t.value == "Straggler" for t in taints)
+        assert "railyard.dev/quarantined-until" in (core.read_node(slow_node).metadata.annotations or {})
+        # quarantineSeconds later the operator lifts the taint itself.
+        poll(lambda: not [t for t in core.read_node(slow_node).spec.taints or [] if t.key == "railyard.dev/unhealthy"]
+             and "railyard.dev/quarantined-until" not in (core.read_node(slow_node).metadata.annotations or {}),
+             60, "the timed quarantine lifted")
         events = {e.reason for e in core.list_namespaced_event(
             namespace, field_selector="involvedObject.name=laggard").items}
         assert "StragglerDetected" in events, events

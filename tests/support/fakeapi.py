@@ -140,7 +140,7 @@ class FakeApi:
         if pod is not None and (uid is None or pod["metadata"]["uid"] == uid):
             self._remove("pods", (namespace, name))
 
-    async def taint_node(self, name: str, taint: dict[str, str]) -> bool:
+    async def taint_node(self, name: str, taint: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
         self._write("PATCH", f"nodes/{name}")
         node = self.objects["nodes"].get(("", name))
         if node is None:
@@ -149,7 +149,19 @@ class FakeApi:
         taints = node.setdefault("spec", {}).setdefault("taints", [])
         if not any(t["key"] == taint["key"] for t in taints):
             taints.append(dict(taint))
+            node["metadata"].setdefault("annotations", {}).update(annotations or {})
             self._store("nodes", node, "MODIFIED")
+        return True
+
+    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
+        self._write("PATCH", f"nodes/{name}")
+        node = self.objects["nodes"].get(("", name))
+        if node is None:
+            return False
+        node = copy.deepcopy(node)
+        node["spec"]["taints"] = [t for t in node["spec"].get("taints") or [] if t["key"] != taint_key]
+        (node["metadata"].get("annotations") or {}).pop(annotation, None)
+        self._store("nodes", node, "MODIFIED")
         return True
 
     async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:

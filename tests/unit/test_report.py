@@ -69,7 +69,7 @@ def test_per_job_series_follow_the_jobs_and_stay_bounded():
         return REGISTRY.get_sample_value(name, labels)
 
     series = JobSeries(limit=2)
-    series.update([F("ml", "a", "Queued", None, 0, 0), F("ml", "b", "Running", 2, 4, 1, 1000.0, 600),
+    series.update([F("ml", "a", "Queued", None, 0, 0), F("ml", "b", "Running", 2, 4, 1, 1000.0, 600, 1.5, 1),
                    F("ml", "c", "Placed", 1, 1, 0)])
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") == 1
     assert value("railyard_job_tors", namespace="ml", trainingjob="b") == 2
@@ -77,8 +77,11 @@ def test_per_job_series_follow_the_jobs_and_stay_bounded():
     assert value("railyard_job_restarts", namespace="ml", trainingjob="b") == 1
     assert value("railyard_job_last_checkpoint_timestamp_seconds", namespace="ml", trainingjob="b") == 1000
     assert value("railyard_job_last_checkpoint_timestamp_seconds", namespace="ml", trainingjob="a") is None
+    assert value("railyard_job_step_seconds", namespace="ml", trainingjob="b") == 1.5
+    assert value("railyard_job_stragglers", namespace="ml", trainingjob="b") == 1
     series.update([F("ml", "a", "Running", 3, 8, 0)])
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Queued") is None
     assert value("railyard_job_state", namespace="ml", trainingjob="a", state="Running") == 1
     assert value("railyard_job_checkpoint_interval_seconds", namespace="ml", trainingjob="b") is None
+    assert value("railyard_job_step_seconds", namespace="ml", trainingjob="b") is None
     assert value("railyard_job_replicas", namespace="ml", trainingjob="b") is None, "a deleted job's series go"

@@ -8,6 +8,7 @@ import asyncio
 import copy
 import time
 
+import pytest
 from railyard.operator import conditions as cond
 from railyard.operator.placer import Placer
 from railyard.operator.reconcile import Kind, assess
@@ -16,7 +17,7 @@ from railyard.operator.state import KINDS, ClusterState
 from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.timestamps import iso
+from railyard.topology.timestamps import epoch, iso
 
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
@@ -637,6 +638,15 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monke
     taints = api.objects["nodes"][("", slow_node)]["spec"].get("taints") or []
     assert {"key": "railyard.dev/unhealthy", "value": "Straggler", "effect": "NoSchedule"} in taints
     assert not placer.book.directives(("default", "slowpoke")), "the request ends with the generation"
+    # The quarantine of a straggler is timed (stragglerPolicy.quarantineSeconds, 3600 by default).
+    until = api.objects["nodes"][("", slow_node)]["metadata"]["annotations"]["railyard.dev/quarantined-until"]
+    assert epoch(until, 0) == pytest.approx(clock[0] + 3600, abs=2)
+    state.apply_node("MODIFIED", api.objects["nodes"][("", slow_node)])
+    clock[0] += 3601
+    run(placer.run_once())
+    node = api.objects["nodes"][("", slow_node)]
+    assert not [t for t in node["spec"].get("taints") or [] if t["key"] == "railyard.dev/unhealthy"]
+    assert "railyard.dev/quarantined-until" not in (node["metadata"].get("annotations") or {})
 
 
 def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
