@@ -165,8 +165,11 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
     if all(ph == "Succeeded" for ph in phases):
         return Action(Kind.SUCCEED, "AllSucceeded", f"all {len(wanted)} replicas succeeded")
     unbound = [p for p in wanted if not mine[p].node_name]
-    if unbound and not any(mine[p].gated for p in wanted) and \
-            seconds_since(placed.get("lastTransitionTime"), now) > bind_timeout:
+    # Bind progress counts: kube-scheduler binds a 1,024-pod gang for a while on a busy cluster; only a
+    # gang where nothing was bound for bind_timeout is re-planned.
+    last_progress = max([epoch(placed.get("lastTransitionTime"), now)] +
+                        [epoch(mine[p].scheduled_at, 0) for p in wanted if mine[p].scheduled_at])
+    if unbound and not any(mine[p].gated for p in wanted) and now - last_progress > bind_timeout:
         nodes = tuple(sorted({wanted[p]["node"] for p in unbound}))
         return Action(Kind.ROLLBACK, "BindTimeout",
                       f"{len(unbound)} pods not bound {bind_timeout:.0f}s after release (e.g. {unbound[0]} on "

@@ -46,6 +46,7 @@ class PodView:
     terminated: str | None  # why a container failed, for the job's Failed message
     exit_code: int | None  # the first non-zero container exit code
     disruption: str | None  # DisruptionTarget=True: "<reason>: <message>" (evicted, preempted, taint manager)
+    scheduled_at: str | None  # PodScheduled=True lastTransitionTime: when it was bound
     usage: PodUsage | None  # what it holds on its node (None: nothing)
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
 
@@ -79,9 +80,16 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
-        disruption=_disruption(status),
+        disruption=_disruption(status), scheduled_at=_scheduled_at(status),
         usage=pod_usage(pod), labels=labels,
     )
+
+
+def _scheduled_at(status: Mapping[str, Any]) -> str | None:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            return c.get("lastTransitionTime")
+    return None
 
 
 def _disruption(status: Mapping[str, Any]) -> str | None:

@@ -13,6 +13,7 @@ from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.tiers import Tier
+from railyard.topology.timestamps import epoch
 
 from tests.support.clusters import profile_nodes, snapshot
 
@@ -160,3 +161,22 @@ def test_state_counts_recorded_placements_before_pods_exist():
     assert state.snapshot().free_gpus == 0, "an older event must not erase the recorded placement"
     state.apply_job("DELETED", job)
     assert state.snapshot().free_gpus == 16
+
+
+def test_a_big_gang_still_being_bound_is_not_taken_for_a_lost_bind():
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    nodes = [n.name for n in snap.nodes]
+    released = _placed_job(RELEASED, nodes)  # released at 2026-01-01T00:00:00Z
+    now = epoch("2026-01-01T00:02:00Z", 0)  # two minutes later, bind timeout 60 s
+
+    def bound(at: str):
+        return pod_view({"metadata": {"name": "llm-0", "namespace": "ml",
+                                      "annotations": {"railyard.dev/placement-id": "pid"}},
+                         "spec": {"nodeName": nodes[0]},
+                         "status": {"phase": "Running", "conditions": [
+                             {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}})
+
+    still_binding = [bound("2026-01-01T00:01:50Z"), _pod("llm-1", None)]
+    assert assess(released, still_binding, snap, now, 60).kind is not Kind.ROLLBACK, "a pod was bound 10 s ago"
+    stalled = [bound("2026-01-01T00:00:05Z"), _pod("llm-1", None)]
+    assert assess(released, stalled, snap, now, 60).kind is Kind.ROLLBACK, "nothing bound for 115 s"
