@@ -84,6 +84,7 @@ def test_invalid_jobs_exit_2_naming_file_object_and_field(tmp_path, capsys, extr
 
 @pytest.mark.parametrize(("text", "message"), [
     ("a: [unclosed", "not valid YAML"),
+    ('{"kind": "List", "items": [', "not valid YAML"),  # looks like JSON, is neither
     ("- 1\n- 2\n", "expected a mapping"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "kind is 'Pod', expected TrainingJob"),
 ])
@@ -108,3 +109,22 @@ def test_console_script_is_installed():
     out = subprocess.run([str(Path(sys.executable).parent / "railyard"), "plan", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--nodes" in out and "--jobs" in out
+
+
+def test_a_json_dump_plans_like_the_yaml_one(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(yaml.safe_load((DUMP / "nodes.yaml").read_text())))  # kubectl get nodes -o json
+    args = ["--jobs", str(DUMP / "jobs.yaml"), "-o", "json"]
+    _, from_json, _ = run(capsys, "plan", "--nodes", str(nodes), *args)
+    _, from_yaml, _ = run(capsys, "plan", "--nodes", str(DUMP / "nodes.yaml"), *args)
+    def plan(text: str) -> dict:
+        out = json.loads(text)
+        out.pop("solveSeconds", None)  # timing differs run to run
+        return out
+
+    assert plan(from_json) == plan(from_yaml)
+
