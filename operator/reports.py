@@ -13,7 +13,9 @@ Reports only update the in-memory ProgressBook; the placer writes what they add 
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import logging
 import ssl
 import time
@@ -147,9 +149,23 @@ class ReportServer:
         identity = _identity(status)
         if len(self._identities) > 50_000:
             self._identities = {k: v for k, v in self._identities.items() if v[1] > now}
-        # A refusal is cached briefly too: a misconfigured pod must not turn into a TokenReview flood.
-        self._identities[digest] = (identity, now + (self.settings.auth_cache_seconds if identity else 10.0))
+        # An accepted token is trusted until it expires (kubelet rotates it at 80 % of its life): every
+        # report is still checked against the live pod, so a deleted pod's token gets nothing. 16k pods
+        # then cost a TokenReview per pod per rotation, not per minute. A refusal is cached briefly too:
+        # a misconfigured pod must not turn into a TokenReview flood.
+        lifetime = min(token_lifetime(token, time.time()), self.settings.auth_cache_seconds) if identity else 10.0
+        self._identities[digest] = (identity, now + lifetime)
         return identity
+
+
+def token_lifetime(token: str, now: float) -> float:
+    """Seconds until the JWT's `exp` (read, not verified: the TokenReview verified it); 0 if unreadable."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return max(0.0, float(claims["exp"]) - now)
+    except (IndexError, KeyError, TypeError, ValueError):
+        return 0.0
 
 
 def _identity(status: dict[str, Any]) -> PodIdentity | None:

@@ -81,8 +81,8 @@ class ReportSettings:
     # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request
     # targets a step far enough ahead that every rank hears of it first.
     worker_interval_seconds: float = 5.0
-    # How long a TokenReview answer is trusted.
-    auth_cache_seconds: float = 60.0
+    # How long an accepted token is trusted at most (never past its own expiry).
+    auth_cache_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)

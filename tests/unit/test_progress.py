@@ -65,3 +65,18 @@ def test_a_malformed_report_names_the_field():
 
     with pytest.raises(ValidationError, match="rank"):
         WorkerReport.model_validate({"namespace": "ml", "job": "llm", "rank": -1, "generation": 0})
+
+
+def test_an_accepted_token_is_trusted_until_its_own_expiry():
+    import base64
+    import json
+
+    from railyard.operator.reports import token_lifetime
+
+    def jwt(claims: dict) -> str:
+        body = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+        return f"eyJhbGciOiJSUzI1NiJ9.{body}.signature"
+
+    assert token_lifetime(jwt({"exp": 1_000_600}), 1_000_000) == 600
+    assert token_lifetime(jwt({"exp": 999_000}), 1_000_000) == 0, "expired: review again"
+    assert token_lifetime("not-a-jwt", 1_000_000) == 0 and token_lifetime(jwt({}), 0) == 0
