@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
-from bench_common import HACK, cluster, wait
-from bench_operator import JOBS, PodWatch, gauge, scrape, start_operator, start_rig, training_job
+from bench_common import wait
+from bench_operator import JOBS, PodWatch, gauge, rig_with_operator, scrape, training_job
 
 
 def main() -> None:
-    _, api = start_rig()
-    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
-                    str(HACK.parent / "crds")], check=True, capture_output=True)
-    operator, port, _ = start_operator("bench-elastic")
+    api, operator, port = rig_with_operator("bench-elastic")
     steps = []
     try:
-        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         body = training_job("elastic", 128)
         body["spec"].update(minReplicas=32, maxReplicas=256)
         watch = PodWatch()

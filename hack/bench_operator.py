@@ -175,6 +175,16 @@ def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
     return proc, port, log_path
 
 
+def rig_with_operator(name: str) -> tuple[KubeApi, subprocess.Popen, int]:
+    """A fresh superpod-2k rig with the CRD applied and an operator that has listed everything."""
+    _, api = start_rig()
+    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
+                    str(HACK.parent / "crds")], check=True, capture_output=True)
+    operator, port, _ = start_operator(name)
+    wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
+    return api, operator, port
+
+
 def scrape(port: int) -> str:
     """The operator's metrics; empty until its metrics server is up."""
     try:

@@ -14,20 +14,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 
-from bench_common import HACK, cluster, wait
+from bench_common import wait
 from bench_operator import (
     JOBS,
     NS,
     PodWatch,
     api_requests,
     gauge,
+    rig_with_operator,
     scrape,
     settled,
-    start_operator,
-    start_rig,
     training_job,
 )
 from railyard.operator.apiclient import KubeApi
@@ -51,13 +49,9 @@ def set_taint(api: KubeApi, node: str, on: bool) -> None:
 
 
 def main() -> None:
-    _, api = start_rig()
-    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
-                    str(HACK.parent / "crds")], check=True, capture_output=True)
-    operator, port, _ = start_operator("bench-recovery")
+    api, operator, port = rig_with_operator("bench-recovery")
     results = []
     try:
-        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         for replicas, lost_count in CASES:
             name = f"r{replicas}-l{lost_count}"
             body = training_job(name, replicas)

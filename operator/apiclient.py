@@ -249,36 +249,33 @@ class KubeApi:
             log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
 
     async def taint_node(self, name: str, taint: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
-        """Add a taint (and annotations) unless the node already has a taint with that key. A JSON
-        patch guarded by the node's resourceVersion, so no other writer's change is lost. False: the
+        """Add a taint (and annotations) unless the node already has a taint with that key. False: the
         node is gone."""
-        path = f"/api/v1/nodes/{name}"
-        for _ in range(3):
-            try:
-                node = await self.run(self.request, "GET", path)
-            except ApiException as e:
-                if e.status == 404:
-                    return False
-                raise
+        def ops(node: dict[str, Any]) -> list[dict[str, Any]]:
             taints = (node.get("spec") or {}).get("taints")
             if any(t.get("key") == taint["key"] for t in taints or []):
-                return True
-            op = {"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None else \
+                return []
+            add = {"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None else \
                 {"op": "add", "path": "/spec/taints", "value": [taint]}
-            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
-                     op, *_annotation_ops(node, annotations or {})]
-            try:
-                await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
-                               [("fieldManager", FIELD_MANAGER)])
-                return True
-            except ApiException as e:
-                if e.status not in (409, 422):
-                    raise
-        raise RuntimeError(f"node {name}: could not add taint {taint['key']} (kept changing)")
+            return [add, *_annotation_ops(node, annotations or {})]
+
+        return await self._patch_node(name, ops, f"add taint {taint['key']}")
 
     async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
-        """Remove the taint with this key and the annotation, guarded by resourceVersion (retried on
-        a conflict). False: the node is gone."""
+        """Remove the taint with this key and the annotation. False: the node is gone."""
+        def ops(node: dict[str, Any]) -> list[dict[str, Any]]:
+            taints = (node.get("spec") or {}).get("taints") or []
+            out = [{"op": "remove", "path": f"/spec/taints/{i}"} for i in reversed(range(len(taints)))
+                   if taints[i].get("key") == taint_key]
+            if annotation in ((node.get("metadata") or {}).get("annotations") or {}):
+                out.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(annotation)}"})
+            return out
+
+        return await self._patch_node(name, ops, f"remove taint {taint_key}")
+
+    async def _patch_node(self, name: str, ops: Callable[[dict[str, Any]], list[dict[str, Any]]], what: str) -> bool:
+        """Read the node, build a JSON patch from it and send it guarded by the node's resourceVersion
+        (no other writer's change is lost), re-reading on a conflict. An empty patch: nothing to do."""
         path = f"/api/v1/nodes/{name}"
         for _ in range(3):
             try:
@@ -287,15 +284,11 @@ class KubeApi:
                 if e.status == 404:
                     return False
                 raise
-            taints = (node.get("spec") or {}).get("taints") or []
-            patch: list[dict[str, Any]] = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}]
-            patch += [{"op": "remove", "path": f"/spec/taints/{i}"} for i in
-                      reversed(range(len(taints))) if taints[i].get("key") == taint_key]
-            if annotation in ((node.get("metadata") or {}).get("annotations") or {}):
-                patch.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(annotation)}"})
-            if len(patch) == 1:
+            changes = ops(node)
+            if not changes:
                 return True
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
+                     *changes]
             try:
                 await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
                                [("fieldManager", FIELD_MANAGER)])
@@ -303,7 +296,7 @@ class KubeApi:
             except ApiException as e:
                 if e.status not in (409, 422):
                     raise
-        raise RuntimeError(f"node {name}: could not lift quarantine (kept changing)")
+        raise RuntimeError(f"node {name}: could not {what} (kept changing)")
 
     # --- authentication (the report endpoint) -------------------------------------------------------
 
