@@ -313,7 +313,11 @@ class Placer:
             if policy is not None and cond.is_true(job.conditions, cond.RUNNING):
                 fields, eviction, slow = self._judge_stragglers(job, policy, now)
                 patch.update(fields)
-                persistent += slow
+                persistent += len(slow)
+                if "conditions" in fields and slow:  # Straggling just became (or changed) Slow
+                    generation = int(job.status.get("restartCount") or 0)
+                    writes += [self._event(job, "Warning", "StragglerDetected", f"{f.node}: score {f.score:.2f}",
+                                           key=f"{generation}/{f.node}") for f in slow]
             if eviction is not None:
                 writes.append(self._guard(key, self._evict(job, eviction, now)))
             elif patch:
@@ -323,12 +327,12 @@ class Placer:
         await asyncio.gather(*writes)
 
     def _judge_stragglers(self, job: JobView, policy: StragglerPolicy, now: float
-                          ) -> tuple[dict[str, Any], Action | None, int]:
-        """Status fields that changed, an eviction to carry out (or None), and how many nodes are slow."""
+                          ) -> tuple[dict[str, Any], Action | None, list[Straggler]]:
+        """Status fields that changed, an eviction to carry out (or None), and the persistent stragglers."""
         progress = self.book.jobs[job.key]
         generation = int(job.status.get("restartCount") or 0)
         if progress.generation != generation or now - progress.started < policy.window.seconds:
-            return {}, None, 0
+            return {}, None, []
         ranks = job.placement.get("ranks") or []
         rank_nodes = {r["rank"]: r["node"] for r in ranks}
         models = {n: self.state.nodes.get(n) or self.state.last_model.get(n) for n in set(rank_nodes.values())}
@@ -337,7 +341,7 @@ class Placer:
         stages = {r: pipeline_stage(r, len(ranks), spec.gpus_per_replica, spec.parallelism) for r in rank_nodes}
         scores = score(progress.samples(), rank_nodes, tors, policy, progress.first_step or 0, stages)
         if scores is None:
-            return {}, None, 0
+            return {}, None, []
         recorded = {s.get("node"): epoch(s.get("since"), now) for s in job.status.get("stragglers") or []}
         tracker = self._trackers.get((job.key, generation))
         if tracker is None:  # seeded from status: an operator restart does not reset how long a node was slow
@@ -374,13 +378,10 @@ class Placer:
         if reason and not cond.unchanged(job.conditions, cond.STRAGGLING, reason, message):
             fields["conditions"] = cond.set_condition(job.conditions, cond.STRAGGLING, "True", reason, message,
                                                       job.generation)
-            for f in slow:
-                self._event_soon(job, "Warning", "StragglerDetected", f"{f.node}: score {f.score:.2f}",
-                                 key=f"{generation}/{f.node}")
         elif not reason and current.get("status") == "True":
             fields["conditions"] = cond.set_condition(job.conditions, cond.STRAGGLING, "False", "NoStragglers",
                                                       "every node within the threshold", job.generation)
-        return fields, eviction, len(slow)
+        return fields, eviction, slow
 
     def _eviction(self, job: JobView, policy: StragglerPolicy, flagged: list[Straggler], step_seconds: float | None,
                   tracker: StragglerTracker, now: float, action_of: dict[str, str]) -> Action | None:
@@ -414,9 +415,6 @@ class Placer:
             progress.directives.pop("checkpoint", None)
             return None
         return _straggler_restart(job, flag)
-
-    def _event_soon(self, job: JobView, type_: str, reason: str, message: str, key: str) -> None:
-        asyncio.get_running_loop().create_task(self._event(job, type_, reason, message, key=key))
 
     async def _evict(self, job: JobView, action: Action, now: float) -> None:
         """Restart the gang without the straggler (the fault path: replacement next to it, quarantine)."""

@@ -624,6 +624,8 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monke
     assert 40 <= step <= 80, "flagged after minDurationSeconds (60 s = 40 steps of 1.5 s), then a checkpoint asked"
     assert [(s["node"], s["action"]) for s in status["stragglers"]] == [(slow_node, "CheckpointRequested")]
     assert cond.get(status["conditions"], cond.STRAGGLING)["reason"] == "Slow"
+    assert [e["message"] for e in api.posted_events if e["reason"] == "StragglerDetected"][:1] == \
+        [f"{slow_node}: score 0.77"]
     assert status["stepTime"]["p50Seconds"] == 1.5
     assert target > step, "a step every rank has yet to reach"
     while step <= target:
