@@ -86,7 +86,11 @@ class ReportServer:
         if self.settings.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
-        await web.TCPSite(self._runner, "0.0.0.0", self.settings.port, ssl_context=context).start()
+        try:
+            await web.TCPSite(self._runner, "0.0.0.0", self.settings.port, ssl_context=context).start()
+        except OSError as e:  # placement matters more than reports (as for the metrics port)
+            log.error("report endpoint: port %d unavailable (%s); worker reports are refused", self.settings.port, e)
+            return
         log.info("report endpoint on port %d (%s)", self.settings.port, "https" if context else "http")
 
     async def stop(self) -> None:

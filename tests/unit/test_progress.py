@@ -80,3 +80,21 @@ def test_an_accepted_token_is_trusted_until_its_own_expiry():
     assert token_lifetime(jwt({"exp": 1_000_600}), 1_000_000) == 600
     assert token_lifetime(jwt({"exp": 999_000}), 1_000_000) == 0, "expired: review again"
     assert token_lifetime("not-a-jwt", 1_000_000) == 0 and token_lifetime(jwt({}), 0) == 0
+
+
+async def test_a_busy_report_port_does_not_stop_the_operator():
+    import socket
+
+    from railyard.operator.progress import ProgressBook
+    from railyard.operator.reports import ReportServer
+    from railyard.operator.settings import ReportSettings
+    from railyard.operator.state import ClusterState
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ReportServer(ClusterState(), ProgressBook(), None, ReportSettings(port=port),  # type: ignore[arg-type]
+                              lambda: True)
+        await server.start()  # logs the error, does not raise
+        await server.stop()
