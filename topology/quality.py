@@ -38,8 +38,15 @@ def rails_of(node: GpuNode, gpus: Sequence[int]) -> tuple[int, ...]:
 
 
 def rail_aligned(replicas: Sequence[tuple[GpuNode, Sequence[int]]]) -> bool:
-    """True when local rank j sits on the same rail on every replica."""
+    """True when every cross-node edge of the data-parallel rings joins GPUs on the same rail: local
+    rank j of each replica and of the next one in rank order (the last back to the first), wherever the
+    two are on different nodes. Same rails on every replica is the plain case; several replicas per node
+    in a snake order (rails a then b on one node, b then a on the next) qualify too — the edges inside a
+    node ride NVLink."""
     if not replicas:
         return False
-    first = rails_of(*replicas[0])
-    return all(rails_of(node, gpus) == first for node, gpus in replicas[1:])
+    for i, (node, gpus) in enumerate(replicas):
+        peer, peer_gpus = replicas[(i + 1) % len(replicas)]
+        if peer.name != node.name and rails_of(node, gpus) != rails_of(peer, peer_gpus):
+            return False
+    return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from railyard.topology.affinity import NodeLimits
@@ -330,13 +330,73 @@ def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = 
         key, option = _best_in(snapshot, request, _candidates(snapshot, group, request, caps))
         if option is not None and (best is None or key < best):
             best, chosen = key, option
+    packed = _packed(snapshot, request, limits)
     if chosen is None:
+        if packed is not None:
+            return Decision(request, packed, None)
         reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, request, caps))
         if len(groups) > 1:
             sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g in groups)
             reason += f"; GPU products are not mixed in one gang: {sizes}"
         return Decision(request, None, reason)
-    return Decision(request, _materialise(snapshot, chosen, request), None)
+    placement = _materialise(snapshot, chosen, request)
+    if packed is not None and _packing_key(packed) < _packing_key(placement):
+        placement = packed
+    return Decision(request, placement, None)
+
+
+def _packing_key(placement: Placement) -> tuple:
+    """Fewer spines, leaves, TORs, then fewer nodes (more traffic on NVLink), rail-aligned first."""
+    nodes = len({r.node for r in placement.replicas})
+    return (placement.spines, placement.leaves, placement.tors, nodes, not placement.rail_aligned)
+
+
+def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) -> Placement | None:
+    """Partial-node replicas of a data-parallel gang packed k to a node, rail-aligned by the ring's
+    cross-node edges (quality.rail_aligned): the whole gang on one node when it fits there, else an
+    even number of whole nodes, each holding k replicas in a snake order (rail groups 1..k on one node,
+    k..1 on the next), so every ring leaves a node on the rails it enters the next one. The nodes come
+    from the solver itself (the same tiers and rules, one whole-node replica per node). None when the
+    gang is not of that shape."""
+    size = request.gpus_per_replica
+    # railAlignment none packs by itself (and is what the one-node sub-request below uses).
+    if (size == 0 or request.replicas == 1 or request.smallest != request.replicas or limits is not None
+            or request.rail_alignment == RailAlignment.NONE
+            or (request.parallelism is not None and request.parallelism.tensor * request.parallelism.pipeline > size)):
+        return None
+    best: Placement | None = None
+    for gpus_per_node in sorted({n.gpu_count for n in snapshot.nodes}):
+        per_node = gpus_per_node // size
+        if request.replicas * size <= gpus_per_node:  # fits on one node: no cross-node edge at all
+            one = replace(request, required_tier=Tier.NODE, preferred_tier=None,
+                          rail_alignment=RailAlignment.NONE, parallelism=None)
+            found = solve(snapshot, one).placement
+        elif gpus_per_node % size == 0 and per_node >= 2 and request.replicas % per_node == 0 and \
+                (request.replicas // per_node) % 2 == 0:
+            whole = replace(request, replicas=request.replicas // per_node, min_replicas=None,
+                            gpus_per_replica=gpus_per_node, parallelism=None,
+                            resources={k: v * per_node for k, v in request.resources.items()})
+            nodes = solve(snapshot, whole).placement
+            found = _snake(snapshot, nodes, size) if nodes is not None else None
+        else:
+            continue
+        if found is None or (request.rail_alignment == RailAlignment.REQUIRED and not found.rail_aligned):
+            continue
+        if best is None or _packing_key(found) < _packing_key(best):
+            best = found
+    return best
+
+
+def _snake(snapshot: Snapshot, nodes: Placement, size: int) -> Placement:
+    """k replicas per whole node: its GPUs in rail order cut into groups of `size`, groups 1..k on
+    even-ranked nodes and k..1 on odd ones."""
+    replicas: list[tuple[GpuNode, list[int]]] = []
+    for i, whole in enumerate(nodes.replicas):
+        node = snapshot.node(whole.node)
+        by_rail = sorted(whole.gpus, key=lambda g: node.rails[g])
+        groups = [by_rail[j:j + size] for j in range(0, len(by_rail), size)]
+        replicas += [(node, group) for group in (groups if i % 2 == 0 else groups[::-1])]
+    return Placement.from_replicas(replicas)
 
 
 _PRODUCT_LABEL = "nvidia.com/gpu.product"

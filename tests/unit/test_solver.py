@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from railyard.topology.api import Parallelism
 from railyard.topology.quality import ring_cost
 from railyard.topology.request import GangRequest
@@ -89,10 +91,37 @@ def test_required_rail_alignment_uses_the_same_rails_on_every_replica():
 
 
 def test_local_ranks_sit_on_the_same_rail_across_replicas():
-    snap = snapshot(leaves=1, tors=1, nodes=2, gpuRail=[0, 1, 2, 3, 4, 5, 6, 7])
-    d = solve(snap, req(2, gpus=4, rail_alignment=RailAlignment.REQUIRED))
+    # 3 x 4 GPUs: neither one node nor an even number of whole nodes, so one replica per node.
+    snap = snapshot(leaves=1, tors=1, nodes=3, gpuRail=[0, 1, 2, 3, 4, 5, 6, 7])
+    d = solve(snap, req(3, gpus=4, rail_alignment=RailAlignment.REQUIRED))
     rails = [[snap.node(r.node).rails[g] for g in r.gpus] for r in d.placement.replicas]
-    assert rails[0] == rails[1]
+    assert len({r.node for r in d.placement.replicas}) == 3 and rails[0] == rails[1] == rails[2]
+
+
+def test_small_gangs_pack_onto_nodes_and_stay_rail_aligned_in_a_snake():
+    snap = snapshot(leaves=1, tors=2, nodes=4)
+    one = solve(snap, req(2, gpus=4, rail_alignment=RailAlignment.REQUIRED))
+    assert one.placement is not None and len({r.node for r in one.placement.replicas}) == 1, "fits on one node"
+    assert one.placement.rail_aligned, "no cross-node edge at all"
+    d = solve(snap, req(4, gpus=4, rail_alignment=RailAlignment.PREFERRED))  # make demo's sft-4x4
+    p = d.placement
+    assert p is not None and len({r.node for r in p.replicas}) == 2 and p.tors == 1 and p.rail_aligned
+    rails = [tuple(snap.node(r.node).rails[g] for g in r.gpus) for r in p.replicas]
+    assert rails[1] == rails[2] and rails[3] == rails[0], "each ring leaves a node on the rails it enters the next"
+    odd = solve(snap, req(6, gpus=4, rail_alignment=RailAlignment.REQUIRED))  # 3 whole nodes cannot snake
+    assert odd.placement is not None and odd.placement.rail_aligned
+
+
+@settings(max_examples=60, deadline=None)
+@given(replicas=st.integers(2, 8), size=st.sampled_from([1, 2, 4]),
+       alignment=st.sampled_from([RailAlignment.PREFERRED, RailAlignment.REQUIRED]))
+def test_a_gang_that_fits_on_one_node_is_placed_on_one_node(replicas, size, alignment):
+    snap = snapshot(leaves=1, tors=2, nodes=4, used={"gpu-0000": [0, 1, 2]})
+    if replicas * size > 8:
+        return
+    d = solve(snap, req(replicas, gpus=size, rail_alignment=alignment))
+    assert d.placement is not None and len({r.node for r in d.placement.replicas}) == 1
+    assert d.placement.rail_aligned
 
 
 def test_ranks_follow_the_topology_so_the_ring_is_cheap():
