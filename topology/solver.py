@@ -8,6 +8,7 @@ decision carries a reason naming the binding constraint.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -320,6 +321,19 @@ def _explain(request: GangRequest, nodes: Sequence[GpuNode], rejected: Counter[s
 def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = None) -> Decision:
     """Place the gang on the snapshot, or say why it cannot be placed. Deterministic. `limits`: what
     the template's inter-pod rules exclude or cap (see affinity.py; needs the cluster's pods)."""
+    # A solve allocates tens of thousands of short-lived objects (freed by reference counting); with
+    # the cyclic collector on, they trigger full collections that walk the whole snapshot and, in the
+    # operator, the cluster state: on 12,288 nodes a 128 x 8 solve took 63-140 ms with it, 45-50 ms off.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _solve(snapshot, request, limits)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) -> Decision:
     if request.gpus_per_replica < 0 or request.replicas < 1:
         return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
     nodes, rejected, caps = _eligible(snapshot, request, limits)

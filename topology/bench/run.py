@@ -13,6 +13,8 @@ from railyard.topology.bench.exact import optimum, weighted
 from railyard.topology.bench.reference import best_fit, spread
 from railyard.topology.bench.workload import job_stream, occupy, profile_snapshot
 from railyard.topology.model import Snapshot
+from railyard.topology.nodes import build_snapshot
+from railyard.topology.profile import ClusterProfile, node_objects
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Placement, solve
 from railyard.topology.tiers import RailAlignment
@@ -127,6 +129,10 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
     samples = 10 if quick else 60
     stream_len = 100 if quick else 500
     gangs = gang_timings(base, (16, 128, 256), samples, seed)
+    # Past the seed's 16k GPUs: 12,288 nodes (98k GPUs), 6 spines x 8 leaves x 8 TORs x 32 nodes.
+    large = build_snapshot(node_objects(ClusterProfile.model_validate({"metadata": {"name": "12k"}, "spec": {
+        "spines": 6, "leavesPerSpine": 8, "torsPerLeaf": 8, "nodesPerTor": 32, "node": {"gpus": 8}}}), kwok=False))
+    gangs_12k = gang_timings(large, (128, 1024), 5 if quick else 20, seed)
     jobs = job_stream(stream_len, random.Random(seed))
     runs = {name: run_stream(base, placer, jobs, seed)
             for name, placer in (("railyard", railyard_placer), ("best_fit", best_fit), ("spread", spread))}
@@ -134,6 +140,8 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
     ry, bf = stream["railyard"], stream["best_fit"]
     checks = {
         "p99_128_gang_within_50ms": gangs["gang_128x8"]["p99_ms"] <= 50,
+        "p99_128_gang_12k_nodes_within_50ms": gangs_12k["gang_128x8"]["p99_ms"] <= 50,
+        "p99_1024_gang_12k_nodes_within_200ms": gangs_12k["gang_1024x8"]["p99_ms"] <= 200,
         "gpus_placed_ge_best_fit": ry["gpus_placed"] >= bf["gpus_placed"],
         "tors_le_best_fit": ry["mean_tors_spanned"] <= bf["mean_tors_spanned"],
         "ring_cost_le_best_fit": ry["mean_ring_cost"] <= bf["mean_ring_cost"],
@@ -142,6 +150,7 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "cluster": {"nodes": len(base.nodes), "gpus": base.total_gpus, "occupancy": 0.5},
         "python": platform.python_version(),
         "gangs": gangs,
+        "gangs_12288_nodes": gangs_12k,
         "stream": stream,
         "exact": optimality_gap(20 if quick else 100, seed),
         "checks": checks,
