@@ -123,6 +123,17 @@ def _node_fit_key(node: Domain) -> tuple:
     return (node.cap, node.free_gpus, node.sort_key)
 
 
+def _broken_by_fill(tor: Domain, need: int) -> int:
+    """How many empty nodes `_fill_fullest_nodes(tor.children, need)` touches."""
+    broken, remaining = 0, need
+    for node in sorted(tor.children, key=lambda c: (c.free_gpus, c.sort_key)):
+        if remaining <= 0:
+            break
+        remaining -= node.cap
+        broken += int(node.node is not None and node.free_gpus == node.node.gpu_count)
+    return broken
+
+
 def _fill_fullest_nodes(nodes: list[Domain], need: int) -> list[Selection]:
     """Best fit inside a TOR: fill the nodes with the fewest free GPUs first."""
     chosen: list[Selection] = []
@@ -233,6 +244,11 @@ def _best_single(fitting: list[Domain], need: int, objective: Objective) -> Sele
     if fitting[0].level == 0:
         # Nodes: the fullest node that still fits (best fit), then by name.
         return select(min(fitting, key=_node_fit_key), need, objective)
+    if fitting[0].level == 1 and not objective.pack_nodes:
+        # TORs: every one uses one TOR and the objective ignores nodes, so the key is known without
+        # building each TOR's selection (1k fitting TORs on 12k nodes): the empty nodes its fullest-
+        # first fill breaks, then best fit.
+        return select(min(fitting, key=lambda t: (_broken_by_fill(t, need), t.cap, t.sort_key)), need, objective)
     best_key: tuple | None = None
     best: Selection | None = None
     for child in fitting:
