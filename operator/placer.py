@@ -104,8 +104,9 @@ class Placer:
         self.pod_options = PodOptions(settings.placement.master_port, reports.url or None, reports.audience)
         self._flushed: dict[Key, float] = {}  # job -> when report-derived status was last written
         self._trackers: dict[tuple[Key, int], StragglerTracker] = {}  # (job, generation) -> slow nodes
-        self._evicting: dict[Key, tuple[str, int, float]] = {}  # job -> (node, checkpoint step, deadline)
-        self._resize_checkpoints: dict[Key, tuple[int, float]] = {}  # job -> (checkpoint step, deadline)
+        self._evicting: dict[Key, str] = {}  # job -> the straggler to evict once its checkpoint is in
+        # job -> (step every rank was asked to save, deadline): one request serves an eviction and a resize
+        self._checkpoint_requests: dict[Key, tuple[int, float]] = {}
         self._grow_attempts: dict[Key, tuple[int, float]] = {}  # job -> (freed epoch, when) of its last failed grow
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
@@ -283,7 +284,7 @@ class Placer:
     def committed_checkpoint(self, job: JobView) -> dict[str, Any] | None:
         """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports."""
         recorded = job.status.get("lastCheckpoint")
-        generation = int(job.status.get("restartCount") or 0)
+        generation = job.restart_count
         found = self.book.committed(job.key, generation, len(job.placement.get("ranks") or []))
         if found is None or (recorded and int(recorded.get("step", -1)) >= found[0]):
             return recorded
@@ -315,7 +316,7 @@ class Placer:
                 patch.update(fields)
                 persistent += len(slow)
                 if "conditions" in fields and slow:  # Straggling just became (or changed) Slow
-                    generation = int(job.status.get("restartCount") or 0)
+                    generation = job.restart_count
                     writes += [self._event(job, "Warning", "StragglerDetected", f"{f.node}: score {f.score:.2f}",
                                            key=f"{generation}/{f.node}") for f in slow]
             if eviction is not None:
@@ -330,7 +331,7 @@ class Placer:
                           ) -> tuple[dict[str, Any], Action | None, list[Straggler]]:
         """Status fields that changed, an eviction to carry out (or None), and the persistent stragglers."""
         progress = self.book.jobs[job.key]
-        generation = int(job.status.get("restartCount") or 0)
+        generation = job.restart_count
         if progress.generation != generation or now - progress.started < policy.window.seconds:
             return {}, None, []
         ranks = job.placement.get("ranks") or []
@@ -342,9 +343,9 @@ class Placer:
         scores = score(progress.samples(), rank_nodes, tors, policy, progress.first_step or 0, stages)
         if scores is None:
             return {}, None, []
-        recorded = {s.get("node"): epoch(s.get("since"), now) for s in job.status.get("stragglers") or []}
         tracker = self._trackers.get((job.key, generation))
         if tracker is None:  # seeded from status: an operator restart does not reset how long a node was slow
+            recorded = {s.get("node"): epoch(s.get("since"), now) for s in job.status.get("stragglers") or []}
             tracker = self._trackers[(job.key, generation)] = StragglerTracker(below_since=recorded)
         flagged = tracker.observe(scores, now, policy)
         slow = [f for f in flagged if f.persistent]
@@ -385,46 +386,56 @@ class Placer:
 
     def _eviction(self, job: JobView, policy: StragglerPolicy, flagged: list[Straggler], step_seconds: float | None,
                   tracker: StragglerTracker, now: float, action_of: dict[str, str]) -> Action | None:
-        """Evict the slowest persistent straggler; with checkpointBeforeEvict, first ask every rank to
-        save one step far enough ahead that all hear of it, and wait for that commit (or the timeout)."""
-        progress = self.book.jobs[job.key]
-        generation = int(job.status.get("restartCount") or 0)
-        world = len(job.placement.get("ranks") or [])
-        pending = self._evicting.get(job.key)
-        if pending is None:
+        """Evict the slowest persistent straggler; with checkpointBeforeEvict, after the checkpoint
+        every rank was asked for (or its timeout)."""
+        node = self._evicting.get(job.key)
+        if node is None:
             slow = [f for f in flagged if f.persistent]
             if not slow or not tracker.may_evict(now, policy):
                 return None
             worst = min(slow, key=lambda f: f.score)
             if not policy.checkpoint_before_evict:
                 return _straggler_restart(job, worst)
-            margin = math.ceil(3 * self.settings.reports.worker_interval_seconds / (step_seconds or 1.0)) + 2
-            target = progress.max_step + margin
-            progress.directives["checkpoint"] = {"step": target}
-            self._evicting[job.key] = (worst.node, target, now + policy.checkpoint_timeout_seconds)
-            action_of[worst.node] = "CheckpointRequested"
-            return None
-        node, target, deadline = pending
+            node = self._evicting[job.key] = worst.node
         action_of[node] = "CheckpointRequested"
-        saved = self.book.committed(job.key, generation, world)
-        if not ((saved is not None and saved[0] >= target) or now >= deadline):
+        if not self._checkpoint_ready(job, policy.checkpoint_timeout_seconds, step_seconds, now):
             return None
         flag = next((f for f in flagged if f.node == node), None)
         if flag is None:  # it recovered while the checkpoint was taken: nothing to evict
             self._evicting.pop(job.key, None)
-            progress.directives.pop("checkpoint", None)
+            self._end_checkpoint_request(job.key)
             return None
         return _straggler_restart(job, flag)
 
+    def _checkpoint_ready(self, job: JobView, timeout: float, step_seconds: float | None, now: float) -> bool:
+        """Ask every rank to save one step, far enough ahead that all of them hear of it before they
+        reach it (the request rides on the report answers; a pending request is reused). True once
+        every rank of the generation reported that step saved, or after `timeout`."""
+        progress = self.book.jobs[job.key]
+        pending = self._checkpoint_requests.get(job.key)
+        if pending is None:
+            margin = math.ceil(3 * self.settings.reports.worker_interval_seconds / max(step_seconds or 1.0, 0.001))
+            target = progress.max_step + margin + 2
+            self._checkpoint_requests[job.key] = (target, now + timeout)
+            progress.directives["checkpoint"] = {"step": target}
+            return False
+        target, deadline = pending
+        saved = self.book.committed(job.key, job.restart_count, len(job.placement.get("ranks") or []))
+        return (saved is not None and saved[0] >= target) or now >= deadline
+
+    def _end_checkpoint_request(self, key: Key) -> None:
+        self._checkpoint_requests.pop(key, None)
+        progress = self.book.jobs.get(key)
+        if progress is not None:
+            progress.directives.pop("checkpoint", None)
+
     async def _evict(self, job: JobView, action: Action, now: float) -> None:
         """Restart the gang without the straggler (the fault path: replacement next to it, quarantine)."""
-        tracker = self._trackers.get((job.key, int(job.status.get("restartCount") or 0)))
+        tracker = self._trackers.get((job.key, job.restart_count))
         if tracker is not None:
             tracker.evicted(now)
         self._evicting.pop(job.key, None)
-        progress = self.book.jobs.get(job.key)
-        if progress is not None:
-            progress.directives.pop("checkpoint", None)
+        self._end_checkpoint_request(job.key)
         metrics.STRAGGLER_EVICTIONS.inc()
         await self._restart(job, action)
 
@@ -439,8 +450,8 @@ class Placer:
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         patch = {
             "placement": {**placement_status(placement, job.name, placement_id,
-                                             int(job.status.get("restartCount") or 0)),
-                          "desiredReplicas": int((job.body.get("spec") or {}).get("replicas") or 0)},
+                                             job.restart_count),
+                          "desiredReplicas": job.desired_replicas},
             "replicas": len(placement.replicas),
             "selector": selector(job.name),
             "queuedSince": job.queued_since,
@@ -478,7 +489,7 @@ class Placer:
                                         job.condition(cond.PLACED).get("message", ""), job.generation)
         release: dict[str, Any] = {}
         if cond.is_true(conditions, cond.RESTARTING):
-            generation = current.status.get("restartCount")
+            generation = current.restart_count
             conditions = cond.set_condition(conditions, cond.RESTARTING, "False", RELEASED,
                                             f"generation {generation} released", job.generation)
             release["lastRestart"] = {"releasedAt": cond.now_iso()}
@@ -651,7 +662,7 @@ class Placer:
         decision = solve_replacement(snapshot, action.request, keep, lost, models)
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
         now = cond.now_iso()
-        generation = int(job.status.get("restartCount") or 0) + 1
+        generation = job.restart_count + 1
         known = {u.get("name") for u in job.status.get("unhealthyNodes") or []}
         unhealthy = [u for u in job.status.get("unhealthyNodes") or [] if u.get("name") not in lost_names]
         unhealthy += [{"name": loss.node, "reason": loss.reason, "message": loss.message[:1024],
@@ -702,7 +713,7 @@ class Placer:
         """Record a new generation of the gang in status (write-ahead: an operator killed after this
         finishes it, see assess -> RESUME): its placement in rank order, the restart record with the
         resume point, the conditions. False when the write did not happen (job gone)."""
-        generation = int(job.status.get("restartCount") or 0) + 1
+        generation = job.restart_count + 1
         now = cond.now_iso()
         placement = Placement.from_replicas(replicas)
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
@@ -716,7 +727,7 @@ class Placer:
         checkpoint = self.committed_checkpoint(job)
         patch = {
             "placement": {**placement_status(placement, job.name, uuid.uuid4().hex[:10], generation),
-                          "desiredReplicas": int((job.body.get("spec") or {}).get("replicas") or len(replicas))},
+                          "desiredReplicas": job.desired_replicas or len(replicas)},
             "replicas": len(replicas), "restartCount": generation,
             "processRestarts": int(job.status.get("processRestarts") or 0) + (1 if counted else 0),
             "stragglers": None,
@@ -734,7 +745,7 @@ class Placer:
 
     def _below_desired(self, job: JobView, conditions: list[dict[str, Any]], placed: int) -> list[dict[str, Any]]:
         """BelowDesired=True while an elastic job runs with fewer replicas than spec.replicas."""
-        desired = int((job.body.get("spec") or {}).get("replicas") or placed)
+        desired = job.desired_replicas or placed
         if placed < desired:
             return cond.set_condition(conditions, cond.BELOW_DESIRED, "True", "Shrunk",
                                       f"{placed} of {desired} replicas placed", job.generation)
@@ -787,9 +798,9 @@ class Placer:
             replicas = [(models[s.node], s.gpus) for s in slots] + [(snapshot.node(r.new), r.gpus) for r in grown]
             moved = 0
         metrics.RESIZE_SECONDS.observe(time.perf_counter() - started)
-        if len(replicas) == current or not await self._checkpoint_first(job, policy, now):
+        if len(replicas) == current or not self._checkpoint_first(job, policy, now):
             return
-        generation = int(job.status.get("restartCount") or 0) + 1
+        generation = job.restart_count + 1
         reason = "ScaleUp" if len(replicas) > current else "ScaleDown"
         message = f"restart {generation}: resized from {current} to {len(replicas)} replicas ({reason})"
         if not await self._new_generation(job, reason, message, replicas, {"movedRanks": moved}, {}):
@@ -829,29 +840,17 @@ class Placer:
             "lastTransitionTime")
         return epoch(stamp, now)
 
-    async def _checkpoint_first(self, job: JobView, policy: ElasticPolicy, now: float) -> bool:
-        """True when the resize may go ahead: no checkpoint wanted (or nobody reports), or every rank
-        saved the requested step, or the request timed out. Otherwise the request is (re)issued."""
+    def _checkpoint_first(self, job: JobView, policy: ElasticPolicy, now: float) -> bool:
+        """True when the resize may go ahead: no checkpoint wanted, nobody reports, or the checkpoint
+        every rank was asked for is in (or timed out)."""
         progress = self.book.jobs.get(job.key)
-        generation = int(job.status.get("restartCount") or 0)
-        if not policy.checkpoint_before_resize or progress is None or progress.generation != generation:
+        if not policy.checkpoint_before_resize or progress is None or progress.generation != job.restart_count:
             return True
-        request = self._resize_checkpoints.get(job.key)
-        if request is None:
-            step_seconds = float((job.status.get("stepTime") or {}).get("p50Seconds") or 1.0)
-            margin = math.ceil(3 * self.settings.reports.worker_interval_seconds / max(step_seconds, 0.001)) + 2
-            target = int((progress.directives.get("checkpoint") or {}).get("step") or progress.max_step + margin)
-            progress.directives["checkpoint"] = {"step": target}
-            self._resize_checkpoints[job.key] = (target, now + policy.checkpoint_timeout_seconds)
+        step_seconds = (job.status.get("stepTime") or {}).get("p50Seconds")
+        if not self._checkpoint_ready(job, policy.checkpoint_timeout_seconds, step_seconds, now):
             asyncio.get_running_loop().call_later(1.0, self.wake)
             return False
-        target, deadline = request
-        saved = self.book.committed(job.key, generation, len(job.placement.get("ranks") or []))
-        if (saved is None or saved[0] < target) and now < deadline:
-            asyncio.get_running_loop().call_later(1.0, self.wake)
-            return False
-        self._resize_checkpoints.pop(job.key, None)
-        progress.directives.pop("checkpoint", None)
+        self._end_checkpoint_request(job.key)
         return True
 
     async def _shrink_on_loss(self, job: JobView, action: Action, lost_nodes: list[str],
@@ -902,7 +901,7 @@ class Placer:
             asyncio.get_running_loop().call_later(max(0.5, retry), self.wake)
             return
         metrics.RESTARTS.labels(action.reason).inc()
-        generation = int(job.status.get("restartCount") or 0) + 1
+        generation = job.restart_count + 1
         now = cond.now_iso()
         if policy.on_no_replacement == "Shrink" and await self._shrink_on_loss(job, action, lost_nodes, unhealthy,
                                                                               message):
@@ -986,7 +985,7 @@ class Placer:
                 checkpointed = epoch(stamp, now) if stamp else None
             per_job.append(metrics.JobFigures(
                 job.namespace, job.name, state, job.placement.get("tors"), job.status.get("replicas") or 0,
-                int(job.status.get("restartCount") or 0), checkpointed,
+                job.restart_count, checkpointed,
                 ((job.body.get("spec") or {}).get("checkpoint") or {}).get("intervalSeconds"),
                 (job.status.get("stepTime") or {}).get("p50Seconds") if state == "Running" else None,
                 len(job.status.get("stragglers") or []) if job.straggler_policy is not None else None))

@@ -140,7 +140,7 @@ def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_ui
                        f"{report.rank} of job {report.job!r}")
     if job is None:
         return Refusal(404, "unknown_job", f"TrainingJob {report.namespace}/{report.job} not found")
-    current = int(job.status.get("restartCount") or 0)
+    current = job.restart_count
     pod_generation = pod.labels.get(LABEL_RESTART, "0")
     if report.generation != current or pod_generation != str(current):
         return Refusal(409, "stale", f"generation {report.generation} (pod {pod_name} of generation "

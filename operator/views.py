@@ -160,6 +160,16 @@ class JobView:
         return bool(self.meta.get("deletionTimestamp"))
 
     @property
+    def desired_replicas(self) -> int:
+        """spec.replicas (a valid job always has it; 0 otherwise)."""
+        return int((self.body.get("spec") or {}).get("replicas") or 0)
+
+    @property
+    def restart_count(self) -> int:
+        """The gang's generation (status.restartCount)."""
+        return int((self.body.get("status") or {}).get("restartCount") or 0)
+
+    @property
     def priority(self) -> int:
         return int((self.body.get("spec") or {}).get("priority") or 0)
 
