@@ -587,10 +587,17 @@ class Placer:
                 return
             case Kind.RESTART:
                 # Losses close together (a switch, a rack's power) make one restart: act only once the
-                # first one has been seen for the debounce window. A process failure waits its backoff.
+                # first one has been seen for the debounce window. Nodes that stopped at the same moment
+                # turn NotReady up to a lease renewal + a monitor period apart, so heartbeat losses wait
+                # longer. A process failure waits its backoff.
                 seen = self._losses_seen.setdefault(key, time.monotonic())
-                delay = job.fault_policy.backoff(int(status.get("processRestarts") or 0)) if action.counted \
-                    else self.settings.placement.loss_debounce_seconds
+                placement = self.settings.placement
+                if action.counted:
+                    delay = job.fault_policy.backoff(int(status.get("processRestarts") or 0))
+                elif action.losses and all(loss.reason == "NodeNotReady" for loss in action.losses):
+                    delay = placement.not_ready_debounce_seconds
+                else:
+                    delay = placement.loss_debounce_seconds
                 wait = delay - (time.monotonic() - seen)
                 if wait > 0:
                     asyncio.get_running_loop().call_later(wait, self.wake)

@@ -40,6 +40,10 @@ class PlacementSettings:
     quarantine: bool = field(default_factory=lambda: _env("QUARANTINE", "true").lower() in ("1", "true", "yes"))
     # Node losses of one job within this window are handled as one restart.
     loss_debounce_seconds: float = field(default_factory=lambda: float(_env("LOSS_DEBOUNCE_SECONDS", "2")))
+    # The same for losses seen only as NotReady (heartbeats): kubelets renew their lease every 10 s and
+    # the node controller checks every 5 s, so nodes that died together turn NotReady up to ~15 s apart.
+    not_ready_debounce_seconds: float = field(
+        default_factory=lambda: float(_env("NOT_READY_DEBOUNCE_SECONDS", "15")))
     master_port: int = 29500
 
 

@@ -34,7 +34,8 @@ def synced(api: FakeApi) -> ClusterState:
 
 
 def placer_for(state: ClusterState, api: FakeApi, debounce: float = 0.0) -> Placer:
-    settings = Settings(placement=PlacementSettings(loss_debounce_seconds=debounce))
+    settings = Settings(placement=PlacementSettings(loss_debounce_seconds=debounce,
+                                                    not_ready_debounce_seconds=debounce * 5))
     return Placer(state, api, settings, lambda: True)  # type: ignore[arg-type]
 
 
@@ -535,6 +536,13 @@ def test_a_replacement_that_frees_up_within_the_timeout_is_used():
     assert cond.get(conditions, cond.RESTARTING)["status"] == "False" and status["lastRestart"]["releasedAt"]
 
 
+def _gpu_fault(api: FakeApi, state: ClusterState, name: str) -> None:
+    """An untolerated NoExecute taint (a GPU health agent's): a signal that arrives at once."""
+    node = copy.deepcopy(api.objects["nodes"][("", name)])
+    node["spec"]["taints"] = [{"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}]
+    state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
+
+
 def test_losses_close_together_make_one_restart(monkeypatch):
     import railyard.operator.placer as placer_module
 
@@ -545,13 +553,36 @@ def test_losses_close_together_make_one_restart(monkeypatch):
     submit(api, state, make_job("pair", 3))
     run(placer.run_once())
     nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
-    _not_ready(api, state, nodes[0])
+    _gpu_fault(api, state, nodes[0])
     run(placer.run_once())
     assert not job_status(api, "pair").get("restartCount"), "inside the debounce window"
     clock[0] += 1.0
-    _not_ready(api, state, nodes[1])
+    _gpu_fault(api, state, nodes[1])
     run(placer.run_once())
     clock[0] += 1.5
+    run(placer.run_once())
+    status = job_status(api, "pair")
+    assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
+
+
+def test_heartbeat_losses_wait_longer_than_other_signals(monkeypatch):
+    # Nodes that die together turn NotReady several seconds apart (lease renewals, monitor period).
+    import railyard.operator.placer as placer_module
+
+    api, state, _ = operator_over(6)
+    placer = placer_for(state, api, debounce=2.0)  # NotReady: 10 s
+    clock = [100.0]
+    monkeypatch.setattr(placer_module.time, "monotonic", lambda: clock[0])
+    submit(api, state, make_job("pair", 3))
+    run(placer.run_once())
+    nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
+    _not_ready(api, state, nodes[0])
+    run(placer.run_once())
+    clock[0] += 6.0  # past the 2 s window of other signals
+    run(placer.run_once())
+    assert not job_status(api, "pair").get("restartCount"), "a heartbeat loss waits its own window"
+    _not_ready(api, state, nodes[1])
+    clock[0] += 4.5
     run(placer.run_once())
     status = job_status(api, "pair")
     assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
