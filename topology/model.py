@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from types import MappingProxyType
 
 
@@ -31,14 +32,28 @@ class GpuNode:
     nvlink_domain: str | None = None
     # status.allocatable in milli-units (every resource, GPUs included); empty means "not modelled".
     allocatable: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # Derived, stored once: the solver reads them for every node of every candidate.
+    gpu_count: int = field(init=False, compare=False, hash=False, repr=False)
+    rail_set: tuple[int, ...] = field(init=False, compare=False, hash=False, repr=False)  # sorted rails
 
-    @property
-    def gpu_count(self) -> int:
-        return len(self.rails)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_count", len(self.rails))
+        object.__setattr__(self, "rail_set", tuple(sorted(self.rails)))
 
     def domain(self, tier_level: int) -> str:
         """The node's domain id at a tier level (0 node, 1 tor, 2 leaf, 3 spine)."""
         return (self.name, self.tor, self.leaf, self.spine)[tier_level]
+
+
+@cache
+def all_gpus(count: int) -> tuple[int, ...]:
+    return tuple(range(count))
+
+
+@lru_cache(maxsize=4096)
+def _free_of(count: int, used: frozenset[int]) -> tuple[int, ...]:
+    """Free GPU indices; nodes share few distinct used sets, so 12k nodes cost a few hundred."""
+    return tuple(i for i in range(count) if i not in used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +100,7 @@ class Snapshot:
         free = self._free.get(node.name)
         if free is None:
             used = self.used.get(node.name)
-            free = tuple(range(node.gpu_count)) if not used else tuple(
-                i for i in range(node.gpu_count) if i not in used
-            )
+            free = all_gpus(node.gpu_count) if not used else _free_of(node.gpu_count, used)
             self._free[node.name] = free
         return free
 

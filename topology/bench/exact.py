@@ -1,4 +1,5 @@
-"""Exact tier placement as a MILP (scipy.optimize.milp): fewest spines, then leaves, then TORs."""
+"""Exact tier placement as a MILP (scipy.optimize.milp): fewest spines, then leaves, then TORs, then
+(optionally) nodes — the objective the solver's DP optimises, solved independently to check it."""
 
 from __future__ import annotations
 
@@ -6,62 +7,69 @@ import numpy as np
 from railyard.topology.model import GpuNode
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-WEIGHTS = (1, 1_000, 1_000_000)  # TOR, leaf, spine: lexicographic for up to 999 domains a tier
+# Lexicographic for up to 9,999 domains a tier.
+NODE, TOR, LEAF, SPINE = 1, 10_000, 10_000**2, 10_000**3
 
 
-def weighted(tors: int, leaves: int, spines: int) -> int:
-    return tors * WEIGHTS[0] + leaves * WEIGHTS[1] + spines * WEIGHTS[2]
+def weighted(tors: int, leaves: int, spines: int, nodes: int = 0) -> int:
+    return nodes * NODE + tors * TOR + leaves * LEAF + spines * SPINE
 
 
-def optimum(slots: list[tuple[GpuNode, int]], need: int) -> int | None:
-    """The minimum weighted domain count holding `need` replicas, or None if infeasible."""
+def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0) -> int | None:
+    """The minimum weighted domain count holding `need` replicas, or None if infeasible. Tiers below
+    `lowest_level` (0 nodes, 1 TORs, 2 leaves, 3 spines) are not counted.
+
+    Variables: x_n replicas on node n (0..cap), and one binary per node, TOR, leaf and spine used;
+    x_n <= cap_n * u_n, u_n <= y_tor, y_tor <= z_leaf, z_leaf <= w_spine, sum x = need."""
     slots = [(n, c) for n, c in slots if c > 0]
     if sum(c for _, c in slots) < need:
         return None
-    tors = sorted({n.tor for n, _ in slots})
-    leaves = sorted({n.leaf for n, _ in slots})
-    spines = sorted({n.spine for n, _ in slots})
-    n_nodes = len(slots)
-    t_index = {t: n_nodes + i for i, t in enumerate(tors)}
-    l_index = {lf: n_nodes + len(tors) + i for i, lf in enumerate(leaves)}
-    s_index = {s: n_nodes + len(tors) + len(leaves) + i for i, s in enumerate(spines)}
-    size = n_nodes + len(tors) + len(leaves) + len(spines)
-    cost = np.zeros(size)
-    cost[n_nodes : n_nodes + len(tors)] = WEIGHTS[0]
-    cost[n_nodes + len(tors) : n_nodes + len(tors) + len(leaves)] = WEIGHTS[1]
-    cost[n_nodes + len(tors) + len(leaves) :] = WEIGHTS[2]
+    nodes = [n for n, _ in slots]
+    groups = [sorted({n.tor for n in nodes}), sorted({n.leaf for n in nodes}), sorted({n.spine for n in nodes})]
+    count = len(nodes)
+    offset = [2 * count]
+    for group in groups[:-1]:
+        offset.append(offset[-1] + len(group))
+    index = [{d: offset[i] + j for j, d in enumerate(group)} for i, group in enumerate(groups)]
+    size = offset[-1] + len(groups[-1])
+    # Lexicographic by sequence (spines, then leaves ... each fixed at its optimum before the next):
+    # one MILP with weights 1e12 : 1 is numerically unsafe (HiGHS answered 1 node off).
+    tiers = [(SPINE, offset[2], offset[2] + len(groups[2])), (LEAF, offset[1], offset[1] + len(groups[1])),
+             (TOR, offset[0], offset[0] + len(groups[0])), (NODE, count, 2 * count)][: 4 - lowest_level]
     rows: list[np.ndarray] = []
-    lower: list[float] = []
     upper: list[float] = []
+
+    def at_most(pairs: list[tuple[int, float]], bound: float = 0) -> None:
+        row = np.zeros(size)
+        for column, coefficient in pairs:
+            row[column] += coefficient
+        rows.append(row)
+        upper.append(bound)
+
+    for i, (node, cap) in enumerate(slots):
+        at_most([(i, 1), (count + i, -cap)])
+        at_most([(count + i, 1), (index[0][node.tor], -1)])
+    for node in nodes:
+        at_most([(index[0][node.tor], 1), (index[1][node.leaf], -1)])
+        at_most([(index[1][node.leaf], 1), (index[2][node.spine], -1)])
     demand = np.zeros(size)
-    demand[:n_nodes] = 1
+    demand[:count] = 1
+    lower = [-np.inf] * len(rows) + [need]
     rows.append(demand)
-    lower.append(need)
     upper.append(need)
-    parent_tor = {n.tor: n for n, _ in slots}
-    for i, (node, cap) in enumerate(slots):  # x_n <= cap * y_tor
-        row = np.zeros(size)
-        row[i], row[t_index[node.tor]] = 1, -cap
-        rows.append(row)
-        lower.append(-np.inf)
-        upper.append(0)
-    for tor, node in parent_tor.items():  # y_tor <= z_leaf
-        row = np.zeros(size)
-        row[t_index[tor]], row[l_index[node.leaf]] = 1, -1
-        rows.append(row)
-        lower.append(-np.inf)
-        upper.append(0)
-    for leaf in leaves:  # z_leaf <= w_spine
-        node = next(n for n, _ in slots if n.leaf == leaf)
-        row = np.zeros(size)
-        row[l_index[leaf]], row[s_index[node.spine]] = 1, -1
-        rows.append(row)
-        lower.append(-np.inf)
-        upper.append(0)
     ub = np.ones(size)
-    ub[:n_nodes] = [c for _, c in slots]
-    result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
-                  integrality=np.ones(size), bounds=Bounds(np.zeros(size), ub), options={"mip_rel_gap": 0})
-    if not result.success:
-        return None
-    return round(result.fun)
+    ub[:count] = [c for _, c in slots]
+    total = 0
+    for weight, start, stop in tiers:
+        cost = np.zeros(size)
+        cost[start:stop] = 1
+        result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
+                      integrality=np.ones(size), bounds=Bounds(np.zeros(size), ub), options={"mip_rel_gap": 0})
+        if not result.success:
+            return None
+        best = round(result.fun)
+        total += best * weight
+        rows.append(cost)  # keep this tier at its optimum for the next
+        lower.append(best)
+        upper.append(best)
+    return total
