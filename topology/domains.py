@@ -145,10 +145,14 @@ class _Weights:
 
 def _weights(root: Domain, need: int, objective: Objective) -> _Weights:
     domains, siblings, max_free = root.census
-    # Most significant first: (name, bound on the component's sum over a placement).
-    parts: list[tuple[str, int]] = [(f"level{lv}", min(need, domains[lv])) for lv in range(3, -1, -1)
+    # Most significant first: (name, bound on the component's sum over a placement). Empty nodes
+    # broken come right after the network tiers, before the node count (see _TorFill).
+    parts: list[tuple[str, int]] = [(f"level{lv}", min(need, domains[lv])) for lv in range(3, 0, -1)
                                     if lv >= objective.lowest_level and domains[lv] > 0]
-    ties = [("broken", min(need, domains[0])), ("rank", 3 * need * (siblings - 1)), ("free", need * max_free)]
+    parts.append(("broken", min(need, domains[0])))
+    if objective.lowest_level == 0:
+        parts.append(("level0", min(need, domains[0])))
+    ties = [("rank", 3 * need * (siblings - 1)), ("free", need * max_free)]
     while True:
         weight, weights = 1, {}
         for name, bound in reversed(parts + ties):
@@ -171,7 +175,7 @@ class _Solved:
     children: list[tuple[Domain, _Solved | None]] = field(default_factory=list)
     splits: list[NDArray[np.intp]] = field(default_factory=list)
     node_order: list[Domain] = field(default_factory=list)  # TORs: nodes in fill order
-    cheapest: list[list[int]] | None = None  # TORs counting nodes: see _cheapest_holding
+    fill: _TorFill | None = None  # TORs counting nodes
 
 
 def _min_plus(acc: Costs, child: Costs, need: int) -> tuple[Costs, NDArray[np.intp]]:
@@ -204,21 +208,11 @@ def _solve_tor(tor: Domain, need: int, weights: _Weights, own: int) -> _Solved:
             cost += order[demand - 1].unit_cost
             costs[demand] = cost
     elif weights.per_level[0]:
-        # Fewest nodes: the roomiest first; the remainder on the cheapest node after them that holds it.
-        order = sorted(tor.children, key=lambda n: (-n.cap, n.unit_cost, n.sort_key))
-        prefix_caps, prefix_costs, cap, cost = [], [], 0, 0
-        for node in order:
-            cap += node.cap
-            cost += node.unit_cost
-            prefix_caps.append(cap)
-            prefix_costs.append(cost)
-        cheapest = _cheapest_holding(order, limit)
-        solved = _Solved(np.zeros(1, dtype=np.int64), node_order=order, cheapest=cheapest)
+        # Fewest empty nodes broken, then fewest nodes (see _TorFill).
+        fill = _TorFill(tor.children, limit)
+        solved = _Solved(np.zeros(1, dtype=np.int64), fill=fill)
         for demand in range(1, limit + 1):
-            k = bisect_left(prefix_caps, demand)
-            full_cap = prefix_caps[k - 1] if k else 0
-            full_cost = prefix_costs[k - 1] if k else 0
-            costs[demand] = own + full_cost + order[cheapest[demand - full_cap][k]].unit_cost
+            costs[demand] = own + fill.cost(demand)
     else:
         order = sorted(tor.children, key=lambda n: (n.free_gpus, n.sort_key))
         solved = _Solved(np.zeros(1, dtype=np.int64), node_order=order)
@@ -233,20 +227,80 @@ def _solve_tor(tor: Domain, need: int, weights: _Weights, own: int) -> _Solved:
     return solved
 
 
-def _cheapest_holding(order: list[Domain], limit: int) -> list[list[int]]:
-    """[r][k]: the index of the cheapest node in order[k:] with at least r slots (r <= the largest)."""
-    largest = min(order[0].cap, limit)
-    table: list[list[int]] = [[]]
-    for remainder in range(1, largest + 1):
-        best = [-1] * (len(order) + 1)
-        for i in range(len(order) - 1, -1, -1):
-            j = best[i + 1]
-            node = order[i]
-            if node.cap >= remainder and (j < 0 or node.unit_cost <= order[j].unit_cost):
-                j = i
-            best[i] = j
-        table.append(best)
-    return table
+class _Fewest:
+    """The fewest of these nodes that hold d replicas: the roomiest whole, the remainder on the
+    cheapest node after them that holds it (exact in the count; the choice of holder is best fit)."""
+
+    def __init__(self, nodes: list[Domain], limit: int) -> None:
+        self.order = sorted(nodes, key=lambda n: (-n.cap, n.unit_cost, n.sort_key))
+        self.caps: list[int] = []
+        self.costs: list[int] = []
+        cap = cost = 0
+        for node in self.order:
+            cap += node.cap
+            cost += node.unit_cost
+            self.caps.append(cap)
+            self.costs.append(cost)
+        self.total = cap
+        # cheapest[r][k]: the index of the cheapest node in order[k:] with at least r slots.
+        self.cheapest: list[list[int]] = [[]]
+        for remainder in range(1, min(self.order[0].cap if nodes else 0, limit) + 1):
+            best = [-1] * (len(self.order) + 1)
+            for i in range(len(self.order) - 1, -1, -1):
+                j = best[i + 1]
+                node = self.order[i]
+                if node.cap >= remainder and (j < 0 or node.unit_cost <= self.order[j].unit_cost):
+                    j = i
+                best[i] = j
+            self.cheapest.append(best)
+
+    def _split(self, demand: int) -> tuple[int, int]:
+        """(k, full): the first k nodes are taken whole (full slots); the rest goes on one more."""
+        k = bisect_left(self.caps, demand)
+        return k, self.caps[k - 1] if k else 0
+
+    def cost(self, demand: int) -> int:
+        if demand <= 0:
+            return 0
+        k, full = self._split(demand)
+        return (self.costs[k - 1] if k else 0) + self.order[self.cheapest[demand - full][k]].unit_cost
+
+    def takes(self, demand: int, out: list[tuple[Domain, int]]) -> None:
+        if demand <= 0:
+            return
+        k, full = self._split(demand)
+        out.extend((node, node.cap) for node in self.order[:k])
+        out.append((self.order[self.cheapest[demand - full][k]], demand - full))
+
+
+class _TorFill:
+    """Inside a TOR when nodes are counted: first the fewest empty nodes broken (partly used nodes
+    hold small gangs before a whole node is broken for them: whole nodes are what big gangs need),
+    then the fewest nodes — the empty nodes needed, roomiest first, and the fewest partly used ones."""
+
+    def __init__(self, nodes: list[Domain], limit: int) -> None:
+        self.partial = _Fewest([n for n in nodes if not n.empty], limit)
+        self.empty = _Fewest([n for n in nodes if n.empty], limit)
+
+    def _broken(self, demand: int) -> tuple[int, int]:
+        """(b, rest): b empty nodes taken (roomiest first), `rest` replicas left for partly used ones."""
+        if demand <= self.partial.total:
+            return 0, demand
+        b = bisect_left(self.empty.caps, demand - self.partial.total) + 1
+        return b, demand - self.empty.caps[b - 1]
+
+    def cost(self, demand: int) -> int:
+        b, rest = self._broken(demand)
+        return (self.empty.costs[b - 1] if b else 0) + self.partial.cost(rest)
+
+    def takes(self, demand: int, out: list[tuple[Domain, int]]) -> None:
+        b, rest = self._broken(demand)
+        if rest < 0:  # the empty nodes alone hold it: the last one takes what is left
+            out.extend((node, node.cap) for node in self.empty.order[:b - 1])
+            out.append((self.empty.order[b - 1], self.empty.order[b - 1].cap + rest))
+            return
+        out.extend((node, node.cap) for node in self.empty.order[:b])
+        self.partial.takes(rest, out)
 
 
 def _solve(domain: Domain, need: int, weights: _Weights, rank: int) -> _Solved:
@@ -280,8 +334,8 @@ def _takes(domain: Domain, solved: _Solved, demand: int, out: list[tuple[Domain,
         return
     if domain.level == 1:
         order = solved.node_order
-        if solved.cheapest is not None:
-            _fewest_nodes(order, solved.cheapest, demand, out)
+        if solved.fill is not None:
+            solved.fill.takes(demand, out)
         else:
             for node in order:
                 take = min(node.cap, demand)
@@ -300,18 +354,6 @@ def _takes(domain: Domain, solved: _Solved, demand: int, out: list[tuple[Domain,
                 _takes(child, sub, take, out)
         demand -= take
     assert demand == 0
-
-
-def _fewest_nodes(order: list[Domain], cheapest: list[list[int]], demand: int,
-                  out: list[tuple[Domain, int]]) -> None:
-    """The fill `_solve_tor` costed: the roomiest nodes whole, the remainder on the cheapest holder."""
-    full_cap = 0
-    k = 0
-    while full_cap + order[k].cap < demand:
-        full_cap += order[k].cap
-        k += 1
-    out.extend((node, node.cap) for node in order[:k])
-    out.append((order[cheapest[demand - full_cap][k]], demand - full_cap))
 
 
 def select_best(root: Domain, need: int, objective: Objective) -> Selection:

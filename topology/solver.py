@@ -182,6 +182,11 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
     unaligned = _Candidate(None, [(n, len(f) // size) for n, f in frees])
     if request.rail_alignment == RailAlignment.NONE or request.replicas == 1:
         return [unaligned]  # a single replica has no peers to align with
+    rail_sets = {n.rail_set for n, _ in frees}
+    if len(rail_sets) == 1 and all(n.gpu_count == size for n, _ in frees):
+        # Whole-node replicas on one node shape: every free node is aligned on its rails (the
+        # general path below finds the same single candidate, at twice the cost on 12k nodes).
+        return [_Candidate(rail_sets.pop(), unaligned.slots)]
     weights: Counter[RailTarget] = Counter()
     patterns: Counter[FreePattern] = Counter()
     rail_counts: dict[str, Counter[int]] = {}
@@ -362,15 +367,18 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
             reason += f"; GPU products are not mixed in one gang: {sizes}"
         return Decision(request, None, reason)
     placement = _materialise(snapshot, chosen, request)
-    if packed is not None and _packing_key(packed) < _packing_key(placement):
+    if packed is not None and _packing_key(snapshot, packed) < _packing_key(snapshot, placement):
         placement = packed
     return Decision(request, placement, None)
 
 
-def _packing_key(placement: Placement) -> tuple:
-    """Fewer spines, leaves, TORs, then rail-aligned, then fewer nodes (more traffic on NVLink)."""
-    nodes = len({r.node for r in placement.replicas})
-    return (placement.spines, placement.leaves, placement.tors, not placement.rail_aligned, nodes)
+def _packing_key(snapshot: Snapshot, placement: Placement) -> tuple:
+    """Fewer spines, leaves, TORs, then rail-aligned, then fewer whole nodes broken (partly used nodes
+    first: whole nodes are what big gangs need), then fewer nodes (more traffic on NVLink) — the
+    domain objective's order (domains.py)."""
+    nodes = {r.node for r in placement.replicas}
+    broken = sum(1 for name in nodes if not snapshot.used.get(name))
+    return (placement.spines, placement.leaves, placement.tors, not placement.rail_aligned, broken, len(nodes))
 
 
 def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) -> Placement | None:
@@ -404,7 +412,7 @@ def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None)
             continue
         if found is None or (request.rail_alignment == RailAlignment.REQUIRED and not found.rail_aligned):
             continue
-        if best is None or _packing_key(found) < _packing_key(best):
+        if best is None or _packing_key(snapshot, found) < _packing_key(snapshot, best):
             best = found
     return best
 

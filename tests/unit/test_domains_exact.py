@@ -1,5 +1,6 @@
 """The domain selection is exact: on random fabrics it matches an independent MILP (0 gap), for
-every objective depth (nodes counted, TOR, leaf, spine preferred)."""
+every objective depth (nodes counted, TOR, leaf, spine preferred), with whole (empty) nodes broken
+only when fewer domains or no partly used node can do without."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def fabrics(draw):
                     slots.append((_node(s, lf, t, n), draw(st.integers(0, 4))))
     total = sum(c for _, c in slots)
     need = draw(st.integers(1, max(1, total)))
-    return slots, need
+    empty = frozenset(n.name for n, _ in slots if draw(st.booleans()))
+    return slots, need, empty
 
 
 def _weighted(counts, lowest_level: int) -> int:
@@ -39,14 +41,14 @@ def _weighted(counts, lowest_level: int) -> int:
 @settings(max_examples=150, deadline=None)
 @given(fabrics(), st.sampled_from([None, 1, 2, 3]))
 def test_selection_matches_the_milp(fabric, preferred_level):
-    slots, need = fabric
-    best = optimum(slots, need, lowest_level=preferred_level or 0)
+    slots, need, empty = fabric
+    best = optimum(slots, need, lowest_level=preferred_level or 0, empty=empty)
     total = sum(c for _, c in slots)
     if total < need:
         assert best is None
         return
     objective = objective_for(preferred_level)
-    selection = select_best(build_tree(slots, 3, free_gpus=lambda n: 8), need, objective)
+    selection = select_best(build_tree(slots, 3, free_gpus=lambda n: 8 if n.name in empty else 4), need, objective)
     capacity = dict((n.name, c) for n, c in slots)
     assert sum(k for _, k in selection.takes) == need
     assert all(0 < k <= capacity[n.name] for n, k in selection.takes)
@@ -72,3 +74,14 @@ def test_a_preferred_tier_never_crosses_a_spine_to_save_a_tor():
     slots += [(_node(1, 0, 0, 0), 6), (_node(2, 0, 0, 0), 6)]
     selection = select_best(build_tree(slots, 3, free_gpus=lambda n: 8), 12, objective_for(1))
     assert selection.counts[1:] == (3, 1, 1)
+
+
+def test_a_small_gang_takes_partly_used_nodes_before_breaking_a_whole_one():
+    slots = [(_node(0, 0, 0, 0), 2), (_node(0, 0, 0, 1), 1), (_node(0, 0, 0, 2), 1)]
+    partly_used = {"n-0-0-0-1", "n-0-0-0-2"}
+    free = lambda n: 4 if n.name in partly_used else 8  # noqa: E731
+    selection = select_best(build_tree(slots, 3, free_gpus=free), 2, objective_for(None))
+    assert {n.name for n, _ in selection.takes} == partly_used and selection.broken == 0
+    # With no partly used room at all, one whole node is broken for it.
+    selection = select_best(build_tree(slots[:1], 3, free_gpus=free), 2, objective_for(None))
+    assert selection.counts[0] == 1 and selection.broken == 1

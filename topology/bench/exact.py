@@ -15,9 +15,12 @@ def weighted(tors: int, leaves: int, spines: int, nodes: int = 0) -> int:
     return nodes * NODE + tors * TOR + leaves * LEAF + spines * SPINE
 
 
-def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0) -> int | None:
+def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0,
+            empty: frozenset[str] = frozenset()) -> int | None:
     """The minimum weighted domain count holding `need` replicas, or None if infeasible. Tiers below
-    `lowest_level` (0 nodes, 1 TORs, 2 leaves, 3 spines) are not counted.
+    `lowest_level` (0 nodes, 1 TORs, 2 leaves, 3 spines) are not counted. As in the solver, the
+    `empty` nodes used (whole nodes broken) are minimised after the counted tiers, before nodes;
+    they are not part of the returned total.
 
     Variables: x_n replicas on node n (0..cap), and one binary per node, TOR, leaf and spine used;
     x_n <= cap_n * u_n, u_n <= y_tor, y_tor <= z_leaf, z_leaf <= w_spine, sum x = need."""
@@ -34,8 +37,10 @@ def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0) 
     size = offset[-1] + len(groups[-1])
     # Lexicographic by sequence (spines, then leaves ... each fixed at its optimum before the next):
     # one MILP with weights 1e12 : 1 is numerically unsafe (HiGHS answered 1 node off).
-    tiers = [(SPINE, offset[2], offset[2] + len(groups[2])), (LEAF, offset[1], offset[1] + len(groups[1])),
-             (TOR, offset[0], offset[0] + len(groups[0])), (NODE, count, 2 * count)][: 4 - lowest_level]
+    broken = [count + i for i, n in enumerate(nodes) if n.name in empty]
+    columns = [range(offset[i], offset[i] + len(groups[i])) for i in range(3)]
+    network = [(SPINE, columns[2]), (LEAF, columns[1]), (TOR, columns[0])][: min(3, 4 - lowest_level)]
+    tiers = [*network, (0, broken)] + ([(NODE, range(count, 2 * count))] if lowest_level == 0 else [])
     rows: list[np.ndarray] = []
     upper: list[float] = []
 
@@ -60,9 +65,9 @@ def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0) 
     ub = np.ones(size)
     ub[:count] = [c for _, c in slots]
     total = 0
-    for weight, start, stop in tiers:
+    for weight, columns in tiers:
         cost = np.zeros(size)
-        cost[start:stop] = 1
+        cost[list(columns)] = 1
         result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
                       integrality=np.ones(size), bounds=Bounds(np.zeros(size), ub), options={"mip_rel_gap": 0})
         if not result.success:

@@ -109,7 +109,7 @@ def optimality_gap(samples: int, seed: int) -> dict[str, Any]:
         request = GangRequest(name="g", replicas=replicas, gpus_per_replica=size, rail_alignment=RailAlignment.NONE)
         decision = solve(snap, request)
         slots = [(n, len(snap.free(n)) // size) for n in snap.nodes]
-        best = optimum(slots, replicas)
+        best = optimum(slots, replicas, empty=frozenset(n.name for n in snap.nodes if not snap.used.get(n.name)))
         if decision.placement is None or best is None:
             assert (decision.placement is None) == (best is None), "solver and MILP disagree on feasibility"
             continue
