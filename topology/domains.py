@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
 from railyard.topology.model import GpuNode
 
@@ -179,12 +179,28 @@ class _Solved:
 
 
 def _min_plus(acc: Costs, child: Costs, need: int) -> tuple[Costs, NDArray[np.intp]]:
-    """out[d] = min over k of acc[d - k] + child[k], and the k that achieves it. Row d of the
-    sliding windows over acc (padded with infinity) holds acc[d - k] for k = width-1 .. 0."""
+    """out[d] = min over k of acc[d - k] + child[k], and the k that achieves it."""
     width = len(child)
     size = min(len(acc) + width - 2, need) + 1
+    if size * width <= 64:
+        # Small gangs: numpy's per-call cost is most of the work; plain loops are faster.
+        a, c = acc.tolist(), child.tolist()
+        out, split = [], []
+        for d in range(size):
+            best_k = max(0, d - len(a) + 1)
+            best = a[d - best_k] + c[best_k]
+            for k in range(best_k + 1, min(d, width - 1) + 1):
+                total = a[d - k] + c[k]
+                if total < best:
+                    best, best_k = total, k
+            out.append(best)
+            split.append(best_k)
+        return np.array(out, dtype=np.int64), np.array(split, dtype=np.intp)
+    # Row d of the windows over acc (padded with infinity) holds acc[d - k] for k = width-1 .. 0.
     pad = np.full(width - 1, _INFINITE, dtype=np.int64)
-    windows = sliding_window_view(np.concatenate((pad, acc, pad)), width)[:size]
+    padded = np.concatenate((pad, acc, pad))
+    stride = padded.strides[0]
+    windows = as_strided(padded, shape=(size, width), strides=(stride, stride), writeable=False)
     totals = windows + child[::-1]
     best = totals.argmin(axis=1)
     return totals[np.arange(size), best], width - 1 - best

@@ -29,10 +29,9 @@ from railyard.topology.slots import (
     RailTarget,
     capacity_targets,
     free_pattern,
-    free_rail_counts,
     natural_targets,
+    pattern_slots,
     pick_gpus,
-    slots_for_target,
 )
 from railyard.topology.tiers import RailAlignment, Tier
 
@@ -189,15 +188,15 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
         return [_Candidate(rail_sets.pop(), unaligned.slots)]
     weights: Counter[RailTarget] = Counter()
     patterns: Counter[FreePattern] = Counter()
-    rail_counts: dict[str, Counter[int]] = {}
+    rail_patterns: dict[str, FreePattern] = {}
     for node, free in frees:
         if node.gpu_count == size:
             weights[node.rail_set] += 1  # whole-node replicas: the node's rails
         else:
             for target in natural_targets(node.rails, node.numa, node.nvlink, size):
                 weights[target] += 1
-            rail_counts[node.name] = free_rail_counts(node, free)
-            patterns[free_pattern(node, free)] += 1
+            pattern = rail_patterns[node.name] = free_pattern(node, free)
+            patterns[pattern] += 1
     targets = [t for t, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_RAIL_TARGETS]]
     # Plus the targets the free GPUs actually offer most slots for: partly used nodes may align on
     # rails no empty-node grouping suggests.
@@ -209,7 +208,7 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
             if node.gpu_count == size:
                 count = int(len(free) == size and node.rail_set == target)
             else:
-                count = slots_for_target(rail_counts[node.name], target)
+                count = pattern_slots(rail_patterns[node.name], target)
             if count:
                 slots.append((node, count))
         aligned.append(_Candidate(target, slots))

@@ -65,9 +65,9 @@ def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0,
     ub = np.ones(size)
     ub[:count] = [c for _, c in slots]
     total = 0
-    for weight, columns in tiers:
+    for weight, used in tiers:
         cost = np.zeros(size)
-        cost[list(columns)] = 1
+        cost[list(used)] = 1
         result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
                       integrality=np.ones(size), bounds=Bounds(np.zeros(size), ub), options={"mip_rel_gap": 0})
         if not result.success:
