@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.nodes import pod_gpu_request
 from railyard.topology.tiers import RailAlignment, Tier
@@ -45,6 +46,21 @@ class Parallelism(_Model):
     tensor: int = Field(1, ge=1)
     pipeline: int = Field(1, ge=1)
     data: int | None = Field(None, ge=1)
+
+
+class ModelSpec(_Model):
+    """Sizes for the rank-mapping traffic model (commgraph.py); every field optional."""
+
+    parameters: int | None = Field(None, ge=1)
+    hidden_size: int | None = Field(None, alias="hiddenSize", ge=1)
+    sequence_length: int | None = Field(None, alias="sequenceLength", ge=1)
+    micro_batch_size: int | None = Field(None, alias="microBatchSize", ge=1)
+    layers: int | None = Field(None, ge=1)
+    micro_batches: int | None = Field(None, alias="microBatches", ge=1)
+
+    def hints(self) -> ModelHints:
+        given = {k: v for k, v in self.model_dump().items() if v is not None}
+        return ModelHints(**given)
 
 
 MAX_REPLICAS = 65536  # the CRD's maximum: ranks fit in 5 digits
@@ -121,6 +137,7 @@ class TrainingJobSpec(_Model):
     priority: int = 0
     topology: TopologySpec = TopologySpec()
     parallelism: Parallelism | None = None
+    model: ModelSpec | None = None
     fault_policy: FaultPolicy = Field(default_factory=FaultPolicy, alias="faultPolicy")
     checkpoint: CheckpointSpec | None = None
     straggler_policy: StragglerPolicy | None = Field(None, alias="stragglerPolicy")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from railyard.topology.api import Parallelism, TrainingJob
+from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.resources import pod_requests
 from railyard.topology.tiers import RailAlignment, Tier
@@ -23,6 +24,7 @@ class GangRequest:
     preferred_tier: Tier | None = None
     rail_alignment: RailAlignment = RailAlignment.PREFERRED
     parallelism: Parallelism | None = None
+    model: ModelHints | None = None  # traffic-model sizes for rank mapping (commgraph.py)
     pod_spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # Per-replica requests of every resource but GPUs (milli-units, `pods` included); see resources.py.
     resources: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
@@ -48,6 +50,7 @@ class GangRequest:
             preferred_tier=spec.topology.preferred_tier,
             rail_alignment=spec.topology.rail_alignment,
             parallelism=spec.parallelism,
+            model=spec.model.hints() if spec.model is not None else None,
             pod_spec=spec.pod_spec,
             resources={k: v for k, v in pod_requests(spec.pod_spec).items() if k != GPU_RESOURCE},
         )

@@ -19,9 +19,10 @@ from railyard.topology.affinity import NodeLimits
 from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.mapping import map_ranks
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
 from railyard.topology.quality import domains_spanned, rail_aligned, rails_of, ring_cost
-from railyard.topology.ranks import local_rank_order, order_replicas
+from railyard.topology.ranks import local_rank_order
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import (
@@ -278,7 +279,7 @@ def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> P
     for node, count in option.selection.takes:
         for gpus in pick_gpus(node, snapshot.free(node), count, size, option.candidate.target):
             slots.append((node, gpus))
-    ordered = order_replicas(slots, size, request.parallelism)
+    ordered = map_ranks(slots, size, request.parallelism, request.model)
     reference: list[int] | None = None
     final: list[tuple[GpuNode, list[int]]] = []
     for node, gpus in ordered:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.topology.api import Parallelism
+from railyard.topology.commgraph import ModelHints
 from railyard.topology.quality import ring_cost
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
@@ -135,15 +136,27 @@ def test_ranks_follow_the_topology_so_the_ring_is_cheap():
     assert d.placement.ring_cost == ring_cost(nodes)
 
 
-def test_pipeline_chains_stay_in_one_tor():
+def _tors_by_rank(hints):
     snap = snapshot(leaves=1, tors=2, nodes=4)
     # 8 replicas x 8 GPUs, tensor 8, 4 pipeline stages -> 2 data-parallel chains of 4 stages.
-    d = solve(snap, req(8, parallelism=Parallelism(tensor=8, pipeline=4, data=2)))
-    tor_of_rank = [snap.node(r.node).tor for r in d.placement.replicas]
-    replicas_per_stage = 2
-    for chain in range(replicas_per_stage):
-        stages = [tor_of_rank[p * replicas_per_stage + chain] for p in range(4)]
+    d = solve(snap, req(8, parallelism=Parallelism(tensor=8, pipeline=4, data=2), model=hints))
+    return [snap.node(r.node).tor for r in d.placement.replicas]
+
+
+def test_pipeline_chains_stay_in_one_tor_when_activations_dominate():
+    # A 100M-parameter model: gradients are small, each chain's activations are what moves.
+    tor_of_rank = _tors_by_rank(ModelHints(parameters=100_000_000))
+    for chain in range(2):
+        stages = [tor_of_rank[p * 2 + chain] for p in range(4)]
         assert len(set(stages)) == 1, f"chain {chain} crosses TORs: {stages}"
+
+
+def test_data_parallel_pairs_stay_in_one_tor_when_gradients_dominate():
+    # The default 7B model: a stage's gradient all-reduce (437 MB an edge) outweighs a step's
+    # activations between stages (134 MB), so the two replicas of each stage share a TOR instead.
+    tor_of_rank = _tors_by_rank(None)
+    for stage in range(4):
+        assert tor_of_rank[stage * 2] == tor_of_rank[stage * 2 + 1], tor_of_rank
 
 
 def test_node_selector_and_taints_filter_nodes():

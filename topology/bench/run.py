@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from railyard.topology.bench.exact import optimum, weighted
+from railyard.topology.bench.mapping import brute_force_gap, stream_mapping
 from railyard.topology.bench.reference import best_fit, spread
 from railyard.topology.bench.workload import job_stream, occupy, profile_snapshot
 from railyard.topology.model import Snapshot
@@ -158,6 +159,8 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
     ry, bf = stream["railyard"], stream["best_fit"]
     stream["ring_cost_vs_best_fit"] = round(ry["mean_ring_cost"] / max(bf["mean_ring_cost"], 1e-9), 3)
     stream["same_snapshot"] = tors_against_best_fit(base, jobs, seed)
+    mapping = {"stream": stream_mapping(base, runs["railyard"]["placements"]),
+               "brute_force": brute_force_gap(10 if quick else 40, seed)}
     checks = {
         "p99_128_gang_within_50ms": gangs["gang_128x8"]["p99_ms"] <= 50,
         "p99_128_gang_12k_nodes_within_50ms": gangs_12k["gang_128x8"]["p99_ms"] <= 50,
@@ -166,6 +169,7 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "tors_le_best_fit": ry["mean_tors_spanned"] <= bf["mean_tors_spanned"],
         "tors_le_best_fit_on_every_job": stream["same_snapshot"]["more_tors_than_best_fit"] == 0,
         "ring_cost_le_0.95x_best_fit": stream["ring_cost_vs_best_fit"] <= 0.95,
+        "mapping_never_costlier_than_chain_order": mapping["stream"]["mean_cost_vs_chain_order"] <= 1.0,
     }
     return {
         "cluster": {"nodes": len(base.nodes), "gpus": base.total_gpus, "occupancy": 0.5},
@@ -174,6 +178,7 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "gangs_12288_nodes": gangs_12k,
         "stream": stream,
         "exact": optimality_gap(20 if quick else 100, seed),
+        "rank_mapping": mapping,
         "checks": checks,
         "bench_seconds": round(time.perf_counter() - t0, 1),
     }
