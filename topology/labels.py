@@ -63,6 +63,7 @@ class LabelScheme:
 NATIVE = LabelScheme(
     name="native", spine=LABEL_SPINE, leaf=LABEL_LEAF, tor=LABEL_TOR,
     gpu_rail=LABEL_GPU_RAIL, gpu_numa=LABEL_GPU_NUMA, gpu_nvlink=LABEL_GPU_NVLINK,
+    nvlink_domain=LABEL_GPU_CLIQUE,  # multi-node NVLink domains (GB200 NVL72), as GPU Feature Discovery labels them
 )
 # NVIDIA topograph, current labels: tier-1 is the switch layer nearest the node's NICs.
 TOPOGRAPH = LabelScheme(

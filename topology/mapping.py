@@ -1,10 +1,11 @@
 """Rank mapping as graph mapping: put the job's communication graph (commgraph.py) onto the chosen
 slots so that sum(bytes x hop distance) is small.
 
-Hop distance between two replicas is the tier of their lowest common domain: 0 same node (NVLink),
-1 same TOR, 2 same leaf, 3 same spine, 4 across spines. Rails add nothing on top: local ranks are
-matched to GPUs so local rank j sits on the same rail in every replica (ranks.local_rank_order),
-so a cross-node edge of a rail-aligned placement stays on one rail.
+Hop distance between two replicas is the tier of their lowest common domain: 0 same node or
+multi-node NVLink domain, 1 same TOR, 2 same leaf, 3 same spine, 4 across spines. Rails add
+nothing on top: local ranks are matched to GPUs so local rank j sits on the same rail in every
+replica (ranks.local_rank_order), so a cross-node edge of a rail-aligned placement stays on one
+rail.
 
 The mapping is dual recursive bisection along the topology tree (as Scotch does): at each domain
 the slots under it are split in two halves of its children (in depth-first order), and the ranks
@@ -108,8 +109,9 @@ def bisection_mapping(edges: Edges, start: Sequence[Slot]) -> list[Slot]:
 
 
 def _path(slot: Slot) -> tuple[str, ...]:
+    """(spine, leaf, TOR, NVLink domain): nodes of one multi-node NVLink domain are one place."""
     node = slot[0]
-    return (node.spine, node.leaf, node.tor, node.name)
+    return (node.spine, node.leaf, node.tor, node.nvlink_domain or node.name)
 
 
 def _bisect(graph: nx.Graph, ranks: list[int], slots: list[Slot], depth: int, placed: list[Slot | None]) -> None:

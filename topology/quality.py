@@ -7,9 +7,14 @@ from collections.abc import Sequence
 from railyard.topology.model import GpuNode
 
 
+def same_nvlink(a: GpuNode, b: GpuNode) -> bool:
+    """One node, or two nodes of one multi-node NVLink domain (their GPUs talk over NVLink)."""
+    return a.name == b.name or (a.nvlink_domain is not None and a.nvlink_domain == b.nvlink_domain)
+
+
 def tier_distance(a: GpuNode, b: GpuNode) -> int:
-    """0 same node, 1 same TOR, 2 same leaf, 3 same spine, 4 otherwise."""
-    if a.name == b.name:
+    """0 same node or NVLink domain, 1 same TOR, 2 same leaf, 3 same spine, 4 otherwise."""
+    if same_nvlink(a, b):
         return 0
     if a.tor == b.tor:
         return 1
@@ -42,11 +47,11 @@ def rail_aligned(replicas: Sequence[tuple[GpuNode, Sequence[int]]]) -> bool:
     rank j of each replica and of the next one in rank order (the last back to the first), wherever the
     two are on different nodes. Same rails on every replica is the plain case; several replicas per node
     in a snake order (rails a then b on one node, b then a on the next) qualify too — the edges inside a
-    node ride NVLink."""
+    node (or a multi-node NVLink domain) ride NVLink."""
     if not replicas:
         return False
     for i, (node, gpus) in enumerate(replicas):
         peer, peer_gpus = replicas[(i + 1) % len(replicas)]
-        if peer.name != node.name and rails_of(node, gpus) != rails_of(peer, peer_gpus):
+        if not same_nvlink(peer, node) and rails_of(node, gpus) != rails_of(peer, peer_gpus):
             return False
     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -262,10 +262,34 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
         if top < 0:  # requiredTier node: the scope is one node
             selection = Selection((1, 0, 0, 0), [(slots[0][0], need)], int(free(slots[0][0]) == slots[0][0].gpu_count))
         else:
-            selection = select_best(build_tree(slots, top, scope_id, free_gpus=free), need, objective)
+            selection = (_in_one_nvlink_domain(slots, top, need, objective, free)
+                         or select_best(build_tree(slots, top, scope_id, free_gpus=free), need, objective))
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
+    return chosen
+
+
+def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int, objective: Objective,
+                          free: Callable[[GpuNode], int]) -> Selection | None:
+    """A gang that fits in one NVLink domain (`nvidia.com/gpu.clique`, e.g. a GB200 NVL72 rack)
+    stays in it: its traffic then never leaves NVLink, which no TOR count can beat. Among the
+    domains that hold it, the best by the objective, then the smallest (best fit). None when no
+    domain holds it (the gang is then placed over the network as usual)."""
+    domains: dict[str, list[tuple[GpuNode, int]]] = {}
+    for node, count in slots:
+        if node.nvlink_domain:
+            domains.setdefault(node.nvlink_domain, []).append((node, count))
+    best: tuple | None = None
+    chosen: Selection | None = None
+    for domain_id, members in sorted(domains.items()):
+        cap = sum(c for _, c in members)
+        if cap < need:
+            continue
+        selection = select_best(build_tree(members, top, domain_id, free_gpus=free), need, objective)
+        key = (objective(selection.counts), selection.broken, cap, domain_id)
+        if best is None or key < best:
+            best, chosen = key, selection
     return chosen
 
 
