@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -45,3 +45,8 @@ train-torch:
 
 bench: deps
 	.venv/bin/railyard bench | tee bench-placement.json
+
+# Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
+# fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.
+compare: deps build
+	COMPARE_OUT=compare.md .venv/bin/python hack/compare.py | tee bench-compare.json

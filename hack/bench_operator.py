@@ -59,6 +59,7 @@ class PodWatch:
     def __init__(self) -> None:
         self.bound: dict[str, float] = {}
         self.released: dict[str, float] = {}
+        self.labels: dict[str, dict[str, str]] = {}
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -71,6 +72,7 @@ class PodWatch:
                 rv = (pod.get("metadata") or {}).get("resourceVersion") or rv
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     spec = pod.get("spec") or {}
+                    self.labels.setdefault(pod["metadata"]["name"], pod["metadata"].get("labels") or {})
                     if not spec.get("schedulingGates"):
                         self.released.setdefault(pod["metadata"]["name"], time.monotonic())
                     if spec.get("nodeName"):

@@ -181,7 +181,30 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+# Opt-in Kubernetes feature gates, per component (`up --k8s-gates NAME`); the default cluster has none.
+_WORKLOAD = "--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
+K8S_GATES: dict[str, dict[str, list[str]]] = {
+    # kube-scheduler 1.36's gang + topology-aware workload scheduling (PodGroup, v1alpha2): a peer.
+    "workload": {
+        "kube-apiserver": [_WORKLOAD, "--runtime-config=scheduling.k8s.io/v1alpha2=true"],
+        "kube-scheduler": [_WORKLOAD],
+        "kube-controller-manager": ["--feature-gates=GenericWorkload=true"],
+    },
+}
+
+
+def _gates() -> dict[str, list[str]]:
+    name = (STATE / "k8s-gates").read_text().strip() if (STATE / "k8s-gates").exists() else ""
+    return K8S_GATES.get(name, {})
+
+
 def components() -> list[Component]:
+    gates = _gates()
+    comps = _components()
+    return [Component(c.name, c.args + gates.get(c.name, []), c.health) for c in comps]
+
+
+def _components() -> list[Component]:
     pki = STATE / "pki"
     kc = str(KUBECONFIG)
     etcd_url = f"http://127.0.0.1:{PORTS['etcd']}"
@@ -349,7 +372,9 @@ def stop_all() -> list[str]:
     return stopped
 
 
-def up(profile: str | None) -> None:
+def up(profile: str | None, k8s_gates: str | None = None) -> None:
+    if k8s_gates and k8s_gates not in K8S_GATES:
+        raise RigError(f"unknown --k8s-gates {k8s_gates!r}; known: {', '.join(sorted(K8S_GATES))}")
     if profile:
         nodes = load_profile_nodes(profile)  # validate before starting anything
     state = {k: v for k, v in running().items() if k != "railyard-operator"}
@@ -367,6 +392,7 @@ def up(profile: str | None) -> None:
     t0 = time.monotonic()
     try:
         STATE.mkdir(parents=True, exist_ok=True)
+        (STATE / "k8s-gates").write_text(k8s_gates or "")
         make_pki(STATE / "pki")
         write_kubeconfig(STATE / "pki")
         write_configs()
@@ -517,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up")
     p_up.add_argument("--profile", default="small", help="cluster profile name or file ('' for no nodes)")
+    p_up.add_argument("--k8s-gates", default=None, help=f"opt-in feature gates: {', '.join(sorted(K8S_GATES))}")
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("nodes")
@@ -528,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(args.profile or None)
+            up(args.profile or None, args.k8s_gates)
         elif args.command == "down":
             down()
         elif args.command == "status":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railyard.topology.model import Snapshot
+from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.profile import ClusterProfile, node_objects
 
@@ -26,3 +26,9 @@ def snapshot(used: dict[str, list[int]] | None = None, **shape: Any) -> Snapshot
 
 def nodes_in_tor(snap: Snapshot, tor: str) -> list[str]:
     return [n.name for n in snap.nodes if n.tor == tor]
+
+
+def fabric_node(spine: int, leaf: int, tor: int, index: int, gpus: int = 8) -> GpuNode:
+    """A bare 8-rail node at a position in the fabric (ids unique across parents)."""
+    return GpuNode(name=f"n-{spine}-{leaf}-{tor}-{index}", spine=f"s{spine}", leaf=f"l{spine}-{leaf}",
+                   tor=f"t{spine}-{leaf}-{tor}", rails=tuple(range(gpus)), numa=(0,) * gpus, nvlink=(0,) * gpus)

@@ -8,14 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.topology.bench.exact import optimum, weighted
 from railyard.topology.domains import build_tree, counts_of, objective_for, select_best
-from railyard.topology.model import GpuNode
 
-RAILS = tuple(range(8))
-
-
-def _node(spine: int, leaf: int, tor: int, index: int) -> GpuNode:
-    return GpuNode(name=f"n-{spine}-{leaf}-{tor}-{index}", spine=f"s{spine}", leaf=f"l{spine}-{leaf}",
-                   tor=f"t{spine}-{leaf}-{tor}", rails=RAILS, numa=(0,) * 8, nvlink=(0,) * 8)
+from tests.support.clusters import fabric_node
 
 
 @st.composite
@@ -26,7 +20,7 @@ def fabrics(draw):
         for lf in range(draw(st.integers(1, 3))):
             for t in range(draw(st.integers(1, 4))):
                 for n in range(draw(st.integers(1, 4))):
-                    slots.append((_node(s, lf, t, n), draw(st.integers(0, 4))))
+                    slots.append((fabric_node(s, lf, t, n), draw(st.integers(0, 4))))
     total = sum(c for _, c in slots)
     need = draw(st.integers(1, max(1, total)))
     empty = frozenset(n.name for n, _ in slots if draw(st.booleans()))
@@ -63,21 +57,21 @@ def test_the_greedy_counter_example_is_solved_exactly():
     slots = []
     for leaf in range(2):
         for tor, cap in enumerate((8, 1, 1)):
-            slots += [(_node(0, leaf, tor, i), 1) for i in range(cap)]
+            slots += [(fabric_node(0, leaf, tor, i), 1) for i in range(cap)]
     selection = select_best(build_tree(slots, 3, free_gpus=lambda n: 8), 16, objective_for(None))
     assert selection.counts[1:] == (2, 2, 1)
 
 
 def test_a_preferred_tier_never_crosses_a_spine_to_save_a_tor():
     # Spine 0 holds the gang in 3 TORs; spine 1 and 2 together hold it in 2 TORs.
-    slots = [(_node(0, 0, t, 0), 4) for t in range(3)]
-    slots += [(_node(1, 0, 0, 0), 6), (_node(2, 0, 0, 0), 6)]
+    slots = [(fabric_node(0, 0, t, 0), 4) for t in range(3)]
+    slots += [(fabric_node(1, 0, 0, 0), 6), (fabric_node(2, 0, 0, 0), 6)]
     selection = select_best(build_tree(slots, 3, free_gpus=lambda n: 8), 12, objective_for(1))
     assert selection.counts[1:] == (3, 1, 1)
 
 
 def test_a_small_gang_takes_partly_used_nodes_before_breaking_a_whole_one():
-    slots = [(_node(0, 0, 0, 0), 2), (_node(0, 0, 0, 1), 1), (_node(0, 0, 0, 2), 1)]
+    slots = [(fabric_node(0, 0, 0, 0), 2), (fabric_node(0, 0, 0, 1), 1), (fabric_node(0, 0, 0, 2), 1)]
     partly_used = {"n-0-0-0-1", "n-0-0-0-2"}
     free = lambda n: 4 if n.name in partly_used else 8  # noqa: E731
     selection = select_best(build_tree(slots, 3, free_gpus=free), 2, objective_for(None))

@@ -11,17 +11,13 @@ from hypothesis import strategies as st
 from railyard.topology.api import Parallelism
 from railyard.topology.commgraph import ModelHints, is_ring, replica_graph
 from railyard.topology.mapping import map_ranks, mapping_cost
-from railyard.topology.model import GpuNode
 from railyard.topology.ranks import order_replicas
 
-
-def _node(spine: int, leaf: int, tor: int, index: int) -> GpuNode:
-    return GpuNode(name=f"n-{spine}-{leaf}-{tor}-{index}", spine=f"s{spine}", leaf=f"l{spine}-{leaf}",
-                   tor=f"t{spine}-{leaf}-{tor}", rails=tuple(range(8)), numa=(0,) * 8, nvlink=(0,) * 8)
+from tests.support.clusters import fabric_node
 
 
 def _slots(rng: random.Random, replicas: int, gpus: int, per_node: int):
-    nodes = [_node(rng.randint(0, 1), rng.randint(0, 1), rng.randint(0, 1), i) for i in range(replicas)]
+    nodes = [fabric_node(rng.randint(0, 1), rng.randint(0, 1), rng.randint(0, 1), i) for i in range(replicas)]
     return [(nodes[i // per_node], tuple(range((i % per_node) * gpus, (i % per_node + 1) * gpus)))
             for i in range(replicas)]
 

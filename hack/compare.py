@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""`make compare`: Railyard side by side with kube-scheduler 1.36's gang scheduling (PodGroup with a
+topology key) and a naive podAffinity baseline, each on a fresh superpod-2k rig (2,048 kwok nodes x
+8 GPUs), one peer at a time, with the same job stream submitted as one burst (about 1.3x the GPUs
+there are). Placements are read from the bound pods (topology/bench/peers.py). Prints JSON; writes
+the Markdown table to $COMPARE_OUT (default: compare.md in the rig's state directory).
+
+Kueue and Volcano are not in it yet (issue 12). Restarts the local rig once per peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench_common import HACK, cluster, fresh_cluster, percentile, wait
+from bench_operator import NS, PodWatch, cpu_seconds, gauge, scrape, settled, start_operator
+from railyard.operator.apiclient import KubeApi
+from railyard.topology.bench.peers import (
+    JOB_LABEL,
+    PEERS,
+    TRANSLATORS,
+    markdown_table,
+    on_common_jobs,
+    read_placements,
+    stream,
+    summarise,
+)
+
+JOBS = int(os.environ.get("COMPARE_JOBS", "150"))
+SEED = int(os.environ.get("COMPARE_SEED", "11"))
+QUIET_SECONDS = float(os.environ.get("COMPARE_QUIET_SECONDS", "30"))
+MAX_SECONDS = float(os.environ.get("COMPARE_MAX_SECONDS", "600"))
+RECORD = Path(os.environ["COMPARE_RECORD"]) if os.environ.get("COMPARE_RECORD") else None
+_PATHS = {"TrainingJob": "/apis/railyard.dev/v1alpha1/namespaces/{ns}/trainingjobs",
+          "Pod": "/api/v1/namespaces/{ns}/pods",
+          "PodGroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
+
+
+def run_peer(peer: str, jobs) -> tuple[dict, dict]:
+    figures: dict = fresh_cluster("superpod-2k", "workload" if peer == "kube-scheduler-gang" else None)
+    api = KubeApi(workers=32)
+    wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    extra: dict[str, int] = {}
+    operator = None
+    if peer == "railyard":
+        subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
+                        str(HACK.parent / "crds")], check=True, capture_output=True)
+        operator, port, _ = start_operator("railyard-compare")
+        wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
+        extra["railyard-operator"] = operator.pid
+    watcher = PodWatch()
+    cpu_before = cpu_seconds(extra)
+    submitted: dict[str, float] = {}
+
+    def submit(job) -> None:
+        submitted[job.name] = time.monotonic()
+        for obj in TRANSLATORS[peer](job):
+            api.request("POST", _PATHS[obj["kind"]].format(ns=NS), obj)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(submit, jobs))
+    last, seen = time.monotonic(), 0
+    while time.monotonic() - t0 < MAX_SECONDS and time.monotonic() - last < QUIET_SECONDS:
+        time.sleep(1)
+        if len(watcher.bound) != seen:
+            seen, last = len(watcher.bound), time.monotonic()
+    cpu_after = cpu_seconds(extra)
+    watcher.stop()
+    pods = api.list_all(f"/api/v1/namespaces/{NS}/pods")
+    nodes = api.list_all("/api/v1/nodes")
+    if RECORD:  # the raw material of the reader, for its CI test
+        RECORD.mkdir(parents=True, exist_ok=True)
+        (RECORD / f"{peer}.json").write_text(json.dumps({"pods": pods, "nodes": nodes}))
+    placements = read_placements(jobs, pods, nodes)
+    figures.update(summarise(placements))
+    # Submit -> every replica bound, for the jobs that were.
+    done: dict[str, float] = {}
+    for pod, at in watcher.bound.items():
+        job = watcher.labels.get(pod, {}).get(JOB_LABEL)
+        if job:
+            done[job] = max(done.get(job, 0.0), at)
+    latencies = [done[j.name] - submitted[j.name] for j in jobs
+                 if j.name in done and placements[j.name]["bound"] == j.replicas]
+    bound_times = list(watcher.bound.values())
+    figures["bound_p50_seconds"] = percentile(latencies, 50) if latencies else None
+    figures["bound_p99_seconds"] = percentile(latencies, 99) if latencies else None
+    figures["pods_bound"] = len(bound_times)
+    figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
+    figures["scheduler_cpu_seconds"] = round(sum(cpu_after[k] - cpu_before[k] for k in cpu_after
+                                                 if k in ("kube-scheduler", "railyard-operator")), 1)
+    figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
+    if operator is not None:
+        operator.terminate()
+        operator.wait(30)
+    return figures, placements
+
+
+def main() -> None:
+    jobs = stream(JOBS, SEED)
+    out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
+           "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
+    placements = {}
+    for peer in PEERS:
+        t0 = time.monotonic()
+        out["peers"][peer], placements[peer] = run_peer(peer, jobs)
+        out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
+        print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
+    out["common_jobs"] = on_common_jobs(jobs, placements)
+    target = Path(os.environ.get("COMPARE_OUT", str(cluster.STATE / "compare.md")))
+    target.write_text(markdown_table(out["peers"]) + "\n")
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

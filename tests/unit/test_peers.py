@@ -1,0 +1,101 @@
+"""The peer harness's pure half: each peer's objects for a job, and the peer-agnostic reader of where
+pods landed (hack/compare.py runs them on the rig)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from railyard.topology.api import TrainingJob
+from railyard.topology.bench.peers import (
+    INDEX_ANNOTATION,
+    JOB_LABEL,
+    PeerJob,
+    markdown_table,
+    naive_objects,
+    native_gang_objects,
+    on_common_jobs,
+    railyard_objects,
+    read_placements,
+    stream,
+    summarise,
+)
+from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
+JOB = PeerJob("j001-4x8", 4, 8, "tor", None)
+
+
+def test_railyard_translation_is_a_valid_training_job():
+    [obj] = railyard_objects(JOB)
+    job = TrainingJob.model_validate({**obj, "metadata": {**obj["metadata"], "namespace": "bench"}})
+    assert job.spec.replicas == 4 and job.spec.gpus_per_replica == 8
+    assert job.spec.topology.required_tier is not None and job.spec.topology.required_tier.value == "tor"
+
+
+def test_native_gang_translation_carries_the_gang_and_the_required_tier_only():
+    group, *pods = native_gang_objects(JOB)
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}},
+                             "schedulingConstraints": {"topology": [{"key": LABEL_TOR}]}}
+    assert [p["spec"]["schedulingGroup"] for p in pods] == [{"podGroupName": "j001-4x8"}] * 4
+    assert [p["metadata"]["annotations"][INDEX_ANNOTATION] for p in pods] == ["0", "1", "2", "3"]
+    preferred, *_ = native_gang_objects(PeerJob("j", 64, 8, None, "tor"))
+    assert "schedulingConstraints" not in preferred["spec"]  # no preferred tier upstream: n/a
+
+
+def test_naive_translation_is_required_pod_affinity_on_the_tor_label():
+    pods = naive_objects(JOB)
+    assert len(pods) == 4
+    affinity = pods[0]["spec"]["affinity"]["podAffinity"]
+    [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"labelSelector": {"matchLabels": {JOB_LABEL: "j001-4x8"}}, "topologyKey": LABEL_TOR}
+
+
+def test_the_stream_is_reproducible_and_oversubscribes_superpod_2k():
+    jobs = stream(150, 11)
+    assert jobs == stream(150, 11)
+    assert sum(j.replicas * j.gpus for j in jobs) > 2048 * 8
+
+
+def _node(name: str, spine: str, leaf: str, tor: str) -> dict:
+    return {"metadata": {"name": name, "labels": {LABEL_SPINE: spine, LABEL_LEAF: leaf, LABEL_TOR: tor}}}
+
+
+def _pod(job: str, index: int, node: str | None) -> dict:
+    return {"metadata": {"name": f"{job}-{index}-x", "labels": {JOB_LABEL: job},
+                         "annotations": {INDEX_ANNOTATION: str(index)}},
+            "spec": {"nodeName": node} if node else {}}
+
+
+def test_reader_counts_domains_partial_gangs_and_ring_cost_from_bound_pods_only():
+    nodes = [_node("a", "s0", "l0", "t0"), _node("b", "s0", "l0", "t0"), _node("c", "s0", "l1", "t2")]
+    jobs = [PeerJob("g", 3, 8, None, None), PeerJob("p", 2, 8, None, None)]
+    pods = [_pod("g", 2, "c"), _pod("g", 0, "a"), _pod("g", 1, "b"), _pod("p", 0, "a"), _pod("p", 1, None)]
+    placements = read_placements(jobs, pods, nodes)
+    assert placements["g"] == {"replicas": 3, "gpus": 8, "bound": 3, "nodes": 3, "tors": 2, "leaves": 2,
+                               "spines": 1, "ring_cost": 1 + 3 + 3}  # a-b one TOR, b-c and c-a across leaves
+    assert placements["p"]["bound"] == 1
+    summary = summarise(placements)
+    assert summary["jobs_placed"] == 1 and summary["partially_bound_gangs"] == 1 and summary["gpus_placed"] == 24
+    assert "| peer |" in markdown_table({"x": summary})
+
+
+@pytest.mark.parametrize("peer", ["railyard", "kube-scheduler-gang", "naive-podaffinity"])
+def test_reader_on_pod_lists_recorded_on_the_rig(peer):
+    recorded = json.loads((RECORDED / f"{peer}.json").read_text())
+    jobs = [PeerJob(**j) for j in recorded["jobs"]]
+    placements = read_placements(jobs, recorded["pods"], recorded["nodes"])
+    assert {name: p["bound"] for name, p in placements.items()} == recorded["bound"]
+    for job in jobs:  # a gang scheduler never leaves a gang partly bound
+        if peer != "naive-podaffinity":
+            assert placements[job.name]["bound"] in (0, job.replicas)
+
+
+def test_like_for_like_figures_cover_only_jobs_every_peer_placed_whole():
+    jobs = [PeerJob("a", 2, 8, None, None), PeerJob("b", 2, 8, None, None)]
+    whole = {"bound": 2, "tors": 1, "ring_cost": 2}
+    by_peer = {"x": {"a": whole, "b": whole},
+               "y": {"a": {**whole, "tors": 2, "ring_cost": 4}, "b": {**whole, "bound": 1}}}
+    assert on_common_jobs(jobs, by_peer) == {"jobs": 1, "x": {"mean_tors_spanned": 1, "mean_ring_cost": 2},
+                                             "y": {"mean_tors_spanned": 2, "mean_ring_cost": 4}}
