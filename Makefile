@@ -9,6 +9,7 @@ help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
 	@echo "make test   - lint, unit, integration and e2e tests against the local control plane"
 	@echo "make bench  - placement benchmark (JSON)"
+	@echo "make compare - Railyard next to kube-scheduler gang scheduling and a naive baseline on the rig"
 
 deps:
 	@hack/deps.sh

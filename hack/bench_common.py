@@ -33,11 +33,11 @@ def wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 
     raise TimeoutError(f"{what} not reached in {timeout}s")
 
 
-def fresh_cluster(profile: str | None, k8s_gates: str | None = None) -> dict[str, float]:
+def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False) -> dict[str, float]:
     """Restart the rig (binaries already built) and return timings."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
     t0 = time.monotonic()
-    cluster.up(None, k8s_gates)
+    cluster.up(None, k8s_gates, keep_job_pods)
     up_seconds = time.monotonic() - t0
     os.environ["KUBECONFIG"] = str(cluster.KUBECONFIG)
     figures = {"warm_up_seconds": round(up_seconds, 2)}

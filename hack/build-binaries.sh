@@ -131,6 +131,25 @@ build_helm() {
   say "helm $HELM_VERSION: built in $(( $(stamp) - t0 )) s"
 }
 
+# Peers for `make compare` (opt-in: `hack/build-binaries.sh kueue`; never part of `make test`).
+build_kueue() {
+  local out="$cache/bin/kueue-$KUEUE_VERSION"
+  if [[ -x $out/kueue && -d $out/crds ]]; then say "kueue $KUEUE_VERSION: cached in $out"; return; fi
+  local t0; t0=$(stamp)
+  mkdir -p "$out.tmp/crds"
+  say "kueue $KUEUE_VERSION: building (cold: ~10 min on 2 cores)"
+  # exclude_scheduler_library compiles out the alpha simulator (off by default) and with it every
+  # k8s.io/kubernetes package.
+  GOBIN="$out.tmp" go install -trimpath -tags exclude_scheduler_library -ldflags "-s -w" \
+    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  local moddir
+  moddir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  cp "$moddir"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
+  chmod -R u+w "$out.tmp/crds"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  say "kueue $KUEUE_VERSION: built in $(( $(stamp) - t0 )) s"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm)
 for t in "${targets[@]}"; do
@@ -139,6 +158,7 @@ for t in "${targets[@]}"; do
     kwok) build_kwok ;;
     kubernetes) build_kubernetes ;;
     helm) build_helm ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm)" >&2; exit 2 ;;
+    kueue) build_kueue ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|kueue)" >&2; exit 2 ;;
   esac
 done

@@ -65,6 +65,7 @@ def binary(component: str) -> Path:
     v = versions()
     where = {
         "etcd": CACHE / "bin" / f"etcd-{v['ETCD_VERSION']}" / "etcd",
+        "kueue": CACHE / "bin" / f"kueue-{v['KUEUE_VERSION']}" / "kueue",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
     }
@@ -93,6 +94,17 @@ def _openssl(*args: str) -> None:
         raise RigError(f"openssl {' '.join(args[:2])} failed: {e.stderr.strip()}") from None
 
 
+def issue_cert(pki: Path, name: str, subject: str, extensions: str) -> None:
+    """<name>.crt/.key in `pki`, signed by the rig's CA there."""
+    p = lambda n: str(pki / n)  # noqa: E731
+    ext = pki / f"{name}.ext"
+    ext.write_text(extensions)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"),
+             "-subj", subject)
+    _openssl("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
+             "-CAcreateserial", "-out", p(f"{name}.crt"), "-days", "3650", "-extfile", str(ext))
+
+
 def make_pki(pki: Path) -> None:
     if (pki / "admin.crt").exists():
         return
@@ -102,12 +114,7 @@ def make_pki(pki: Path) -> None:
              "-days", "3650", "-subj", "/CN=railyard-local-ca")
 
     def issue(name: str, subject: str, extensions: str) -> None:
-        ext = pki / f"{name}.ext"
-        ext.write_text(extensions)
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(f"{name}.key"), "-out", p(f"{name}.csr"),
-                 "-subj", subject)
-        _openssl("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p("ca.crt"), "-CAkey", p("ca.key"),
-                 "-CAcreateserial", "-out", p(f"{name}.crt"), "-days", "3650", "-extfile", str(ext))
+        issue_cert(pki, name, subject, extensions)
 
     issue("apiserver", "/CN=kube-apiserver",
           "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
@@ -260,7 +267,7 @@ def _components() -> list[Component]:
     ]
 
 
-def write_configs() -> None:
+def write_configs(keep_job_pods: bool = False) -> None:
     (STATE / "audit-policy.yaml").write_text("""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -284,6 +291,8 @@ leaderElection:
     # kwok's upstream stages (copied by the build) plus Railyard's own in hack/kwok-stages/.
     stage_files = sorted((binary("kwok").parent / "stages").glob("*.yaml")) + sorted(
         (HACK / "kwok-stages").glob("*.yaml"))
+    if keep_job_pods:  # `make compare`: Job-owned pods run forever, like everyone else's
+        stage_files = [f for f in stage_files if f.name != "pod-complete.yaml"]
     # Explicit parallelism: a config file bypasses kwok's defaults (zero leases workers fails start).
     documents = ["""apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -372,7 +381,7 @@ def stop_all() -> list[str]:
     return stopped
 
 
-def up(profile: str | None, k8s_gates: str | None = None) -> None:
+def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False) -> None:
     if k8s_gates and k8s_gates not in K8S_GATES:
         raise RigError(f"unknown --k8s-gates {k8s_gates!r}; known: {', '.join(sorted(K8S_GATES))}")
     if profile:
@@ -395,7 +404,7 @@ def up(profile: str | None, k8s_gates: str | None = None) -> None:
         (STATE / "k8s-gates").write_text(k8s_gates or "")
         make_pki(STATE / "pki")
         write_kubeconfig(STATE / "pki")
-        write_configs()
+        write_configs(keep_job_pods)
         for comp in components():
             start(comp)
         wait_for_default_service_account()

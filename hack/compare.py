@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """`make compare`: Railyard side by side with kube-scheduler 1.36's gang scheduling (PodGroup with a
-topology key) and a naive podAffinity baseline, each on a fresh superpod-2k rig (2,048 kwok nodes x
-8 GPUs), one peer at a time, with the same job stream submitted as one burst (about 1.3x the GPUs
-there are). Placements are read from the bound pods (topology/bench/peers.py). Prints JSON; writes
-the Markdown table to $COMPARE_OUT (default: compare.md in the rig's state directory).
+topology key), Kueue's Topology Aware Scheduling and a naive podAffinity baseline, each on a fresh
+superpod-2k rig (2,048 kwok nodes x 8 GPUs), one peer at a time, with the same job stream submitted
+as one burst (about 1.3x the GPUs there are). Placements are read from the bound pods
+(topology/bench/peers.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
+compare.md in the rig's state directory).
 
-Kueue and Volcano are not in it yet (issue 12). Restarts the local rig once per peer.
+Kueue TAS (v0.19.2, built on first use by hack/build-binaries.sh kueue) runs as a process next to
+the rig; Volcano is not in it yet (issue 12). Restarts the local rig once per peer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import peers_kueue
 from bench_common import HACK, cluster, fresh_cluster, percentile, wait
 from bench_operator import NS, PodWatch, cpu_seconds, gauge, scrape, settled, start_operator
 from railyard.operator.apiclient import KubeApi
@@ -35,14 +38,18 @@ JOBS = int(os.environ.get("COMPARE_JOBS", "150"))
 SEED = int(os.environ.get("COMPARE_SEED", "11"))
 QUIET_SECONDS = float(os.environ.get("COMPARE_QUIET_SECONDS", "30"))
 MAX_SECONDS = float(os.environ.get("COMPARE_MAX_SECONDS", "600"))
+SELECTED = [p for p in os.environ.get("COMPARE_PEERS", ",".join(PEERS)).split(",") if p]
 RECORD = Path(os.environ["COMPARE_RECORD"]) if os.environ.get("COMPARE_RECORD") else None
 _PATHS = {"TrainingJob": "/apis/railyard.dev/v1alpha1/namespaces/{ns}/trainingjobs",
           "Pod": "/api/v1/namespaces/{ns}/pods",
+          "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
           "PodGroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
 
 
 def run_peer(peer: str, jobs) -> tuple[dict, dict]:
-    figures: dict = fresh_cluster("superpod-2k", "workload" if peer == "kube-scheduler-gang" else None)
+    # kwok completes Job-owned pods by default; here every peer's pods run until the end.
+    figures: dict = fresh_cluster("superpod-2k", "workload" if peer == "kube-scheduler-gang" else None,
+                                  keep_job_pods=True)
     api = KubeApi(workers=32)
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
@@ -54,6 +61,10 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
         operator, port, _ = start_operator("railyard-compare")
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         extra["railyard-operator"] = operator.pid
+    if peer == "kueue-tas":
+        operator = peers_kueue.start(api, NS, sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+                                                  for n in api.list_all("/api/v1/nodes")))
+        extra["kueue"] = operator.pid
     watcher = PodWatch()
     cpu_before = cpu_seconds(extra)
     submitted: dict[str, float] = {}
@@ -94,7 +105,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["pods_bound"] = len(bound_times)
     figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
     figures["scheduler_cpu_seconds"] = round(sum(cpu_after[k] - cpu_before[k] for k in cpu_after
-                                                 if k in ("kube-scheduler", "railyard-operator")), 1)
+                                                 if k in ("kube-scheduler", "railyard-operator", "kueue")), 1)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
     if operator is not None:
         operator.terminate()
@@ -107,7 +118,7 @@ def main() -> None:
     out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
            "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     placements = {}
-    for peer in PEERS:
+    for peer in SELECTED:
         t0 = time.monotonic()
         out["peers"][peer], placements[peer] = run_peer(peer, jobs)
         out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)

@@ -12,6 +12,8 @@ from railyard.topology.bench.peers import (
     INDEX_ANNOTATION,
     JOB_LABEL,
     PeerJob,
+    kueue_cluster_objects,
+    kueue_objects,
     markdown_table,
     naive_objects,
     native_gang_objects,
@@ -50,6 +52,22 @@ def test_naive_translation_is_required_pod_affinity_on_the_tor_label():
     affinity = pods[0]["spec"]["affinity"]["podAffinity"]
     [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term == {"labelSelector": {"matchLabels": {JOB_LABEL: "j001-4x8"}}, "topologyKey": LABEL_TOR}
+
+
+def test_kueue_translation_is_a_suspended_queued_job_with_the_tier_as_tas_topology():
+    [job] = kueue_objects(JOB)
+    assert job["spec"]["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "train"
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"kueue.x-k8s.io/podset-required-topology": LABEL_TOR}
+    [preferred] = kueue_objects(PeerJob("j", 64, 8, None, "tor"))
+    assert preferred["spec"]["template"]["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-preferred-topology": LABEL_TOR}
+    topology, flavor, queue, local = kueue_cluster_objects(16384, "bench")
+    assert [lv["nodeLabel"] for lv in topology["spec"]["levels"]] == [LABEL_SPINE, LABEL_LEAF, LABEL_TOR,
+                                                                       "kubernetes.io/hostname"]
+    assert flavor["spec"]["topologyName"] == "railyard"
+    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 16384
+    assert local["metadata"]["namespace"] == "bench" and local["spec"]["clusterQueue"] == "gpus"
 
 
 def test_the_stream_is_reproducible_and_oversubscribes_superpod_2k():

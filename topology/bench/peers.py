@@ -2,8 +2,9 @@
 peer-agnostic reader of where the pods landed. Pure (dicts in, dicts out); hack/compare.py runs it.
 
 Peers so far: Railyard; kube-scheduler 1.36's own gang scheduling with a topology constraint
-(PodGroup, scheduling.k8s.io/v1alpha2: one required topology key, no preferred tier); and a naive
-baseline: pods that require podAffinity to each other on the TOR label (no gang).
+(PodGroup, scheduling.k8s.io/v1alpha2: one required topology key, no preferred tier); Kueue's
+Topology Aware Scheduling (required or preferred topology per pod set); and a naive baseline: pods
+that require podAffinity to each other on the TOR label (no gang).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 JOB_LABEL = "compare.railyard.dev/job"
 INDEX_ANNOTATION = "compare.railyard.dev/index"
 IMAGE = "registry.invalid/train:0"
-PEERS = ("railyard", "kube-scheduler-gang", "naive-podaffinity")
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+PEERS = ("railyard", "kube-scheduler-gang", "kueue-tas", "naive-podaffinity")
+KUEUE_QUEUE = "train"
 
 
 @dataclass(frozen=True)
@@ -93,14 +96,50 @@ def naive_objects(job: PeerJob) -> list[dict[str, Any]]:
     return _pods(job, {"affinity": affinity})
 
 
+def kueue_objects(job: PeerJob) -> list[dict[str, Any]]:
+    """An Indexed Job, suspended, in Kueue's queue, with the tier as Kueue TAS's required or preferred
+    topology (no webhooks: suspend and the queue label are set here, as the Job webhook would)."""
+    annotations = {}
+    if job.required_tier:
+        annotations["kueue.x-k8s.io/podset-required-topology"] = _TIER_LABEL[job.required_tier]
+    elif job.preferred_tier:
+        annotations["kueue.x-k8s.io/podset-preferred-topology"] = _TIER_LABEL[job.preferred_tier]
+    return [{"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": job.name, "labels": {**_labels(job), "kueue.x-k8s.io/queue-name": KUEUE_QUEUE}},
+             "spec": {"suspend": True, "parallelism": job.replicas, "completions": job.replicas,
+                      "completionMode": "Indexed", "backoffLimit": 0,
+                      "template": {"metadata": {"labels": _labels(job), "annotations": annotations},
+                                   "spec": {"restartPolicy": "Never", "containers": [_container(job)]}}}}]
+
+
+def kueue_cluster_objects(gpus: int, namespace: str) -> list[dict[str, Any]]:
+    """Kueue's side of the fabric: a Topology over spine/leaf/TOR/hostname, one flavor on the kwok
+    nodes, and a queue whose quota is every GPU (TAS, not quota, decides placement)."""
+    group = "kueue.x-k8s.io/v1beta2"
+    return [
+        {"apiVersion": group, "kind": "Topology", "metadata": {"name": "railyard"},
+         "spec": {"levels": [{"nodeLabel": LABEL_SPINE}, {"nodeLabel": LABEL_LEAF}, {"nodeLabel": LABEL_TOR},
+                             {"nodeLabel": "kubernetes.io/hostname"}]}},
+        {"apiVersion": group, "kind": "ResourceFlavor", "metadata": {"name": "gpu"},
+         "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "railyard"}},
+        {"apiVersion": group, "kind": "ClusterQueue", "metadata": {"name": "gpus"},
+         "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+                  "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                      {"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}},
+        {"apiVersion": group, "kind": "LocalQueue", "metadata": {"name": KUEUE_QUEUE, "namespace": namespace},
+         "spec": {"clusterQueue": "gpus"}},
+    ]
+
+
 TRANSLATORS = {"railyard": railyard_objects, "kube-scheduler-gang": native_gang_objects,
-               "naive-podaffinity": naive_objects}
+               "kueue-tas": kueue_objects, "naive-podaffinity": naive_objects}
 
 
 def _index(pod: Mapping[str, Any]) -> int:
     meta = pod.get("metadata") or {}
-    value = (meta.get("annotations") or {}).get(INDEX_ANNOTATION) or (meta.get("labels") or {}).get(
-        "railyard.dev/rank")
+    annotations = meta.get("annotations") or {}
+    value = (annotations.get(INDEX_ANNOTATION) or annotations.get(JOB_INDEX_ANNOTATION)
+             or (meta.get("labels") or {}).get("railyard.dev/rank"))
     if value is not None:
         return int(value)
     return int(meta.get("name", "0").rsplit("-", 1)[-1]) if meta.get("name", "").rsplit("-", 1)[-1].isdigit() else 0
