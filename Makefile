@@ -50,4 +50,5 @@ bench: deps
 # Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
 # fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.
 compare: deps build
-	COMPARE_OUT=compare.md .venv/bin/python hack/compare.py | tee bench-compare.json
+	.venv/bin/python -m pip install -q -e '.[compare]'
+	COMPARE_OUT=compare.md COMPARE_PLOT=compare.png .venv/bin/python hack/compare.py | tee bench-compare.json

@@ -100,6 +100,20 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     latencies = [done[j.name] - submitted[j.name] for j in jobs
                  if j.name in done and placements[j.name]["bound"] == j.replicas]
     bound_times = list(watcher.bound.values())
+    gpus_of = {j.name: j.gpus for j in jobs}
+    # GPUs bound over time since the burst, one point a second (for the plot).
+    running, timeline, step = 0, [], 0.0
+    for at, pod in sorted((at, pod) for pod, at in watcher.bound.items()):
+        running += gpus_of.get(watcher.labels.get(pod, {}).get(JOB_LABEL, ""), 0)
+        if at - t0 >= step or not timeline:
+            timeline.append((round(at - t0, 1), running))
+            step = at - t0 + 1
+    if bound_times:
+        timeline.append((round(max(bound_times) - t0, 1), running))
+    figures["gpus_bound_over_time"] = timeline
+    figures["tors_per_job"] = sorted(p["tors"] for p in placements.values()
+                                     if p["bound"] == p["replicas"] and p["replicas"] > 1)
+    figures["latencies_seconds"] = sorted(round(x, 2) for x in latencies)
     figures["bound_p50_seconds"] = percentile(latencies, 50) if latencies else None
     figures["bound_p99_seconds"] = percentile(latencies, 99) if latencies else None
     figures["pods_bound"] = len(bound_times)
@@ -111,6 +125,32 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
         operator.terminate()
         operator.wait(30)
     return figures, placements
+
+
+def plot(out: dict, target: Path) -> None:
+    """GPUs bound over time, TORs spanned per job, submit -> bound latency (CDF), per peer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for peer, figures in out["peers"].items():
+        times = figures["gpus_bound_over_time"]
+        axes[0].step([t for t, _ in times], [g for _, g in times], where="post", label=peer)
+        tors = figures["tors_per_job"]
+        axes[1].plot(range(1, len(tors) + 1), tors, drawstyle="steps-post", label=peer)
+        latencies = figures["latencies_seconds"]
+        axes[2].step(latencies, [(i + 1) / len(latencies) for i in range(len(latencies))], where="post",
+                     label=peer)
+    axes[0].set(title=f"GPUs bound ({out['gpus_asked']:,} asked)", xlabel="seconds since the burst", ylabel="GPUs")
+    axes[1].set(title="TORs spanned per gang placed whole (sorted)", xlabel="jobs", ylabel="TORs", yscale="log")
+    axes[2].set(title="submit -> every replica bound", xlabel="seconds", ylabel="fraction of jobs placed")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(target, dpi=90)
 
 
 def main() -> None:
@@ -126,6 +166,8 @@ def main() -> None:
     out["common_jobs"] = on_common_jobs(jobs, placements)
     target = Path(os.environ.get("COMPARE_OUT", str(cluster.STATE / "compare.md")))
     target.write_text(markdown_table(out["peers"]) + "\n")
+    if os.environ.get("COMPARE_PLOT"):
+        plot(out, Path(os.environ["COMPARE_PLOT"]))
     print(json.dumps(out, indent=2))
 
 
