@@ -51,4 +51,4 @@ bench: deps
 # fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.
 compare: deps build
 	.venv/bin/python -m pip install -q -e '.[compare]'
-	COMPARE_OUT=compare.md COMPARE_PLOT=compare.png .venv/bin/python hack/compare.py | tee bench-compare.json
+	COMPARE_OUT=compare.md COMPARE_PLOT=docs/compare.png .venv/bin/python hack/compare.py | tee bench-compare.json
