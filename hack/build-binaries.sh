@@ -18,6 +18,8 @@ need() { command -v "$1" >/dev/null 2>&1 || { echo "error: '$1' is required to b
 need go
 
 stamp() { date +%s; }
+# Where the module cache holds MODULE@VERSION's source (for files a binary needs beside it).
+module_dir() { go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'; }
 say() { printf '[build] %s\n' "$*" >&2; }
 
 build_kubernetes() {
@@ -107,7 +109,7 @@ build_kwok() {
   GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   # kwok runs no lifecycle without Stage objects; keep the upstream "fast" stages of this version.
   local moddir
-  moddir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  moddir=$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
   mkdir -p "$out.tmp/stages"
   cp "$moddir"/kustomize/stage/node/fast/node-initialize.yaml \
      "$moddir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
@@ -137,14 +139,12 @@ build_kueue() {
   if [[ -x $out/kueue && -d $out/crds ]]; then say "kueue $KUEUE_VERSION: cached in $out"; return; fi
   local t0; t0=$(stamp)
   mkdir -p "$out.tmp/crds"
-  say "kueue $KUEUE_VERSION: building (cold: ~10 min on 2 cores)"
+  say "kueue $KUEUE_VERSION: building (cold: ~3.5 min on 2 cores)"
   # exclude_scheduler_library compiles out the alpha simulator (off by default) and with it every
   # k8s.io/kubernetes package.
   GOBIN="$out.tmp" go install -trimpath -tags exclude_scheduler_library -ldflags "-s -w" \
     "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
-  local moddir
-  moddir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
-  cp "$moddir"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
+  cp "$(module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION")"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
   chmod -R u+w "$out.tmp/crds"
   rm -rf "$out"; mv "$out.tmp" "$out"
   say "kueue $KUEUE_VERSION: built in $(( $(stamp) - t0 )) s"
