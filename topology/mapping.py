@@ -47,7 +47,8 @@ def map_ranks(slots: Sequence[Slot], gpus_per_replica: int, parallelism: Paralle
         return baseline
     # Two starts (the pipeline-chain order and the plain depth-first one): bisection is local search.
     starts = [baseline, sorted(slots, key=dfs_key)] if len(slots) <= _SWAP_LIMIT else [baseline]
-    candidates = [refine_by_swaps(edges, bisection_mapping(edges, start)) for start in starts]
+    graph = _graph(edges, len(slots))
+    candidates = [refine_by_swaps(edges, bisection_mapping(graph, start)) for start in starts]
     best = min(candidates, key=lambda m: mapping_cost(edges, m))
     return best if mapping_cost(edges, best) < mapping_cost(edges, baseline) else baseline
 
@@ -93,11 +94,16 @@ def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     return 0
 
 
-def bisection_mapping(edges: Edges, start: Sequence[Slot]) -> list[Slot]:
-    """Ranks 0..n-1 onto the slots of `start` (a mapping in rank order), by recursive bisection."""
+def _graph(edges: Edges, ranks: int) -> nx.Graph:
     graph = nx.Graph()
-    graph.add_nodes_from(range(len(start)))
+    graph.add_nodes_from(range(ranks))
     graph.add_weighted_edges_from((a, b, w) for (a, b), w in edges.items())
+    return graph
+
+
+def bisection_mapping(graph: nx.Graph, start: Sequence[Slot]) -> list[Slot]:
+    """Ranks 0..n-1 (the nodes of `graph`) onto the slots of `start` (a mapping in rank order), by
+    recursive bisection."""
     slots = sorted(start, key=dfs_key)
     position = {id(slot): i for i, slot in enumerate(slots)}
     # Ranks in the order of their starting slot: KL starts from the starting mapping's split.

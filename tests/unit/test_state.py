@@ -543,7 +543,8 @@ def _gpu_fault(api: FakeApi, state: ClusterState, name: str) -> None:
     state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
 
 
-def test_losses_close_together_make_one_restart(monkeypatch):
+def _placed_on_a_clock(monkeypatch):
+    """A 3-replica job placed by a placer (2 s debounce) whose monotonic clock the test moves."""
     import railyard.operator.placer as placer_module
 
     api, state, _ = operator_over(6)
@@ -553,6 +554,11 @@ def test_losses_close_together_make_one_restart(monkeypatch):
     submit(api, state, make_job("pair", 3))
     run(placer.run_once())
     nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
+    return api, state, placer, clock, nodes
+
+
+def test_losses_close_together_make_one_restart(monkeypatch):
+    api, state, placer, clock, nodes = _placed_on_a_clock(monkeypatch)
     _gpu_fault(api, state, nodes[0])
     run(placer.run_once())
     assert not job_status(api, "pair").get("restartCount"), "inside the debounce window"
@@ -567,15 +573,7 @@ def test_losses_close_together_make_one_restart(monkeypatch):
 
 def test_heartbeat_losses_wait_longer_than_other_signals(monkeypatch):
     # Nodes that die together turn NotReady several seconds apart (lease renewals, monitor period).
-    import railyard.operator.placer as placer_module
-
-    api, state, _ = operator_over(6)
-    placer = placer_for(state, api, debounce=2.0)  # NotReady: 10 s
-    clock = [100.0]
-    monkeypatch.setattr(placer_module.time, "monotonic", lambda: clock[0])
-    submit(api, state, make_job("pair", 3))
-    run(placer.run_once())
-    nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
+    api, state, placer, clock, nodes = _placed_on_a_clock(monkeypatch)  # NotReady: 10 s
     _not_ready(api, state, nodes[0])
     run(placer.run_once())
     clock[0] += 6.0  # past the 2 s window of other signals
