@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from railyard.topology.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
-from railyard.topology.labels import resolve_scheme
+from railyard.topology.labels import scheme_for
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.planner import plan, plan_json
 from railyard.topology.profile import PROFILE_KIND, ClusterProfile, node_objects
@@ -60,7 +60,7 @@ def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    scheme = resolve_scheme(args.labels)
+    scheme = scheme_for(args.labels, args.levels)
     if args.kubeconfig:
         nodes, pods = read_cluster(args.kubeconfig)
     elif args.nodes:
@@ -68,7 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod",), args.pods) if args.pods else []
     else:
         raise InputError("give --nodes NODES.yaml (or --kubeconfig to read a live cluster)")
-    jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs)
+    jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs, scheme.levels)
     result = plan(build_snapshot(nodes, pods, scheme), jobs)
     if args.output == "json":
         print(json.dumps(plan_json(result)))
@@ -81,7 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Where the cluster's TrainingJobs landed, read from their bound pods."""
     from railyard.operator.live import live_placements
 
-    result = live_placements(args.kubeconfig, resolve_scheme(args.labels), args.namespace)
+    result = live_placements(args.kubeconfig, scheme_for(args.labels, args.levels), args.namespace)
     print(render_table(result))
     return 0
 
@@ -99,7 +99,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from railyard.operator.live import cluster_topology
     from railyard.operator.report import render_topology
 
-    view = cluster_topology(args.kubeconfig, resolve_scheme(args.labels))
+    view = cluster_topology(args.kubeconfig, scheme_for(args.labels, args.levels))
     print(json.dumps(view) if args.output == "json" else render_topology(view, colour=sys.stdout.isatty()))
     return 0
 
@@ -108,7 +108,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from railyard.operator.live import explain_job
     from railyard.operator.report import render_explanation
 
-    info = explain_job(args.kubeconfig, resolve_scheme(args.labels), args.namespace, args.job)
+    info = explain_job(args.kubeconfig, scheme_for(args.labels, args.levels), args.namespace, args.job)
     print(json.dumps(info) if args.output == "json" else render_explanation(info))
     return 0
 
@@ -126,6 +126,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(verbose=args.verbose)
 
 
+LEVELS_HELP = "topology levels, top to bottom: name=labelKey,...[,nvlink] (default: the preset's spine,leaf,tor)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="railyard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -136,12 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", required=True, help="TrainingJob manifests, planned in file order")
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
     p.add_argument("--labels", default="native", help="label preset(s), e.g. native, aws, gke, topograph, aws,gfd")
+    p.add_argument("--levels", help=LEVELS_HELP)
     p.add_argument("--kubeconfig", help="read nodes and pods from this cluster instead of files")
     p.set_defaults(func=cmd_plan)
     st = sub.add_parser("status", help="where TrainingJobs landed (from their bound pods)")
     st.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
     st.add_argument("--namespace", "-n", help="only this namespace")
     st.add_argument("--labels", default="native", help="label preset(s)")
+    st.add_argument("--levels", help=LEVELS_HELP)
     st.set_defaults(func=cmd_status)
     for name, func, helptext in (("jobs", cmd_jobs, "placement summary of the cluster's TrainingJobs"),
                                  ("topology", cmd_topology, "TOR x node map of GPUs by job, in rail order"),
@@ -152,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
         c.add_argument("--namespace", "-n", default="default" if name == "explain" else None)
         c.add_argument("--labels", default="native", help="label preset(s)")
+        c.add_argument("--levels", help=LEVELS_HELP)
         c.add_argument("--output", "-o", choices=("table", "json"), default="table")
         c.set_defaults(func=func)
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")

@@ -23,7 +23,7 @@ from railyard.operator.reflector import KINDS, Reflector, reflector_sink
 from railyard.operator.reports import ReportServer
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState
-from railyard.topology.labels import resolve_scheme
+from railyard.topology.labels import scheme_for
 
 log = logging.getLogger("railyard.operator")
 
@@ -44,7 +44,7 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     leader = LeaderElector(KubeApi(workers=2, user_agent=agent, read_timeout=5), config.leader,
                            on_elected=lambda: memo.placer.wake())
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
-    state = ClusterState(resolve_scheme(config.placement.label_preset))
+    state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels))
     book = ProgressBook()
     placer = Placer(state, api, config, leader.is_leader, book)
     reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,

@@ -36,12 +36,13 @@ def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:
     request = job.request
     if request.required_tier is None:
         return frozenset(n.name for n in snapshot.nodes)
-    level = request.required_tier.level
+    levels = snapshot.levels
+    level = levels.index(request.required_tier)
     size = max(1, request.gpus_per_replica)
     capacity: Counter[str] = Counter()
     for node in snapshot.nodes:
-        capacity[node.domain(level)] += len(snapshot.free(node)) // size
+        capacity[levels.domain_of(node, level)] += len(snapshot.free(node)) // size
     if not capacity:
         return frozenset()
     domain = min(capacity, key=lambda d: (-capacity[d], d))
-    return frozenset(n.name for n in snapshot.nodes if n.domain(level) == domain)
+    return frozenset(n.name for n in snapshot.nodes if levels.domain_of(n, level) == domain)

@@ -25,6 +25,9 @@ class LeaderSettings:
 @dataclass(frozen=True)
 class PlacementSettings:
     label_preset: str = field(default_factory=lambda: _env("LABEL_PRESET", "native"))
+    # A topology definition (labels.parse_levels): `name=labelKey,...` top to bottom, optionally
+    # ending in `nvlink`; empty: the preset's spine/leaf/TOR levels.
+    topology_levels: str = field(default_factory=lambda: _env("TOPOLOGY_LEVELS", ""))
     # A job waiting longer than this reserves the domain it waits for (see README: queueing).
     starvation_seconds: float = field(default_factory=lambda: float(_env("STARVATION_SECONDS", "120")))
     # Released pods not bound within this long mean a lost race: the gang is re-planned.

@@ -351,7 +351,8 @@ class ClusterState:
                 if on_node:
                     requested[node.name] = dict(on_node)
             self._snapshot = Snapshot(self._nodes_sorted, used,
-                                      tuple(sorted(self.excluded.values(), key=lambda e: e.node)), requested)
+                                      tuple(sorted(self.excluded.values(), key=lambda e: e.node)), requested,
+                                      self.scheme.levels)
         return self._snapshot
 
 

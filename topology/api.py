@@ -10,11 +10,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.levels import DEFAULT_NAMES, NODE, check_name
 from railyard.topology.nodes import pod_gpu_request
-from railyard.topology.tiers import RailAlignment, Tier
+from railyard.topology.tiers import RailAlignment
 
 GROUP = "railyard.dev"
 VERSION = "v1alpha1"
@@ -28,16 +29,26 @@ class _Model(BaseModel):
 
 
 class TopologySpec(_Model):
-    required_tier: Tier | None = Field(None, alias="requiredTier")
-    preferred_tier: Tier | None = Field(None, alias="preferredTier")
+    # Level names (levels.py): node, tor, leaf, spine by default, or the cluster's own levels;
+    # checked against the cluster's topology where it is known (solver, operator).
+    required_tier: str | None = Field(None, alias="requiredTier")
+    preferred_tier: str | None = Field(None, alias="preferredTier")
     rail_alignment: RailAlignment = Field(RailAlignment.PREFERRED, alias="railAlignment")
+
+    @field_validator("required_tier", "preferred_tier")
+    @classmethod
+    def _level_name(cls, value: str | None) -> str | None:
+        return value if value is None or value == NODE else check_name(value)
 
     @model_validator(mode="after")
     def _preferred_within_required(self) -> TopologySpec:
-        if self.required_tier and self.preferred_tier and self.preferred_tier.level > self.required_tier.level:
+        # The default levels' order is known without the cluster; custom levels are checked there.
+        order = (NODE, *reversed(DEFAULT_NAMES))
+        if self.required_tier in order and self.preferred_tier in order and \
+                order.index(self.preferred_tier) > order.index(self.required_tier):
             raise ValueError(
-                f"preferredTier {self.preferred_tier.value!r} is above requiredTier "
-                f"{self.required_tier.value!r}; a preference must be at or below the requirement"
+                f"preferredTier {self.preferred_tier!r} is above requiredTier "
+                f"{self.required_tier!r}; a preference must be at or below the requirement"
             )
         return self
 

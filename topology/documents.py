@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from railyard.topology.api import TrainingJob
+from railyard.topology.levels import DEFAULT_LEVELS, LevelError, Levels
 
 
 class InputError(ValueError):
@@ -84,13 +85,18 @@ def require_kind(objects: Iterable[dict[str, Any]], kinds: tuple[str, ...], sour
     return out
 
 
-def parse_jobs(objects: Iterable[dict[str, Any]], source: str) -> list[TrainingJob]:
+def parse_jobs(objects: Iterable[dict[str, Any]], source: str, levels: Levels = DEFAULT_LEVELS) -> list[TrainingJob]:
+    """TrainingJobs, each valid and naming only tiers that `levels` has; InputError otherwise."""
     jobs = []
     for index, obj in enumerate(require_kind(objects, ("TrainingJob",), source), 1):
         try:
             job = TrainingJob.model_validate(obj)
         except ValidationError as e:
             raise InputError(f"{source}: {describe(obj, index)}: {format_validation(e)}") from None
+        try:
+            levels.check_tiers(job.spec.topology.required_tier, job.spec.topology.preferred_tier)
+        except LevelError as e:
+            raise InputError(f"{source}: {describe(obj, index)}: {e}") from None
         if job.spec.gpus_per_replica < 0:
             raise InputError(f"{source}: {describe(obj, index)}: spec.template: negative nvidia.com/gpu")
         jobs.append(job)

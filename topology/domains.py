@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
+from railyard.topology.levels import DEFAULT_LEVELS, Levels
 from railyard.topology.model import GpuNode
 
-# counts[level]: distinct domains used at that level (0 nodes, 1 TORs, 2 leaves, 3 spines).
-Counts = tuple[int, int, int, int]
+# counts[level]: distinct domains used at that level, bottom-up (0 nodes, then each level of
+# levels.Levels: by default 1 TORs, 2 leaves, 3 spines).
+Counts = tuple[int, ...]
 Costs = NDArray[np.int64]
 
 _INFINITE = np.int64(1 << 62)
@@ -38,7 +40,8 @@ _BUDGET = 1 << 60  # cost sums stay below it, so cost + cost never overflows nex
 
 @dataclass(frozen=True)
 class Objective:
-    """Fewest spines, then leaves, then TORs, then nodes — top-down, down to `lowest_level`.
+    """Fewest domains at each level, top-down (by default spines, then leaves, TORs, nodes), down
+    to `lowest_level`; `depth` is the top level (levels.Levels.depth).
 
     A preferred tier keeps that tier and those above it tight and leaves the tiers below to best
     fit (as Kueue's preferred topology level); without one every tier is counted, nodes included
@@ -46,17 +49,18 @@ class Objective:
     """
 
     lowest_level: int = 0
+    depth: int = 3
 
     @property
     def pack_nodes(self) -> bool:
         return self.lowest_level == 0
 
     def __call__(self, counts: Counts) -> tuple[int, ...]:
-        return tuple(counts[level] for level in range(3, self.lowest_level - 1, -1))
+        return tuple(counts[level] for level in range(self.depth, self.lowest_level - 1, -1))
 
     def network(self, counts: Counts) -> tuple[int, ...]:
-        """The tiers between nodes only (spines, leaves, TORs that the objective counts)."""
-        return tuple(counts[level] for level in range(3, max(self.lowest_level, 1) - 1, -1))
+        """The levels above nodes only (those the objective counts)."""
+        return tuple(counts[level] for level in range(self.depth, max(self.lowest_level, 1) - 1, -1))
 
 
 @dataclass(slots=True)
@@ -81,37 +85,42 @@ class Selection:
 
 
 def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope",
-               free_gpus: Callable[[GpuNode], int] | None = None) -> Domain:
-    """A tree of the nodes with free slots, from `top_level` down (the root is the scope)."""
+               free_gpus: Callable[[GpuNode], int] | None = None, levels: Levels = DEFAULT_LEVELS) -> Domain:
+    """A tree of the nodes with free slots, from `top_level` down (the root is the scope). A domain
+    is its path from the top, so ids only need to be unique among siblings."""
     root = Domain(scope_id, top_level + 1, ())
-    # Nodes into TORs in one pass (12,288 nodes: this loop was a third of a solve), then the few
-    # upper domains from their children's paths.
-    tors: dict[str, Domain] = {}
+    depth = levels.depth
+    # Nodes into their lowest domains in one pass (12,288 nodes: this loop was a third of a solve),
+    # then the few upper domains from their children's paths.
+    lowest: dict[tuple[str, ...], Domain] = {}
     max_free = 0
+    nodes = 0
     for node, count in slots:
         if count <= 0:
             continue
-        path = (node.spine, node.leaf, node.tor, node.name)
+        nodes += 1
+        path = (*levels.path(node), node.name)
         free = free_gpus(node) if free_gpus else 0
         max_free = max(max_free, free)
         leaf = Domain(node.name, 0, path, count, node=node, free_gpus=free, empty=free == node.gpu_count)
         if top_level == 0:
             root.children.append(leaf)
             continue
-        tor = tors.get(node.tor)
-        if tor is None:
-            tor = tors[node.tor] = Domain(node.tor, 1, path[:3])
-        tor.children.append(leaf)
-        tor.cap += count
-    level_sizes = [len(root.children) if top_level == 0 else sum(len(t.children) for t in tors.values()), len(tors)]
-    below = list(tors.values())
+        key = path[:depth]
+        parent = lowest.get(key)
+        if parent is None:
+            parent = lowest[key] = Domain(key[-1], 1, key)
+        parent.children.append(leaf)
+        parent.cap += count
+    level_sizes = [nodes, len(lowest)]
+    below = list(lowest.values())
     for level in range(2, top_level + 1):
-        parents: dict[str, Domain] = {}
+        parents: dict[tuple[str, ...], Domain] = {}
         for child in below:
-            parent = parents.get(child.sort_key[3 - level])
+            key = child.sort_key[: depth + 1 - level]
+            parent = parents.get(key)
             if parent is None:
-                parent = parents[child.sort_key[3 - level]] = Domain(child.sort_key[3 - level], level,
-                                                                     child.sort_key[: 4 - level])
+                parent = parents[key] = Domain(key[-1], level, key)
             parent.children.append(child)
             parent.cap += child.cap
         level_sizes.append(len(parents))
@@ -121,23 +130,24 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
     root.cap = sum(c.cap for c in root.children)
     # Domains per level, the most children any domain has, the most free GPUs of a node: bounds
     # of the cost components (_weights).
-    level_sizes += [0] * (4 - len(level_sizes))
-    widest = max((len(t.children) for t in tors.values()), default=0)
+    level_sizes = level_sizes[: top_level + 1] + [0] * (depth + 1 - min(len(level_sizes), top_level + 1))
+    widest = max((len(t.children) for t in lowest.values()), default=0)
     root.census = (tuple(level_sizes), max(widest, len(root.children), 8), max_free)
     return root
 
 
-def counts_of(takes: list[tuple[GpuNode, int]]) -> Counts:
-    nodes = [n for n, k in takes if k > 0]
-    return (len({n.name for n in nodes}), len({n.tor for n in nodes}), len({n.leaf for n in nodes}),
-            len({n.spine for n in nodes}))
+def counts_of(takes: list[tuple[GpuNode, int]], levels: Levels = DEFAULT_LEVELS) -> Counts:
+    """Distinct domains used at each level, bottom-up (nodes first)."""
+    paths = [(*levels.path(n), n.name) for n, k in takes if k > 0]
+    size = levels.depth + 1
+    return tuple(len({p[: size - level] for p in paths}) for level in range(size))
 
 
 @dataclass(frozen=True)
 class _Weights:
     """Integer weight of each cost component (0: not counted)."""
 
-    per_level: tuple[int, int, int, int]  # a used domain at level 0..3
+    per_level: tuple[int, ...]  # a used domain at level 0..depth
     broken: int   # an empty node used
     rank: int     # a domain's rank by size among its siblings (0 the smallest): best fit
     free: int     # a used node's free GPUs: the fullest nodes first
@@ -147,7 +157,8 @@ def _weights(root: Domain, need: int, objective: Objective) -> _Weights:
     domains, siblings, max_free = root.census
     # Most significant first: (name, bound on the component's sum over a placement). Empty nodes
     # broken come right after the network tiers, before the node count (see _TorFill).
-    parts: list[tuple[str, int]] = [(f"level{lv}", min(need, domains[lv])) for lv in range(3, 0, -1)
+    depth = len(domains) - 1
+    parts: list[tuple[str, int]] = [(f"level{lv}", min(need, domains[lv])) for lv in range(depth, 0, -1)
                                     if lv >= objective.lowest_level and domains[lv] > 0]
     parts.append(("broken", min(need, domains[0])))
     if objective.lowest_level == 0:
@@ -162,7 +173,7 @@ def _weights(root: Domain, need: int, objective: Objective) -> _Weights:
             break
         ties.pop()  # the least significant tie-break goes first
     assert weight <= _BUDGET, "domain counts too large for one integer cost"
-    return _Weights(tuple(weights.get(f"level{lv}", 0) for lv in range(4)),  # type: ignore[arg-type]
+    return _Weights(tuple(weights.get(f"level{lv}", 0) for lv in range(depth + 1)),
                     weights.get("broken", 0), weights.get("rank", 0), weights.get("free", 0))
 
 
@@ -320,7 +331,7 @@ class _TorFill:
 
 
 def _solve(domain: Domain, need: int, weights: _Weights, rank: int) -> _Solved:
-    own = weights.per_level[domain.level] + weights.rank * rank if domain.level <= 3 else 0
+    own = weights.per_level[domain.level] + weights.rank * rank if domain.level < len(weights.per_level) else 0
     if domain.level == 1:
         return _solve_tor(domain, need, weights, own)
     acc: Costs = np.zeros(1, dtype=np.int64)
@@ -372,7 +383,7 @@ def _takes(domain: Domain, solved: _Solved, demand: int, out: list[tuple[Domain,
     assert demand == 0
 
 
-def select_best(root: Domain, need: int, objective: Objective) -> Selection:
+def select_best(root: Domain, need: int, objective: Objective, levels: Levels = DEFAULT_LEVELS) -> Selection:
     """The placement of `need` replicas in `root` that is optimal for the objective (see the module
     docstring); the root must hold them (root.cap >= need)."""
     weights = _weights(root, need, objective)
@@ -380,9 +391,9 @@ def select_best(root: Domain, need: int, objective: Objective) -> Selection:
     chosen: list[tuple[Domain, int]] = []
     _takes(root, solved, need, chosen)
     takes = [(node.node, take) for node, take in chosen if node.node is not None]
-    return Selection(counts_of(takes), takes, sum(node.empty for node, _ in chosen))
+    return Selection(counts_of(takes, levels), takes, sum(node.empty for node, _ in chosen))
 
 
-def objective_for(preferred_level: int | None) -> Objective:
+def objective_for(preferred_level: int | None, depth: int = 3) -> Objective:
     """Every tier counted by default; with a preferred tier, that tier and those above it."""
-    return Objective(0 if preferred_level is None else preferred_level)
+    return Objective(0 if preferred_level is None else preferred_level, depth)

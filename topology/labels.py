@@ -8,6 +8,9 @@ ones filling fields the earlier ones leave unset (e.g. `aws,gfd`).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
+
+from railyard.topology.levels import DEFAULT_NAMES, NVLINK, LevelError, Levels, check_name
 
 PREFIX = "topology.railyard.dev/"
 LABEL_SPINE = PREFIX + "spine"
@@ -44,20 +47,31 @@ class LabelScheme:
     gpu_count: str | None = None
     nvlink_domain: str | None = None
     qualify: bool = False
+    # A topology definition (parse_levels) adds levels above the spine, (name, label key) top to
+    # bottom, names the three network roles, and may count NVLink domains as a level.
+    upper: tuple[tuple[str, str], ...] = ()
+    names: tuple[str, str, str] = DEFAULT_NAMES
+    nvlink_level: bool = False
 
     def merged_with(self, other: LabelScheme) -> LabelScheme:
         """This scheme with every unset field taken from `other`."""
         updates = {
             f.name: getattr(other, f.name)
             for f in fields(self)
-            if f.name not in ("name", "qualify") and getattr(self, f.name) is None
+            if f.name not in ("name", "qualify", "upper", "names", "nvlink_level") and getattr(self, f.name) is None
         }
         return replace(self, name=f"{self.name},{other.name}", qualify=self.qualify or other.qualify,
                        **updates)
 
     @property
     def network_keys(self) -> tuple[tuple[str, str | None], ...]:
-        return (("spine", self.spine), ("leaf", self.leaf), ("tor", self.tor))
+        """(level name, label key) of every network level, top to bottom."""
+        spine, leaf, tor = self.names
+        return (*self.upper, (spine, self.spine), (leaf, self.leaf), (tor, self.tor))
+
+    @cached_property
+    def levels(self) -> Levels:
+        return Levels(tuple(name for name, _ in self.network_keys), self.nvlink_level)
 
 
 NATIVE = LabelScheme(
@@ -99,6 +113,43 @@ PRESETS: dict[str, LabelScheme] = {
 }
 
 
+def parse_levels(definition: str, base: LabelScheme = NATIVE) -> LabelScheme:
+    """A topology definition: `name=labelKey` per network level, top to bottom, optionally ending
+    with `nvlink` (NVLink domains from the base scheme's clique label, or `nvlink=labelKey`) —
+    e.g. `zone=example.com/zone,spine=example.com/spine,leaf=example.com/leaf,tor=example.com/tor`.
+    The lowest three network levels are the spine, leaf and TOR roles; with fewer than three, the
+    missing top ones collapse (one domain). GPU labels come from `base`. Raises LevelError."""
+    entries = [e.strip() for e in definition.split(",") if e.strip()]
+    if not entries:
+        raise LevelError("topology levels: empty definition; expected name=labelKey,... top to bottom")
+    nvlink_key: str | None = None
+    nvlink = False
+    if entries[-1].split("=", 1)[0].strip() == NVLINK:
+        nvlink = True
+        last = entries.pop()
+        nvlink_key = last.split("=", 1)[1].strip() if "=" in last else base.nvlink_domain or LABEL_GPU_CLIQUE
+    pairs: list[tuple[str, str]] = []
+    for entry in entries:
+        name, sep, key = (part.strip() for part in entry.partition("="))
+        if not sep or not key:
+            raise LevelError(f"topology levels: {entry!r}: expected name=labelKey (and 'nvlink' only last)")
+        pairs.append((check_name(name), key))
+    if not pairs:
+        raise LevelError("topology levels: at least one network level (name=labelKey) is needed")
+    roles: list[tuple[str, str | None]] = [*pairs[-3:]]
+    while len(roles) < 3:
+        implied = DEFAULT_NAMES[3 - len(roles) - 1]
+        if any(implied == name for name, _ in pairs):
+            implied += "-implied"
+        roles.insert(0, (implied, None))
+    (spine_name, spine), (leaf_name, leaf), (tor_name, tor) = roles
+    scheme = replace(base, name=f"{base.name}+levels", spine=spine, leaf=leaf, tor=tor,
+                     upper=tuple(pairs[:-3]), names=(spine_name, leaf_name, tor_name), nvlink_level=nvlink,
+                     nvlink_domain=nvlink_key or base.nvlink_domain)
+    scheme.levels  # noqa: B018 - validates the names (unique, not 'node')
+    return scheme
+
+
 def resolve_scheme(spec: str | None) -> LabelScheme:
     """`"aws,gfd"` -> the AWS scheme with GFD filling its GPU fields. Raises ValueError naming the preset."""
     names = [n.strip() for n in (spec or "native").split(",") if n.strip()] or ["native"]
@@ -111,3 +162,9 @@ def resolve_scheme(spec: str | None) -> LabelScheme:
     for name in names[1:]:
         scheme = scheme.merged_with(PRESETS[name])
     return scheme
+
+
+def scheme_for(presets: str | None, levels: str | None) -> LabelScheme:
+    """The label preset(s), with the network levels of a topology definition (parse_levels) if given."""
+    scheme = resolve_scheme(presets)
+    return parse_levels(levels, scheme) if levels else scheme

@@ -27,8 +27,6 @@ from railyard.topology.commgraph import Edges, ModelHints, is_ring, replica_grap
 from railyard.topology.quality import tier_distance
 from railyard.topology.ranks import Slot, dfs_key, order_replicas
 
-_PATH_DEPTH = 4  # spine, leaf, TOR, node
-
 
 def mapping_cost(edges: Edges, slots_in_rank_order: Sequence[Slot]) -> float:
     """sum over edges of bytes x hop distance, for replica k on slots_in_rank_order[k]."""
@@ -87,10 +85,10 @@ def refine_by_swaps(edges: Edges, mapping: Sequence[Slot]) -> list[Slot]:
 
 
 def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """Tier of the lowest common domain of two paths (spine, leaf, TOR, node): 0 same node .. 4."""
-    for level in range(_PATH_DEPTH):
+    """Level of the lowest common domain of two paths (see _path): 0 same node, 1 same TOR, ..."""
+    for level in range(len(a)):
         if a[level] != b[level]:
-            return _PATH_DEPTH - level
+            return len(a) - level
     return 0
 
 
@@ -115,19 +113,21 @@ def bisection_mapping(graph: nx.Graph, start: Sequence[Slot]) -> list[Slot]:
 
 
 def _path(slot: Slot) -> tuple[str, ...]:
-    """(spine, leaf, TOR, NVLink domain): nodes of one multi-node NVLink domain are one place."""
+    """(levels above the spine, spine, leaf, TOR, NVLink domain): nodes of one multi-node NVLink
+    domain are one place."""
     node = slot[0]
-    return (node.spine, node.leaf, node.tor, node.nvlink_domain or node.name)
+    return (*node.upper, node.spine, node.leaf, node.tor, node.nvlink_domain or node.name)
 
 
 def _bisect(graph: nx.Graph, ranks: list[int], slots: list[Slot], depth: int, placed: list[Slot | None]) -> None:
     """Map `ranks` (in starting order) onto `slots` (depth-first order, all sharing the first
     `depth` path elements)."""
     # Descend while every slot sits in one child domain: no choice to make there.
-    while depth < _PATH_DEPTH and len({_path(s)[depth] for s in slots}) == 1:
+    path_depth = len(_path(slots[0])) if slots else 0
+    while depth < path_depth and len({_path(s)[depth] for s in slots}) == 1:
         depth += 1
-    single_nodes = depth == _PATH_DEPTH - 1 and len({_path(s) for s in slots}) == len(slots)
-    if depth == _PATH_DEPTH or len(ranks) <= 1 or single_nodes:
+    single_nodes = depth == path_depth - 1 and len({_path(s) for s in slots}) == len(slots)
+    if depth == path_depth or len(ranks) <= 1 or single_nodes:
         # One node (distance 0 between them all), or one TOR of one-replica nodes (1 between them all).
         for rank, slot in zip(ranks, slots, strict=True):
             placed[rank] = slot

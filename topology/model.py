@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from types import MappingProxyType
 
+from railyard.topology.levels import DEFAULT_LEVELS, Levels
+
 
 @dataclass(frozen=True, slots=True)
 class Taint:
@@ -32,6 +34,7 @@ class GpuNode:
     nvlink_domain: str | None = None
     # status.allocatable in milli-units (every resource, GPUs included); empty means "not modelled".
     allocatable: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    upper: tuple[str, ...] = ()  # domain ids of the levels above the spine, top to bottom (levels.py)
     # Derived, stored once: the solver reads them for every node of every candidate.
     gpu_count: int = field(init=False, compare=False, hash=False, repr=False)
     rail_set: tuple[int, ...] = field(init=False, compare=False, hash=False, repr=False)  # sorted rails
@@ -41,8 +44,11 @@ class GpuNode:
         object.__setattr__(self, "rail_set", tuple(sorted(self.rails)))
 
     def domain(self, tier_level: int) -> str:
-        """The node's domain id at a tier level (0 node, 1 tor, 2 leaf, 3 spine)."""
-        return (self.name, self.tor, self.leaf, self.spine)[tier_level]
+        """The node's network domain id at a level (0 node, 1 tor, 2 leaf, 3 spine, then the levels
+        above the spine); levels.Levels.domain_of also knows the NVLink-domain level."""
+        if tier_level <= 3:
+            return (self.name, self.tor, self.leaf, self.spine)[tier_level]
+        return self.upper[len(self.upper) - (tier_level - 3)]
 
 
 @cache
@@ -72,12 +78,13 @@ class Snapshot:
     lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    __slots__ = ("_by_name", "_free", "excluded", "memo", "nodes", "requested", "used")
+    __slots__ = ("_by_name", "_free", "excluded", "levels", "memo", "nodes", "requested", "used")
 
     def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
                  excluded: tuple[Exclusion, ...] = (),
-                 requested: Mapping[str, Mapping[str, int]] | None = None) -> None:
+                 requested: Mapping[str, Mapping[str, int]] | None = None, levels: Levels = DEFAULT_LEVELS) -> None:
         self.nodes = tuple(nodes)
+        self.levels = levels
         self.used: Mapping[str, frozenset[int]] = MappingProxyType(dict(used or {}))
         self.excluded = tuple(excluded)
         self.requested: Mapping[str, Mapping[str, int]] = MappingProxyType(dict(requested or {}))
@@ -124,7 +131,8 @@ class Snapshot:
                 on_node = requested.setdefault(node_name, {})
                 for name, amount in requests.items():
                     on_node[name] = on_node.get(name, 0) + amount
-        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested)
+        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested,
+                           self.levels)
         derived.memo = self.memo
         return derived
 
@@ -132,7 +140,7 @@ class Snapshot:
         if not names:
             return self
         return Snapshot(tuple(n for n in self.nodes if n.name not in names), self.used, self.excluded,
-                        self.requested)
+                        self.requested, self.levels)
 
     @property
     def total_gpus(self) -> int:

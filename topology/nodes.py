@@ -50,7 +50,8 @@ def _gpu_count(node: Mapping[str, Any], labels: Mapping[str, str], scheme: Label
     return count
 
 
-def _domains(name: str, labels: Mapping[str, str], scheme: LabelScheme) -> tuple[str, str, str]:
+def _domains(name: str, labels: Mapping[str, str], scheme: LabelScheme) -> tuple[tuple[str, ...], str, str, str]:
+    """(ids above the spine, spine, leaf, tor) from the scheme's network levels, top to bottom."""
     ids: list[str] = []
     parent = ""  # the last real (labelled) domain id above this tier
     for tier, key in scheme.network_keys:
@@ -65,8 +66,8 @@ def _domains(name: str, labels: Mapping[str, str], scheme: LabelScheme) -> tuple
             value = f"{parent}/{value}"
         ids.append(value)
         parent = value
-    spine, leaf, tor = ids
-    return spine, leaf, tor
+    *upper, spine, leaf, tor = ids
+    return tuple(upper), spine, leaf, tor
 
 
 def _is_ready(node: Mapping[str, Any]) -> bool:
@@ -89,7 +90,7 @@ def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> G
     if not _is_ready(node):
         raise NodeError("not Ready")
     count = _gpu_count(node, labels, scheme)
-    spine, leaf, tor = _domains(name, labels, scheme)
+    upper, spine, leaf, tor = _domains(name, labels, scheme)
     half = max(1, count // 2)
     # Without per-GPU labels assume the common layout: GPU i on rail i, two NUMA halves, one NVSwitch.
     rails = _gpu_list(labels, scheme.gpu_rail, count, tuple(range(count)))
@@ -100,7 +101,7 @@ def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> G
         for t in spec.get("taints") or []
     )
     return GpuNode(
-        name=name, spine=spine, leaf=leaf, tor=tor, rails=rails, numa=numa, nvlink=nvlink,
+        name=name, spine=spine, leaf=leaf, tor=tor, upper=upper, rails=rails, numa=numa, nvlink=nvlink,
         labels=dict(labels), taints=taints, product=labels.get("nvidia.com/gpu.product", ""),
         nvlink_domain=labels.get(scheme.nvlink_domain) if scheme.nvlink_domain else None,
         allocatable=_allocatable(node),
@@ -264,4 +265,4 @@ def build_snapshot(
     nodes, excluded = model_nodes(node_objects, scheme)
     pods = list(pod_objects)
     return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods), tuple(excluded),
-                    requested_resources(pods))
+                    requested_resources(pods), scheme.levels)

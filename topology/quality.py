@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from railyard.topology.levels import Levels
 from railyard.topology.model import GpuNode
 
 
@@ -13,7 +14,8 @@ def same_nvlink(a: GpuNode, b: GpuNode) -> bool:
 
 
 def tier_distance(a: GpuNode, b: GpuNode) -> int:
-    """0 same node or NVLink domain, 1 same TOR, 2 same leaf, 3 same spine, 4 otherwise."""
+    """0 same node or NVLink domain, 1 same TOR, 2 same leaf, 3 same spine, then one more per
+    level above the spine (4 in a fabric of three tiers)."""
     if same_nvlink(a, b):
         return 0
     if a.tor == b.tor:
@@ -22,7 +24,10 @@ def tier_distance(a: GpuNode, b: GpuNode) -> int:
         return 2
     if a.spine == b.spine:
         return 3
-    return 4
+    for climbed, (mine, theirs) in enumerate(zip(reversed(a.upper), reversed(b.upper), strict=False)):
+        if mine == theirs:
+            return 4 + climbed
+    return 4 + len(a.upper)
 
 
 def ring_cost(nodes_in_rank_order: Sequence[GpuNode]) -> int:
@@ -36,6 +41,12 @@ def ring_cost(nodes_in_rank_order: Sequence[GpuNode]) -> int:
 def domains_spanned(nodes: Sequence[GpuNode]) -> tuple[int, int, int]:
     """(TORs, leaves, spines) touched."""
     return (len({n.tor for n in nodes}), len({n.leaf for n in nodes}), len({n.spine for n in nodes}))
+
+
+def domains_per_level(nodes: Sequence[GpuNode], levels: Levels) -> tuple[tuple[str, int], ...]:
+    """(level name, domains touched) for every level above the node, top to bottom."""
+    return tuple((levels.name(level), len({levels.domain_of(n, level) for n in nodes}))
+                 for level in range(levels.depth, 0, -1))
 
 
 def rails_of(node: GpuNode, gpus: Sequence[int]) -> tuple[int, ...]:

@@ -19,16 +19,16 @@ from scipy.optimize import linear_sum_assignment
 Slot = tuple[GpuNode, tuple[int, ...]]
 
 
-def dfs_key(slot: Slot) -> tuple[str, str, str, str, tuple[int, ...]]:
+def dfs_key(slot: Slot) -> tuple[tuple[str, ...], str, str, str, str, tuple[int, ...]]:
     node, gpus = slot
-    return (node.spine, node.leaf, node.tor, node.name, gpus)
+    return (node.upper, node.spine, node.leaf, node.tor, node.name, gpus)
 
 
 def _pipeline_chains(ordered: list[Slot], stages: int) -> list[list[Slot]]:
     """Groups of `stages` slots, TOR-local first, then from the DFS-ordered leftovers."""
-    by_tor: dict[tuple[str, str, str], list[Slot]] = {}
+    by_tor: dict[tuple[tuple[str, ...], str, str, str], list[Slot]] = {}
     for slot in ordered:
-        by_tor.setdefault((slot[0].spine, slot[0].leaf, slot[0].tor), []).append(slot)
+        by_tor.setdefault((slot[0].upper, slot[0].spine, slot[0].leaf, slot[0].tor), []).append(slot)
     chains: list[list[Slot]] = []
     leftovers: list[Slot] = []
     for members in by_tor.values():

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.eligibility import PodConstraints
+from railyard.topology.levels import Levels
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.quality import tier_distance as distance
 from railyard.topology.request import GangRequest
@@ -80,11 +81,12 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
     size = request.gpus_per_replica
     known = {**{n.name: n for n in snapshot.nodes}, **lost_nodes}
     target = _target(keep, lost, known)
-    scope = _scope(request, keep, known)
+    scope = _scope(request, keep, known, snapshot.levels)
     constraints = PodConstraints(request.pod_spec)
     columns: list[tuple[GpuNode, int, bool]] = []  # (node, slot index on it, on the target's rails)
+    levels = snapshot.levels
     for node in snapshot.nodes:
-        if node.name in avoid or node.name in lost_nodes or (scope and node.domain(scope[0]) != scope[1]):
+        if node.name in avoid or node.name in lost_nodes or (scope and levels.domain_of(node, scope[0]) != scope[1]):
             continue
         if node.gpu_count < size or constraints.reject_reason(node) or (limits and node.name in limits.rejected):
             continue
@@ -142,10 +144,11 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
     return ReplacementDecision(tuple(sorted(out, key=lambda r: r.rank)), None)
 
 
-def _scope(request: GangRequest, keep: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> tuple[int, str] | None:
+def _scope(request: GangRequest, keep: Sequence[RankSlot], nodes: Mapping[str, GpuNode],
+           levels: Levels) -> tuple[int, str] | None:
     """(tier level, domain id) the replacements must stay in: the required tier's domain of the
     survivors. None without a required tier or without survivors."""
     if request.required_tier is None or not keep:
         return None
-    level = request.required_tier.level
-    return (level, nodes[keep[0].node].domain(level))
+    level = levels.index(request.required_tier)
+    return (level, levels.domain_of(nodes[keep[0].node], level))

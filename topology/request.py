@@ -10,7 +10,7 @@ from railyard.topology.api import Parallelism, TrainingJob
 from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.resources import pod_requests
-from railyard.topology.tiers import RailAlignment, Tier
+from railyard.topology.tiers import RailAlignment
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,8 @@ class GangRequest:
     gpus_per_replica: int
     namespace: str = "default"
     min_replicas: int | None = None
-    required_tier: Tier | None = None
-    preferred_tier: Tier | None = None
+    required_tier: str | None = None  # a level name (levels.py)
+    preferred_tier: str | None = None
     rail_alignment: RailAlignment = RailAlignment.PREFERRED
     parallelism: Parallelism | None = None
     model: ModelHints | None = None  # traffic-model sizes for rank mapping (commgraph.py)

@@ -19,9 +19,10 @@ from railyard.topology.affinity import NodeLimits
 from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.levels import DEFAULT_LEVELS, NODE, LevelError, Levels
 from railyard.topology.mapping import map_ranks
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
-from railyard.topology.quality import domains_spanned, rail_aligned, rails_of, ring_cost
+from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
 from railyard.topology.ranks import local_rank_order
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
@@ -34,9 +35,8 @@ from railyard.topology.slots import (
     pattern_slots,
     pick_gpus,
 )
-from railyard.topology.tiers import RailAlignment, Tier
+from railyard.topology.tiers import RailAlignment
 
-_TIER_LABEL = {0: "node", 1: "TOR", 2: "leaf", 3: "spine"}
 _MAX_RAIL_TARGETS = 8
 _GPU_ONLY = frozenset({GPU_RESOURCE})  # GPUs are counted by index, not by amount
 
@@ -56,19 +56,23 @@ class Placement:
     spines: int
     rail_aligned: bool
     ring_cost: int
+    # (level name, domains touched) for every level, top to bottom: the counts above, plus any
+    # level above the spine and the NVLink-domain level when the topology has them.
+    domains: tuple[tuple[str, int], ...] = ()
 
     @property
     def allocations(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(r.node, r.gpus) for r in self.replicas]
 
     @classmethod
-    def from_replicas(cls, replicas: Sequence[tuple[GpuNode, Sequence[int]]]) -> Placement:
+    def from_replicas(cls, replicas: Sequence[tuple[GpuNode, Sequence[int]]],
+                      levels: Levels = DEFAULT_LEVELS) -> Placement:
         """A placement of these (node, GPUs in local-rank order), in rank order, with its metrics."""
         nodes = [n for n, _ in replicas]
         tors, leaves, spines = domains_spanned(nodes)
         aligned = any(gpus for _, gpus in replicas) and rail_aligned(replicas)
         return cls(tuple(ReplicaPlacement(i, n.name, tuple(g)) for i, (n, g) in enumerate(replicas)),
-                   tors, leaves, spines, aligned, ring_cost(nodes))
+                   tors, leaves, spines, aligned, ring_cost(nodes), domains_per_level(nodes, levels))
 
 
 @dataclass(frozen=True)
@@ -220,20 +224,20 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
     return [*aligned, unaligned]
 
 
-def _scopes(candidate: _Candidate, request: GangRequest) -> list[tuple[str, list[tuple[GpuNode, int]]]]:
+def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels) -> list[tuple[str, list[tuple[GpuNode, int]]]]:
     """The domains the whole gang may live in: one per domain of the required tier, else the cluster."""
     if request.required_tier is None:
         return [("cluster", candidate.slots)]
-    level = request.required_tier.level
+    level = levels.index(request.required_tier)
     groups: dict[str, list[tuple[GpuNode, int]]] = {}
     for node, count in candidate.slots:
-        groups.setdefault(node.domain(level), []).append((node, count))
+        groups.setdefault(levels.domain_of(node, level), []).append((node, count))
     return sorted(groups.items())
 
 
-def _top_level(request: GangRequest) -> int:
+def _top_level(request: GangRequest, levels: Levels) -> int:
     """The highest tier the selection tree starts from: below the required tier's scope."""
-    return 3 if request.required_tier is None else request.required_tier.level - 1
+    return levels.depth if request.required_tier is None else levels.index(request.required_tier) - 1
 
 
 @dataclass
@@ -244,26 +248,28 @@ class _Option:
     scope_id: str
 
 
-def _objective(request: GangRequest) -> Objective:
-    return objective_for(request.preferred_tier.level if request.preferred_tier else None)
+def _objective(request: GangRequest, levels: Levels) -> Objective:
+    return objective_for(levels.index(request.preferred_tier) if request.preferred_tier else None, levels.depth)
 
 
 def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest, need: int) -> _Option | None:
-    objective = _objective(request)
-    top = _top_level(request)
+    levels = snapshot.levels
+    objective = _objective(request, levels)
+    top = _top_level(request, levels)
     best: tuple | None = None
     chosen: _Option | None = None
     used = snapshot.used
     free = lambda n: n.gpu_count - len(used.get(n.name, ()))  # noqa: E731
-    for scope_id, slots in _scopes(candidate, request):
+    for scope_id, slots in _scopes(candidate, request, levels):
         cap = sum(c for _, c in slots)
         if cap < need:
             continue
         if top < 0:  # requiredTier node: the scope is one node
-            selection = Selection((1, 0, 0, 0), [(slots[0][0], need)], int(free(slots[0][0]) == slots[0][0].gpu_count))
+            selection = Selection((1,) + (0,) * levels.depth, [(slots[0][0], need)],
+                                  int(free(slots[0][0]) == slots[0][0].gpu_count))
         else:
-            selection = (_in_one_nvlink_domain(slots, top, need, objective, free)
-                         or select_best(build_tree(slots, top, scope_id, free_gpus=free), need, objective))
+            selection = (_in_one_nvlink_domain(slots, top, need, objective, free, levels)
+                         or select_best(build_tree(slots, top, scope_id, free, levels), need, objective, levels))
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
@@ -271,7 +277,7 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
 
 
 def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int, objective: Objective,
-                          free: Callable[[GpuNode], int]) -> Selection | None:
+                          free: Callable[[GpuNode], int], levels: Levels) -> Selection | None:
     """A gang that fits in one NVLink domain (`nvidia.com/gpu.clique`, e.g. a GB200 NVL72 rack)
     stays in it: its traffic then never leaves NVLink, which no TOR count can beat. Among the
     domains that hold it, the best by the objective, then the smallest (best fit). None when no
@@ -286,15 +292,15 @@ def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int,
         cap = sum(c for _, c in members)
         if cap < need:
             continue
-        selection = select_best(build_tree(members, top, domain_id, free_gpus=free), need, objective)
+        selection = select_best(build_tree(members, top, domain_id, free, levels), need, objective, levels)
         key = (objective(selection.counts), selection.broken, cap, domain_id)
         if best is None or key < best:
             best, chosen = key, selection
     return chosen
 
 
-def _largest_scope(candidate: _Candidate, request: GangRequest) -> int:
-    return max((sum(c for _, c in slots) for _, slots in _scopes(candidate, request)), default=0)
+def _largest_scope(candidate: _Candidate, request: GangRequest, levels: Levels) -> int:
+    return max((sum(c for _, c in slots) for _, slots in _scopes(candidate, request, levels)), default=0)
 
 
 def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
@@ -311,7 +317,7 @@ def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> P
         if reference is None:
             reference = list(rails_of(node, local))
         final.append((node, local))
-    return Placement.from_replicas(final)
+    return Placement.from_replicas(final, snapshot.levels)
 
 
 def _unit(size: int, nodes: Sequence[GpuNode]) -> str:
@@ -320,8 +326,12 @@ def _unit(size: int, nodes: Sequence[GpuNode]) -> str:
     return f"free slots of {size} GPUs"
 
 
+def _level_label(name: str) -> str:
+    return "TOR" if name == "tor" else name
+
+
 def _explain(request: GangRequest, nodes: Sequence[GpuNode], rejected: Counter[str],
-             candidates: Sequence[_Candidate]) -> str:
+             candidates: Sequence[_Candidate], levels: Levels) -> str:
     need = request.smallest
     size = request.gpus_per_replica
     unit = _unit(size, nodes)
@@ -330,19 +340,20 @@ def _explain(request: GangRequest, nodes: Sequence[GpuNode], rejected: Counter[s
         return f"no eligible nodes for {size}-GPU replicas" + (f" (excluded: {excluded})" if excluded else "")
     best = max(candidates, key=lambda c: sum(n for _, n in c.slots), default=None)
     slots = best.slots if best else []
-    per_tier: dict[int, Counter[str]] = {level: Counter() for level in (1, 2, 3)}
+    shown = range(1, levels.depth + 1)
+    per_tier: dict[int, Counter[str]] = {level: Counter() for level in shown}
     for node, count in slots:
-        for level in (1, 2, 3):
-            per_tier[level][node.domain(level)] += count
+        for level in shown:
+            per_tier[level][levels.domain_of(node, level)] += count
     total = sum(c for _, c in slots)
     largest = {level: per_tier[level].most_common(1)[0] if per_tier[level] else ("-", 0) for level in per_tier}
-    context = ", ".join(f"largest {_TIER_LABEL[lv]} {largest[lv][1]}" for lv in (1, 2, 3))
-    if request.required_tier is not None and request.required_tier != Tier.NODE:
-        level = request.required_tier.level
+    context = ", ".join(f"largest {_level_label(levels.name(lv))} {largest[lv][1]}" for lv in shown)
+    if request.required_tier is not None and request.required_tier != NODE:
+        level = levels.index(request.required_tier)
         dom, cap = largest[level]
-        message = (f"requiredTier {request.required_tier.value}: largest {_TIER_LABEL[level]} ({dom}) has {cap} "
-                   f"{unit}, job needs {need}")
-    elif request.required_tier == Tier.NODE:
+        message = (f"requiredTier {request.required_tier}: largest {_level_label(request.required_tier)} ({dom}) "
+                   f"has {cap} {unit}, job needs {need}")
+    elif request.required_tier == NODE:
         cap = max((c for _, c in slots), default=0)
         message = f"requiredTier node: largest node has {cap} {unit}, job needs {need}"
     else:
@@ -373,6 +384,10 @@ def solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = 
 def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) -> Decision:
     if request.gpus_per_replica < 0 or request.replicas < 1:
         return Decision(request, None, "replicas must be >= 1 and GPUs per replica >= 0")
+    try:
+        snapshot.levels.check_tiers(request.required_tier, request.preferred_tier)
+    except LevelError as e:
+        return Decision(request, None, str(e))
     nodes, rejected, caps = _eligible(snapshot, request, limits)
     groups = _product_groups(nodes, request)
     best: tuple | None = None
@@ -385,7 +400,7 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
     if chosen is None:
         if packed is not None:
             return Decision(request, packed, None)
-        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, request, caps))
+        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, request, caps), snapshot.levels)
         if len(groups) > 1:
             sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g in groups)
             reason += f"; GPU products are not mixed in one gang: {sizes}"
@@ -397,12 +412,12 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
 
 
 def _packing_key(snapshot: Snapshot, placement: Placement) -> tuple:
-    """Fewer spines, leaves, TORs, then rail-aligned, then fewer whole nodes broken (partly used nodes
-    first: whole nodes are what big gangs need), then fewer nodes (more traffic on NVLink) — the
-    domain objective's order (domains.py)."""
+    """Fewer domains at every level, top-down (spines, leaves, TORs by default), then rail-aligned,
+    then fewer whole nodes broken (partly used nodes first: whole nodes are what big gangs need), then
+    fewer nodes (more traffic on NVLink) — the domain objective's order (domains.py)."""
     nodes = {r.node for r in placement.replicas}
     broken = sum(1 for name in nodes if not snapshot.used.get(name))
-    return (placement.spines, placement.leaves, placement.tors, not placement.rail_aligned, broken, len(nodes))
+    return (tuple(count for _, count in placement.domains), not placement.rail_aligned, broken, len(nodes))
 
 
 def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) -> Placement | None:
@@ -422,7 +437,7 @@ def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None)
     for gpus_per_node in sorted({n.gpu_count for n in snapshot.nodes}):
         per_node = gpus_per_node // size
         if request.replicas * size <= gpus_per_node:  # fits on one node: no cross-node edge at all
-            one = replace(request, required_tier=Tier.NODE, preferred_tier=None,
+            one = replace(request, required_tier=NODE, preferred_tier=None,
                           rail_alignment=RailAlignment.NONE, parallelism=None)
             found = solve(snapshot, one).placement
         elif gpus_per_node % size == 0 and per_node >= 2 and request.replicas % per_node == 0 and \
@@ -450,7 +465,7 @@ def _snake(snapshot: Snapshot, nodes: Placement, size: int) -> Placement:
         by_rail = sorted(whole.gpus, key=lambda g: node.rails[g])
         groups = [by_rail[j:j + size] for j in range(0, len(by_rail), size)]
         replicas += [(node, group) for group in (groups if i % 2 == 0 else groups[::-1])]
-    return Placement.from_replicas(replicas)
+    return Placement.from_replicas(replicas, snapshot.levels)
 
 
 _PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -478,7 +493,7 @@ def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candida
     best: tuple = ()
     chosen: _Option | None = None
     for index, candidate in enumerate(candidates):
-        fit = min(request.replicas, _largest_scope(candidate, request))
+        fit = min(request.replicas, _largest_scope(candidate, request, snapshot.levels))
         if fit < request.smallest:
             continue
         option = _best_option(snapshot, candidate, request, fit)
@@ -487,7 +502,7 @@ def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candida
         # More replicas first (elastic jobs), then fewer network domains, then rail-aligned (which
         # only matters between nodes), then fewer nodes if counted, then best fit.
         counts = option.selection.counts
-        objective = _objective(request)
+        objective = _objective(request, snapshot.levels)
         misaligned = candidate.target is None and counts[0] > 1
         key = (-fit, objective.network(counts), misaligned, objective(counts), option.selection.broken,
                option.scope_cap, option.scope_id, index)

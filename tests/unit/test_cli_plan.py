@@ -67,7 +67,8 @@ def test_profile_works_as_nodes_and_table_fits_80_columns(capsys):
 
 
 @pytest.mark.parametrize(("extra", "replicas", "message"), [
-    ("topology: {requiredTier: rack}", 2, "spec.topology.requiredTier: Input should be 'node', 'tor', 'leaf' or"),
+    ("topology: {requiredTier: rack}", 2,
+     "spec.topology.requiredTier: 'rack' is not a level of this cluster's topology (levels, top to bottom: spine"),
     ("", 0, "spec.replicas: Input should be greater than or equal to 1 (got 0)"),
     ("minReplicas: 5", 2, "need minReplicas <= replicas <= maxReplicas, got minReplicas=5"),
     ("maxReplicas: 1", 2, "maxReplicas=1"),

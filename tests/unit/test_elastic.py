@@ -11,7 +11,6 @@ from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth
 from railyard.topology.replace import RankSlot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import Tier
 
 from tests.support.clusters import snapshot
 
@@ -42,7 +41,7 @@ def test_a_shrink_drops_the_least_dense_tor_first():
 
 def test_a_grow_keeps_every_current_rank_and_lands_next_to_the_job():
     snap = snapshot(leaves=2, tors=2, nodes=4)
-    request = GangRequest("j", 3, 8, required_tier=Tier.LEAF)
+    request = GangRequest("j", 3, 8, required_tier="leaf")
     decision = solve(snap, request)
     assert decision.placement is not None
     keep = [RankSlot(r.rank, r.node, r.gpus) for r in decision.placement.replicas]

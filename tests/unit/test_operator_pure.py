@@ -12,7 +12,6 @@ from railyard.operator.state import ClusterState
 from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import Tier
 from railyard.topology.timestamps import epoch
 
 from tests.support.clusters import profile_nodes, snapshot
@@ -142,7 +141,7 @@ def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
     snap = snapshot()  # 2 leaves x 2 TORs x 4 nodes
     busy = [n.name for n in snap.nodes if n.tor == "tor-0-0-0"][:3]
     snap = snap.allocate((n, range(8)) for n in busy)
-    reserved = reserved_nodes(q("big", 0, 0.0, required_tier=Tier.TOR), snap)
+    reserved = reserved_nodes(q("big", 0, 0.0, required_tier="tor"), snap)
     assert len(reserved) == 4 and all(snap.node(n).tor != "tor-0-0-0" for n in reserved)
     assert len(snap.without_nodes(reserved).nodes) == len(snap.nodes) - 4
     assert len(reserved_nodes(q("any", 0, 0.0), snap)) == len(snap.nodes)

@@ -33,7 +33,7 @@ def test_railyard_translation_is_a_valid_training_job():
     [obj] = railyard_objects(JOB)
     job = TrainingJob.model_validate({**obj, "metadata": {**obj["metadata"], "namespace": "bench"}})
     assert job.spec.replicas == 4 and job.spec.gpus_per_replica == 8
-    assert job.spec.topology.required_tier is not None and job.spec.topology.required_tier.value == "tor"
+    assert job.spec.topology.required_tier == "tor"
 
 
 def test_native_gang_translation_carries_the_gang_and_the_required_tier_only():

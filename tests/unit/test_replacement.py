@@ -11,7 +11,7 @@ from railyard.topology.model import Snapshot
 from railyard.topology.replace import RankSlot, distance, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment, Tier
+from railyard.topology.tiers import RailAlignment
 
 from tests.support.clusters import snapshot
 
@@ -46,7 +46,7 @@ def test_a_lost_node_is_replaced_inside_its_tor_keeping_every_survivor():
 
 def test_when_the_tor_is_full_the_replacement_goes_one_tier_up_but_never_outside_the_required_domain():
     snap = snapshot(leaves=2, tors=2, nodes=2)  # 8 nodes: 2 per TOR, 4 per leaf
-    request = GangRequest("j", 2, 8, required_tier=Tier.LEAF)
+    request = GangRequest("j", 2, 8, required_tier="leaf")
     snap, slots = placed(snap, request)
     tor = snap.node(slots[0].node).tor
     assert all(snap.node(s.node).tor == tor for s in slots), "a 2-node gang fits one TOR"

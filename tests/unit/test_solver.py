@@ -9,7 +9,7 @@ from railyard.topology.commgraph import ModelHints
 from railyard.topology.quality import ring_cost
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment, Tier
+from railyard.topology.tiers import RailAlignment
 
 from tests.support.clusters import nodes_in_tor, snapshot
 
@@ -53,7 +53,7 @@ def test_all_or_nothing_when_capacity_is_short():
 
 def test_required_tier_reason_names_the_tier():
     snap = snapshot()
-    d = solve(snap, req(6, required_tier=Tier.TOR))
+    d = solve(snap, req(6, required_tier="tor"))
     assert d.placement is None
     assert d.reason.startswith("requiredTier tor: largest TOR (")
     assert "has 4 free whole nodes, job needs 6" in d.reason
@@ -61,7 +61,7 @@ def test_required_tier_reason_names_the_tier():
 
 def test_required_tier_is_honoured_even_if_it_costs_capacity():
     snap = snapshot()
-    d = solve(snap, req(8, required_tier=Tier.LEAF))
+    d = solve(snap, req(8, required_tier="leaf"))
     assert d.placement.leaves == 1 and len(d.placement.replicas) == 8
 
 
@@ -170,7 +170,7 @@ def test_node_selector_and_taints_filter_nodes():
 def test_required_tier_node_packs_one_node():
     snap = snapshot(leaves=1, tors=1, nodes=2)
     snap = snap.allocate([(snap.nodes[0].name, [0, 1, 2, 3, 4])])
-    d = solve(snap, req(3, gpus=1, required_tier=Tier.NODE))
+    d = solve(snap, req(3, gpus=1, required_tier="node"))
     assert {r.node for r in d.placement.replicas} == {snap.nodes[0].name}  # best fit: the fuller node
 
 
@@ -181,5 +181,5 @@ def test_same_input_same_output():
 
 def test_preferred_tier_still_keeps_the_upper_tiers_tight():
     snap = snapshot(spines=2, leaves=2, tors=2, nodes=4)  # a leaf holds 8 nodes, a spine 16
-    d = solve(snap, req(12, preferred_tier=Tier.LEAF))
+    d = solve(snap, req(12, preferred_tier="leaf"))
     assert (d.placement.leaves, d.placement.spines) == (2, 1)

@@ -65,7 +65,7 @@ def run_stream(base: Snapshot, placer: Placer, jobs, seed: int) -> dict[str, Any
             for _, allocations in ending:
                 for node, gpus in allocations:
                     used[node] -= set(gpus)
-            snap = Snapshot(snap.nodes, {k: frozenset(v) for k, v in used.items()}, snap.excluded)
+            snap = Snapshot(snap.nodes, {k: frozenset(v) for k, v in used.items()}, snap.excluded, levels=snap.levels)
         request = GangRequest(name=f"job-{job.index}", replicas=job.replicas, gpus_per_replica=job.gpus,
                               rail_alignment=RailAlignment.PREFERRED)
         t0 = time.perf_counter()

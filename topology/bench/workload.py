@@ -36,7 +36,8 @@ def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
             continue
         taken.update(free[:size])
         filled += size
-    return Snapshot(snapshot.nodes, {k: frozenset(v) for k, v in used.items()}, snapshot.excluded)
+    return Snapshot(snapshot.nodes, {k: frozenset(v) for k, v in used.items()}, snapshot.excluded,
+                    levels=snapshot.levels)
 
 
 @dataclass(frozen=True)
