@@ -70,6 +70,7 @@ def placement_status(placement: Placement, job_name: str, placement_id: str, gen
         "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus), "pod": pod_name(job_name, r.rank, generation)}
                   for r in placement.replicas],
         "tors": placement.tors, "leaves": placement.leaves, "spines": placement.spines,
+        "domains": [{"level": level, "count": count} for level, count in placement.domains],
         "railAligned": placement.rail_aligned,
     }
 

@@ -43,7 +43,16 @@ from railyard.operator.builders import (
 from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.progress import ProgressBook
 from railyard.operator.queue import QueuedJob, order, reserved_nodes
-from railyard.operator.reconcile import INVALID_SPEC, NAME_CONFLICT, PLACING, RELEASED, Action, Kind, assess
+from railyard.operator.reconcile import (
+    INVALID_SPEC,
+    NAME_CONFLICT,
+    PLACING,
+    REFUSED_PREFIX,
+    RELEASED,
+    Action,
+    Kind,
+    assess,
+)
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
 from railyard.operator.stragglers import Straggler, StragglerTracker, score
@@ -513,7 +522,7 @@ class Placer:
             created, stored = await self.api.create(plural, body)
         except ApiException as e:
             if e.status in (400, 403, 422):
-                raise CreateRefused(INVALID_SPEC, f"the API server refused {plural[:-1]} "
+                raise CreateRefused(INVALID_SPEC, f"{REFUSED_PREFIX} {plural[:-1]} "
                                     f"{body['metadata']['name']}: {_api_message(e)}") from None
             raise
         if stored is None:

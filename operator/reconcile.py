@@ -18,6 +18,7 @@ from railyard.topology.affinity import template_problem
 from railyard.topology.api import TrainingJob
 from railyard.topology.documents import format_validation
 from railyard.topology.faults import NodeLoss, node_loss
+from railyard.topology.levels import LevelError
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.timestamps import epoch
@@ -25,6 +26,7 @@ from railyard.topology.timestamps import epoch
 RELEASED = "Released"
 PLACING = "Placing"
 INVALID_SPEC = "InvalidSpec"
+REFUSED_PREFIX = "the API server refused"  # an InvalidSpec from a create the API server refused
 NAME_CONFLICT = "NameConflict"
 
 
@@ -110,7 +112,13 @@ def assess(job: dict[str, Any], pods: list[PodView], snapshot: Snapshot, now: fl
         stray = tuple(p.name for p in pods if not p.terminating)
         if stray or force:
             return Action(Kind.ROLLBACK, "StalePods", "pods without a recorded placement", stray, force=force)
-        if placed.get("reason") == INVALID_SPEC and placed.get("observedGeneration") == generation:
+        try:
+            # Checked before placing only: a placed job keeps running if the levels are reconfigured.
+            snapshot.levels.check_tiers(request.required_tier, request.preferred_tier)
+        except LevelError as e:
+            return Action(Kind.INVALID, INVALID_SPEC, str(e))
+        if placed.get("reason") == INVALID_SPEC and placed.get("observedGeneration") == generation and \
+                placed.get("message", "").startswith(REFUSED_PREFIX):
             return Action(Kind.WAIT)  # the API server refused its pods; holds nothing until the spec changes
         if placed.get("reason") == NAME_CONFLICT and seconds_since(placed.get("lastTransitionTime"), now) < \
                 conflict_retry:

@@ -36,7 +36,9 @@ def scenarios(draw):
         preferred_tier=draw(st.sampled_from([None, "node", "tor"])),
         rail_alignment=draw(st.sampled_from(list(RailAlignment))),
     )
-    if request.required_tier and request.preferred_tier and snap.levels.index(request.preferred_tier) > snap.levels.index(request.required_tier):
+    levels = snap.levels
+    if request.required_tier and request.preferred_tier and \
+            levels.index(request.preferred_tier) > levels.index(request.required_tier):
         request = GangRequest(**{**request.__dict__, "preferred_tier": None})
     return snap, request
 
