@@ -140,7 +140,7 @@ def test_unplaceable_job_waits_with_a_reason_and_is_placed_when_capacity_frees(
 
 @pytest.mark.parametrize(("spec", "message"), [
     ({"replicas": 2, "minReplicas": 3}, "spec.minReplicas must be <= spec.replicas"),
-    ({"replicas": 2, "topology": {"requiredTier": "rack"}}, 'supported values: "node", "tor", "leaf", "spine"'),
+    ({"replicas": 2, "topology": {"requiredTier": "Rack"}}, "spec.topology.requiredTier in body should match"),
     ({"replicas": 0}, "spec.replicas: Invalid value: 0"),
     ({"replicas": 2, "parallelism": {"tensor": 8, "pipeline": 3, "data": 1}}, "tensor*pipeline*data must equal"),
 ])
