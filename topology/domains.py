@@ -1,20 +1,22 @@
 """Choosing domains for a gang: the exact optimum of a top-down objective, by dynamic programming.
 
-The tree is scope -> spines -> leaves -> TORs -> nodes, each node carrying how many replicas
-(slots) it can host. For every domain and every demand d (0..need) the DP keeps the cheapest way to
-put exactly d replicas in it:
+The tree is scope -> the levels of the topology (levels.py; by default spines -> leaves -> TORs,
+optionally NVLink domains below the TORs) -> nodes, each node carrying how many replicas (slots) it
+can host. For every domain and every demand d (0..need) the DP keeps the cheapest way to put
+exactly d replicas in it:
 
-- a TOR's cost comes from its nodes in closed form: when nodes are counted, the fewest nodes (the
-  roomiest first, the remainder on the cheapest node that holds it); otherwise the fullest nodes
-  first (best fit, empty nodes stay whole for whole-node jobs);
-- a leaf's, a spine's and the scope's cost is the min-plus convolution of its children's (numpy),
+- a lowest-level domain's (a TOR's) cost comes from its nodes in closed form: when nodes are
+  counted, the fewest nodes (the roomiest first, the remainder on the cheapest node that holds it);
+  otherwise the fullest nodes first (best fit, empty nodes stay whole for whole-node jobs);
+- every higher domain's and the scope's cost is the min-plus convolution of its children's (numpy),
   plus the domain's own cost when it is used.
 
-A cost is one integer: the counts the objective minimises (spines, then leaves, TORs, nodes), in
-mixed radix, most significant first, so integer order is the objective's lexicographic order;
-below them best-fit tie-breaks (empty nodes broken, then smaller domains, then fuller nodes) in
-the bits that are left. The counts are exact (checked against a MILP in the benchmark and the
-tests); the tie-breaks are heuristics, dropped from the bottom when the radix would overflow int64.
+A cost is one integer: the counts the objective minimises (domains per level top-down, e.g.
+spines, then leaves, TORs, nodes), in mixed radix, most significant first, so integer order is the
+objective's lexicographic order; below them best-fit tie-breaks (empty nodes broken, then smaller
+domains, then fuller nodes) in the bits that are left. The counts are exact (checked against a MILP
+in the benchmark and the tests); the tie-breaks are heuristics, dropped from the bottom when the
+radix would overflow int64.
 """
 
 from __future__ import annotations
@@ -92,35 +94,42 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
     depth = levels.depth
     # Nodes into their lowest domains in one pass (12,288 nodes: this loop was a third of a solve),
     # then the few upper domains from their children's paths.
-    lowest: dict[tuple[str, ...], Domain] = {}
+    lowest: dict[object, Domain] = {}
     max_free = 0
     nodes = 0
+    nvlink = levels.nvlink
+    network_depth = len(levels.network)
     for node, count in slots:
         if count <= 0:
             continue
         nodes += 1
-        path = (*levels.path(node), node.name)
+        above = node.network_path
+        if nvlink or len(above) != network_depth:
+            above = levels.path(node)  # with the NVLink domain; raises for a node of another depth
         free = free_gpus(node) if free_gpus else 0
         max_free = max(max_free, free)
-        leaf = Domain(node.name, 0, path, count, node=node, free_gpus=free, empty=free == node.gpu_count)
+        leaf = Domain(node.name, 0, (*above, node.name), count, node=node, free_gpus=free,
+                      empty=free == node.gpu_count)
         if top_level == 0:
             root.children.append(leaf)
             continue
-        key = path[:depth]
+        # Keyed by the TOR id (and the NVLink domain within it): ids are unique per level, and a
+        # string key is a third cheaper than the path on 12,288 nodes.
+        key = (node.tor, above[-1]) if nvlink else node.tor
         parent = lowest.get(key)
         if parent is None:
-            parent = lowest[key] = Domain(key[-1], 1, key)
+            parent = lowest[key] = Domain(above[-1], 1, above)
         parent.children.append(leaf)
         parent.cap += count
     level_sizes = [nodes, len(lowest)]
     below = list(lowest.values())
     for level in range(2, top_level + 1):
-        parents: dict[tuple[str, ...], Domain] = {}
+        parents: dict[str, Domain] = {}
         for child in below:
-            key = child.sort_key[: depth + 1 - level]
+            key = child.sort_key[depth - level]  # network ids are unique per level
             parent = parents.get(key)
             if parent is None:
-                parent = parents[key] = Domain(key[-1], level, key)
+                parent = parents[key] = Domain(key, level, child.sort_key[: depth + 1 - level])
             parent.children.append(child)
             parent.cap += child.cap
         level_sizes.append(len(parents))
@@ -163,7 +172,7 @@ def _weights(root: Domain, need: int, objective: Objective) -> _Weights:
     parts.append(("broken", min(need, domains[0])))
     if objective.lowest_level == 0:
         parts.append(("level0", min(need, domains[0])))
-    ties = [("rank", 3 * need * (siblings - 1)), ("free", need * max_free)]
+    ties = [("rank", depth * need * (siblings - 1)), ("free", need * max_free)]
     while True:
         weight, weights = 1, {}
         for name, bound in reversed(parts + ties):

@@ -86,7 +86,7 @@ class Levels:
 
     def path(self, node: GpuNode) -> tuple[str, ...]:
         """The node's domain ids, top to bottom, one per level above it."""
-        network = (*node.upper, node.spine, node.leaf, node.tor)
+        network = node.network_path
         if len(network) != len(self.network):
             raise LevelError(f"node {node.name}: {len(network)} network levels, the topology has "
                              f"{len(self.network)} ({', '.join(self.network)})")

@@ -112,8 +112,20 @@ def test_optional_monitoring_objects_render_the_plain_rule_file(helm):
     assert '"title": "Railyard"' in dashboard["data"]["railyard.json"]
 
 
+def test_topology_levels_reach_the_operator_as_one_definition(helm):
+    def env(docs: list[dict]) -> dict[str, str]:
+        container = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert "RAILYARD_TOPOLOGY_LEVELS" not in env(render(helm))
+    docs = render(helm, "topologyLevels[0].name=zone", "topologyLevels[0].label=example.com/zone",
+                  "topologyLevels[1].name=spine", "topologyLevels[1].label=topology.railyard.dev/spine",
+                  "topologyLevels[2].name=nvlink")
+    assert env(docs)["RAILYARD_TOPOLOGY_LEVELS"] == "zone=example.com/zone,spine=topology.railyard.dev/spine,nvlink"
+
+
 @pytest.mark.parametrize("bad", ["replicaCount=0", "labelPreset=martian", "image.pullPolicy=Sometimes",
-                                 "metrics.port=70000"])
+                                 "metrics.port=70000", "topologyLevels[0].name=Zone"])
 def test_the_values_schema_rejects_bad_values(helm, bad):
     out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad],
                          capture_output=True, text=True)
