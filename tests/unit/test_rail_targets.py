@@ -3,21 +3,15 @@ tiny clusters), including on partly used nodes whose free GPUs fit no empty-node
 
 from __future__ import annotations
 
-from collections import Counter
-from itertools import combinations_with_replacement
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from railyard.topology.bench.rails import EIGHT, aligned_placement_exists, rail_node
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.tiers import RailAlignment
 
-EIGHT = tuple(range(8))
-
-
-def node(name: str, rails: tuple[int, ...] = EIGHT) -> GpuNode:
-    return GpuNode(name, "s", "l", "t", rails, tuple(i // 4 for i in range(len(rails))), (0,) * len(rails))
+node = rail_node
 
 
 def required(replicas: int, size: int) -> GangRequest:
@@ -35,29 +29,6 @@ def test_partly_used_nodes_align_on_the_rails_they_have_free():
 
 def rails_of(n: GpuNode, gpus) -> tuple[int, ...]:
     return tuple(sorted(n.rails[g] for g in gpus))
-
-
-def oracle(snap: Snapshot, replicas: int, size: int) -> bool:
-    """Some multiset of rails gives enough disjoint replicas over all nodes; or the whole gang fits on
-    one node (no cross-node ring edge); or it fills an even number of whole free nodes, k replicas each
-    (the snake order)."""
-    if any(len(snap.free(n)) // size >= replicas for n in snap.nodes):
-        return True
-    per_node = 8 // size
-    whole = Counter(tuple(sorted(n.rails)) for n in snap.nodes if len(snap.free(n)) == 8)  # by rail layout
-    if 8 % size == 0 and per_node >= 2 and replicas % per_node == 0 and (replicas // per_node) % 2 == 0 and \
-            max(whole.values(), default=0) >= replicas // per_node:
-        return True
-    rails = sorted({r for n in snap.nodes for r in n.rails})
-    for target in combinations_with_replacement(rails, size):
-        need = Counter(target)
-        total = 0
-        for n in snap.nodes:
-            free = Counter(n.rails[g] for g in snap.free(n))
-            total += min(free[r] // k for r, k in need.items())
-        if total >= replicas:
-            return True
-    return False
 
 
 @st.composite
@@ -82,7 +53,7 @@ def clusters(draw):
 @given(snap=clusters(), replicas=st.integers(2, 5), size=st.integers(1, 4))
 def test_required_alignment_places_exactly_when_brute_force_can(snap, replicas, size):
     decision = solve(snap, required(replicas, size))
-    assert decision.placed == oracle(snap, replicas, size), decision.reason
+    assert decision.placed == aligned_placement_exists(snap, replicas, size), decision.reason
     if decision.placement is not None:  # every cross-node ring edge on one rail (quality.rail_aligned)
         replicas = decision.placement.replicas
         for a, b in zip(replicas, [*replicas[1:], replicas[0]], strict=True):

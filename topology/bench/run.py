@@ -11,6 +11,7 @@ from typing import Any
 
 from railyard.topology.bench.exact import optimum, weighted
 from railyard.topology.bench.mapping import brute_force_gap, stream_mapping
+from railyard.topology.bench.rails import rail_required_acceptance
 from railyard.topology.bench.reference import best_fit, spread
 from railyard.topology.bench.workload import job_stream, occupy, profile_snapshot
 from railyard.topology.model import Snapshot
@@ -81,8 +82,10 @@ def run_stream(base: Snapshot, placer: Placer, jobs, seed: int) -> dict[str, Any
 def _stream_figures(jobs, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     common = set.intersection(*(set(r["placements"]) for r in runs.values()))
     multi = [j.index for j in jobs if j.index in common and j.replicas > 1]
+    small = [j.index for j in jobs if j.index in common and j.replicas > 1 and j.gpus < 8]  # partial-node replicas
     figures: dict[str, Any] = {
         "jobs": len(jobs), "placed_by_all": len(common), "multi_replica_placed_by_all": len(multi),
+        "small_gangs_placed_by_all": len(small),
     }
     for name, run in runs.items():
         placements: dict[int, Placement] = run["placements"]
@@ -94,6 +97,8 @@ def _stream_figures(jobs, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "mean_ring_cost": round(statistics.fmean(placements[i].ring_cost for i in multi), 3) if multi else 0,
             "rail_aligned_fraction": round(
                 statistics.fmean(placements[i].rail_aligned for i in multi), 3) if multi else 0,
+            "mean_nodes_per_small_gang": round(statistics.fmean(
+                len({r.node for r in placements[i].replicas}) for i in small), 3) if small else 0,
             **_percentiles(run["times"]),
         }
     return figures
@@ -161,6 +166,7 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
     stream["same_snapshot"] = tors_against_best_fit(base, jobs, seed)
     mapping = {"stream": stream_mapping(base, runs["railyard"]["placements"]),
                "brute_force": brute_force_gap(10 if quick else 40, seed)}
+    rails = rail_required_acceptance(100 if quick else 1000, seed)
     checks = {
         "p99_128_gang_within_50ms": gangs["gang_128x8"]["p99_ms"] <= 50,
         "p99_128_gang_12k_nodes_within_50ms": gangs_12k["gang_128x8"]["p99_ms"] <= 50,
@@ -170,6 +176,9 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "tors_le_best_fit_on_every_job": stream["same_snapshot"]["more_tors_than_best_fit"] == 0,
         "ring_cost_le_0.95x_best_fit": stream["ring_cost_vs_best_fit"] <= 0.95,
         "mapping_never_costlier_than_chain_order": mapping["stream"]["mean_cost_vs_chain_order"] <= 1.0,
+        "nodes_per_small_gang_le_best_fit": ry["mean_nodes_per_small_gang"] <= bf["mean_nodes_per_small_gang"],
+        "rail_required_places_whenever_brute_force_can":
+            rails["acceptance"] == 1 and not rails["placed_when_infeasible"],
     }
     return {
         "cluster": {"nodes": len(base.nodes), "gpus": base.total_gpus, "occupancy": 0.5},
@@ -179,6 +188,7 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "stream": stream,
         "exact": optimality_gap(20 if quick else 100, seed),
         "rank_mapping": mapping,
+        "rail_required": rails,
         "checks": checks,
         "bench_seconds": round(time.perf_counter() - t0, 1),
     }
