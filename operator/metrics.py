@@ -41,12 +41,14 @@ def serve(port: int) -> bool:
 def observe_capacity(snapshot: Snapshot) -> None:
     FREE_GPUS.set(snapshot.free_gpus)
     TOTAL_GPUS.set(snapshot.total_gpus)
-    for level, tier in ((0, "node"), (1, "tor"), (2, "leaf"), (3, "spine")):
-        whole: Tally[str] = Tally()
-        for node in snapshot.nodes:
-            if len(snapshot.free(node)) == node.gpu_count:
-                whole[node.domain(level)] += 1
-        LARGEST_FREE_BLOCK.labels(tier).set(max(whole.values(), default=0))
+    levels = snapshot.levels  # node, tor, leaf, spine by default; the configured levels' names otherwise
+    whole: list[Tally[str]] = [Tally() for _ in range(levels.depth + 1)]
+    for node in snapshot.nodes:
+        if len(snapshot.free(node)) == node.gpu_count:
+            for level, tally in enumerate(whole):
+                tally[levels.domain_of(node, level)] += 1
+    for level, tally in enumerate(whole):
+        LARGEST_FREE_BLOCK.labels(levels.name(level)).set(max(tally.values(), default=0))
     whole_cluster = sum(1 for n in snapshot.nodes if len(snapshot.free(n)) == n.gpu_count)
     LARGEST_FREE_BLOCK.labels("cluster").set(whole_cluster)
 

@@ -65,11 +65,6 @@ class Levels:
     def depth(self) -> int:
         return len(self.top_down)
 
-    @property
-    def tor_level(self) -> int:
-        """The level number of the TOR role (the lowest network level)."""
-        return 1 + self.nvlink
-
     def names_bottom_up(self) -> tuple[str, ...]:
         return (NODE, *reversed(self.top_down))
 
