@@ -133,7 +133,7 @@ build_helm() {
   say "helm $HELM_VERSION: built in $(( $(stamp) - t0 )) s"
 }
 
-# Peers for `make compare` (opt-in: `hack/build-binaries.sh kueue`; never part of `make test`).
+# Peers for `make compare` (opt-in: `hack/build-binaries.sh kueue volcano`; never part of `make test`).
 build_kueue() {
   local out="$cache/bin/kueue-$KUEUE_VERSION"
   if [[ -x $out/kueue && -d $out/crds ]]; then say "kueue $KUEUE_VERSION: cached in $out"; return; fi
@@ -150,6 +150,42 @@ build_kueue() {
   say "kueue $KUEUE_VERSION: built in $(( $(stamp) - t0 )) s"
 }
 
+# Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis
+# module it replaces). Its go.mod has replace directives a consumer must copy, so it is built from a
+# wrapper module, with volcano.sh/apis pinned to v1.14.0 (the same source as its staging copy).
+build_volcano() {
+  local out="$cache/bin/volcano-$VOLCANO_VERSION"
+  if [[ -x $out/vc-scheduler && -x $out/vc-controller-manager && -d $out/crds ]]; then
+    say "volcano $VOLCANO_VERSION: cached in $out"; return
+  fi
+  local t0; t0=$(stamp)
+  local src="$cache/src/volcano-$VOLCANO_VERSION"
+  mkdir -p "$src" "$out.tmp/crds"
+  local gomod
+  gomod=$(cd "$src" && go mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  {
+    echo "module railyard.dev/hack/volcano"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require volcano.sh/volcano $VOLCANO_VERSION"
+    echo
+    sed -n '/^replace (/,/^)/p' "$gomod" \
+      | sed "s#volcano.sh/apis => ./staging/src/volcano.sh/apis#volcano.sh/apis => volcano.sh/apis $VOLCANO_APIS_VERSION#" \
+      | grep -v '^\s*//' | grep -v 'sample-\|legacy-cloud-providers\|node-api'
+  } > "$src/go.mod"
+  printf 'package main\n' > "$src/doc.go"
+  say "volcano $VOLCANO_VERSION: building vc-scheduler vc-controller-manager (cold: several minutes on 2 cores)"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/" \
+      volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager)
+  mv "$out.tmp/scheduler" "$out.tmp/vc-scheduler"
+  mv "$out.tmp/controller-manager" "$out.tmp/vc-controller-manager"
+  cp "$(cd "$src" && module_dir "volcano.sh/volcano@$VOLCANO_VERSION")"/config/crd/volcano/bases/*.yaml "$out.tmp/crds/"
+  chmod -R u+w "$out.tmp/crds"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  say "volcano $VOLCANO_VERSION: built in $(( $(stamp) - t0 )) s"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(etcd kwok kubernetes helm)
 for t in "${targets[@]}"; do
@@ -159,6 +195,7 @@ for t in "${targets[@]}"; do
     kubernetes) build_kubernetes ;;
     helm) build_helm ;;
     kueue) build_kueue ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|kueue)" >&2; exit 2 ;;
+    volcano) build_volcano ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|kueue|volcano)" >&2; exit 2 ;;
   esac
 done

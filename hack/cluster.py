@@ -68,6 +68,8 @@ def binary(component: str) -> Path:
         "kueue": CACHE / "bin" / f"kueue-{v['KUEUE_VERSION']}" / "kueue",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
+        "vc-scheduler": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-scheduler",
+        "vc-controller-manager": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-controller-manager",
     }
     k8s = CACHE / "bin" / f"kubernetes-{v['KUBERNETES_VERSION']}"
     return where.get(component, k8s / component)

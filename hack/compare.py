@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """`make compare`: Railyard side by side with kube-scheduler 1.36's gang scheduling (PodGroup with a
-topology key), Kueue's Topology Aware Scheduling and a naive podAffinity baseline, each on a fresh
+topology key), Kueue's Topology Aware Scheduling, Volcano's network-topology-aware scheduling and
+a naive podAffinity baseline, each on a fresh
 superpod-2k rig (2,048 kwok nodes x 8 GPUs), one peer at a time, with the same job stream submitted
 as one burst (about 1.3x the GPUs there are). Placements are read from the bound pods
 (topology/bench/peers.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
 compare.md in the rig's state directory).
 
-Kueue TAS (v0.19.2, built on first use by hack/build-binaries.sh kueue) runs as a process next to
-the rig; Volcano is not in it yet (issue 12). Restarts the local rig once per peer.
+Kueue TAS (v0.19.2) and Volcano (v1.14.1: vc-scheduler and vc-controller-manager), built on first
+use by hack/build-binaries.sh kueue|volcano, run as processes next to the rig. Restarts the local
+rig once per peer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import peers_kueue
+import peers_volcano
 from bench_common import HACK, cluster, fresh_cluster, percentile, wait
 from bench_operator import NS, PodWatch, cpu_seconds, gauge, scrape, settled, start_operator
 from railyard.operator.apiclient import KubeApi
@@ -40,10 +43,12 @@ QUIET_SECONDS = float(os.environ.get("COMPARE_QUIET_SECONDS", "30"))
 MAX_SECONDS = float(os.environ.get("COMPARE_MAX_SECONDS", "600"))
 SELECTED = [p for p in os.environ.get("COMPARE_PEERS", ",".join(PEERS)).split(",") if p]
 RECORD = Path(os.environ["COMPARE_RECORD"]) if os.environ.get("COMPARE_RECORD") else None
-_PATHS = {"TrainingJob": "/apis/railyard.dev/v1alpha1/namespaces/{ns}/trainingjobs",
-          "Pod": "/api/v1/namespaces/{ns}/pods",
-          "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
-          "PodGroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
+_PATHS = {("railyard.dev/v1alpha1", "TrainingJob"): "/apis/railyard.dev/v1alpha1/namespaces/{ns}/trainingjobs",
+          ("v1", "Pod"): "/api/v1/namespaces/{ns}/pods",
+          ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs",
+          ("batch.volcano.sh/v1alpha1", "Job"): "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
+          ("scheduling.k8s.io/v1alpha2", "PodGroup"): "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
+_SCHEDULERS = ("kube-scheduler", "railyard-operator", "kueue", "vc-scheduler", "vc-controller-manager")
 
 
 def run_peer(peer: str, jobs) -> tuple[dict, dict]:
@@ -54,17 +59,24 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     extra: dict[str, int] = {}
-    operator = None
+    processes = []
     if peer == "railyard":
         subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
                         str(HACK.parent / "crds")], check=True, capture_output=True)
         operator, port, _ = start_operator("railyard-compare")
+        processes.append(operator)
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         extra["railyard-operator"] = operator.pid
     if peer == "kueue-tas":
-        operator = peers_kueue.start(api, NS, sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
-                                                  for n in api.list_all("/api/v1/nodes")))
-        extra["kueue"] = operator.pid
+        kueue = peers_kueue.start(api, NS, sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+                                               for n in api.list_all("/api/v1/nodes")))
+        processes.append(kueue)
+        extra["kueue"] = kueue.pid
+    if peer == "volcano":
+        for proc, name in zip(peers_volcano.start(api, api.list_all("/api/v1/nodes")),
+                              ("vc-scheduler", "vc-controller-manager"), strict=True):
+            processes.append(proc)
+            extra[name] = proc.pid
     watcher = PodWatch()
     cpu_before = cpu_seconds(extra)
     submitted: dict[str, float] = {}
@@ -72,7 +84,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     def submit(job) -> None:
         submitted[job.name] = time.monotonic()
         for obj in TRANSLATORS[peer](job):
-            api.request("POST", _PATHS[obj["kind"]].format(ns=NS), obj)
+            api.request("POST", _PATHS[(obj["apiVersion"], obj["kind"])].format(ns=NS), obj)
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
@@ -119,11 +131,11 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["pods_bound"] = len(bound_times)
     figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
     figures["scheduler_cpu_seconds"] = round(sum(cpu_after[k] - cpu_before[k] for k in cpu_after
-                                                 if k in ("kube-scheduler", "railyard-operator", "kueue")), 1)
+                                                 if k in _SCHEDULERS), 1)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
-    if operator is not None:
-        operator.terminate()
-        operator.wait(30)
+    for proc in processes:
+        proc.terminate()
+        proc.wait(30)
     return figures, placements
 
 

@@ -22,6 +22,8 @@ from railyard.topology.bench.peers import (
     read_placements,
     stream,
     summarise,
+    volcano_cluster_objects,
+    volcano_objects,
 )
 from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 
@@ -68,6 +70,34 @@ def test_kueue_translation_is_a_suspended_queued_job_with_the_tier_as_tas_topolo
     assert flavor["spec"]["topologyName"] == "railyard"
     assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 16384
     assert local["metadata"]["namespace"] == "bench" and local["spec"]["clusterQueue"] == "gpus"
+
+
+def test_volcano_translation_is_a_gang_vcjob_with_the_tier_as_network_topology():
+    [job] = volcano_objects(JOB)
+    assert (job["apiVersion"], job["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+    spec = job["spec"]
+    assert spec["schedulerName"] == "volcano" and spec["queue"] == "default" and spec["minAvailable"] == 4
+    assert spec["networkTopology"] == {"mode": "hard", "highestTierAllowed": 1}
+    [task] = spec["tasks"]
+    assert task["replicas"] == task["minAvailable"] == 4
+    assert task["template"]["metadata"]["labels"] == {JOB_LABEL: "j001-4x8"}
+    [preferred] = volcano_objects(PeerJob("j", 64, 8, None, "tor"))
+    assert preferred["spec"]["networkTopology"] == {"mode": "soft", "highestTierAllowed": 1}
+    [single] = volcano_objects(PeerJob("j", 1, 4, None, None))
+    assert "networkTopology" not in single["spec"]
+
+
+def test_volcano_hypernodes_follow_the_node_labels():
+    nodes = [_node("a", "s0", "l0", "t0"), _node("b", "s0", "l0", "t1"), _node("c", "s0", "l1", "t2"),
+             {"metadata": {"name": "unlabelled", "labels": {}}}]
+    by_name = {h["metadata"]["name"]: h["spec"] for h in volcano_cluster_objects(nodes)}
+    assert sorted(by_name) == ["l0", "l1", "s0", "t0", "t1", "t2"]
+    assert by_name["t0"] == {"tier": 1, "tierName": "tor", "members": [
+        {"type": "Node", "selector": {"labelMatch": {"matchLabels": {LABEL_TOR: "t0"}}}}]}
+    assert by_name["l0"]["tier"] == 2 and [m["selector"]["exactMatch"]["name"] for m in by_name["l0"]["members"]] \
+        == ["t0", "t1"]
+    assert by_name["s0"]["tier"] == 3 and [m["selector"]["exactMatch"]["name"] for m in by_name["s0"]["members"]] \
+        == ["l0", "l1"]
 
 
 def test_the_stream_is_reproducible_and_oversubscribes_superpod_2k():

@@ -1,10 +1,11 @@
 """Side by side with the peers: one job stream translated into each peer's objects, and a
 peer-agnostic reader of where the pods landed. Pure (dicts in, dicts out); hack/compare.py runs it.
 
-Peers so far: Railyard; kube-scheduler 1.36's own gang scheduling with a topology constraint
-(PodGroup, scheduling.k8s.io/v1alpha2: one required topology key, no preferred tier); Kueue's
-Topology Aware Scheduling (required or preferred topology per pod set); and a naive baseline: pods
-that require podAffinity to each other on the TOR label (no gang).
+Peers: Railyard; kube-scheduler 1.36's own gang scheduling with a topology constraint (PodGroup,
+scheduling.k8s.io/v1alpha2: one required topology key, no preferred tier); Kueue's Topology Aware
+Scheduling (required or preferred topology per pod set); Volcano's network-topology-aware
+scheduling (vcjobs over HyperNodes, hard or soft tier limit); and a naive baseline: pods that
+require podAffinity to each other on the TOR label (no gang).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ JOB_LABEL = "compare.railyard.dev/job"
 INDEX_ANNOTATION = "compare.railyard.dev/index"
 IMAGE = "registry.invalid/train:0"
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-PEERS = ("railyard", "kube-scheduler-gang", "kueue-tas", "naive-podaffinity")
+PEERS = ("railyard", "kube-scheduler-gang", "kueue-tas", "volcano", "naive-podaffinity")
 KUEUE_QUEUE = "train"
+VOLCANO_TIERS = {"tor": 1, "leaf": 2, "spine": 3}  # HyperNode tiers, as volcano_cluster_objects builds them
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,50 @@ def kueue_cluster_objects(gpus: int, namespace: str) -> list[dict[str, Any]]:
     ]
 
 
+def volcano_objects(job: PeerJob) -> list[dict[str, Any]]:
+    """A Volcano Job (batch.volcano.sh/v1alpha1): one task, the whole job a gang (minAvailable = all
+    replicas), the tier as `networkTopology` — hard for a required tier, soft for a preferred one,
+    `highestTierAllowed` the HyperNode tier. No webhooks: what the mutating webhook would default
+    (scheduler, queue, minAvailable, maxRetry, task minAvailable) is set here."""
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano", "queue": "default", "minAvailable": job.replicas, "maxRetry": 0,
+        "tasks": [{"name": "worker", "replicas": job.replicas, "minAvailable": job.replicas,
+                   "template": {"metadata": {"labels": _labels(job)},
+                                "spec": {"restartPolicy": "Never", "containers": [_container(job)]}}}],
+    }
+    tier = job.required_tier or job.preferred_tier
+    if tier:
+        spec["networkTopology"] = {"mode": "hard" if job.required_tier else "soft",
+                                   "highestTierAllowed": VOLCANO_TIERS[tier]}
+    return [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+             "metadata": {"name": job.name, "labels": _labels(job)}, "spec": spec}]
+
+
+def volcano_cluster_objects(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """HyperNodes from the nodes' topology labels: a TOR (tier 1) selects its nodes by label, a leaf
+    (tier 2) its TORs and a spine (tier 3) its leaves by name (Railyard's ids are unique, DNS-safe)."""
+    children: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        spine, leaf, tor = labels.get(LABEL_SPINE), labels.get(LABEL_LEAF), labels.get(LABEL_TOR)
+        if spine and leaf and tor:
+            children.setdefault((1, tor), set())  # a TOR's members are selected by label
+            children[(2, leaf)].add(tor)
+            children[(3, spine)].add(leaf)
+    out = []
+    for (tier, name), members in sorted(children.items()):
+        if tier == 1:
+            selected = [{"type": "Node", "selector": {"labelMatch": {"matchLabels": {LABEL_TOR: name}}}}]
+        else:
+            selected = [{"type": "HyperNode", "selector": {"exactMatch": {"name": m}}} for m in sorted(members)]
+        tier_name = next(t for t, n in VOLCANO_TIERS.items() if n == tier)
+        out.append({"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", "metadata": {"name": name},
+                    "spec": {"tier": tier, "tierName": tier_name, "members": selected}})
+    return out
+
+
 TRANSLATORS = {"railyard": railyard_objects, "kube-scheduler-gang": native_gang_objects,
-               "kueue-tas": kueue_objects, "naive-podaffinity": naive_objects}
+               "kueue-tas": kueue_objects, "volcano": volcano_objects, "naive-podaffinity": naive_objects}
 
 
 def _index(pod: Mapping[str, Any]) -> int:
