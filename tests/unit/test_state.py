@@ -12,7 +12,7 @@ import pytest
 from railyard.operator import conditions as cond
 from railyard.operator.placer import Placer
 from railyard.operator.reconcile import Kind, assess
-from railyard.operator.settings import PlacementSettings, Settings
+from railyard.operator.settings import ApiSettings, PlacementSettings, Settings
 from railyard.operator.state import KINDS, ClusterState
 from railyard.operator.views import pod_view
 from railyard.topology.request import GangRequest
@@ -792,3 +792,18 @@ def test_no_replacement_with_shrink_continues_on_the_survivors_and_grows_back():
     status = job_status(api, "elastic")
     assert status["restartCount"] == 2 and status["replicas"] == 3 and status["lastRestart"]["reason"] == "ScaleUp"
     assert cond.get(status["conditions"], cond.BELOW_DESIRED)["status"] == "False"
+
+
+def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_before_the_last_is_created():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
+    state = synced(api)
+    # 2 request workers: at most 4 pods of placed gangs in flight; each gang here has 4.
+    placer = Placer(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)  # type: ignore[arg-type]
+    for name in ("first", "second", "third"):
+        submit(api, state, make_job(name, 4))
+    run(placer.run_once())
+    assert [placed_reason(api, n) for n in ("first", "second", "third")] == ["Released"] * 3
+    creates = [i for i, (verb, what) in enumerate(api.writes) if verb == "POST" and what == "pods"]
+    releases = [i for i, (verb, what) in enumerate(api.writes) if verb == "PATCH" and what.startswith("pods/first-")]
+    assert len(creates) == 12 and len(releases) == 4
+    assert max(releases) < creates[8], "the third gang's pods were created before the first gang was released"
