@@ -180,7 +180,9 @@ build_volcano() {
       volcano.sh/volcano/cmd/scheduler volcano.sh/volcano/cmd/controller-manager)
   mv "$out.tmp/scheduler" "$out.tmp/vc-scheduler"
   mv "$out.tmp/controller-manager" "$out.tmp/vc-controller-manager"
-  cp "$(cd "$src" && module_dir "volcano.sh/volcano@$VOLCANO_VERSION")"/config/crd/volcano/bases/*.yaml "$out.tmp/crds/"
+  # Every CRD, the job flow ones too: vc-controller-manager waits for all its informers to sync.
+  local vcdir; vcdir=$(cd "$src" && module_dir "volcano.sh/volcano@$VOLCANO_VERSION")
+  cp "$vcdir"/config/crd/volcano/bases/*.yaml "$vcdir"/config/crd/jobflow/bases/*.yaml "$out.tmp/crds/"
   chmod -R u+w "$out.tmp/crds"
   rm -rf "$out"; mv "$out.tmp" "$out"
   say "volcano $VOLCANO_VERSION: built in $(( $(stamp) - t0 )) s"
