@@ -275,9 +275,11 @@ class Placer:
         return len(placed)
 
     async def _place_in_turn(self, placed: list[tuple[JobView, Decision]]) -> None:
-        """Materialise the placed gangs in queue order, a bounded number of pods at a time: all at
-        once, every gang's creates queued on the request limit ahead of the first gang's releases,
-        so a burst bound nothing for its first ~12 s. A gang larger than the budget goes alone."""
+        """Materialise the placed gangs in queue order, a gang starting whenever fewer than a budget
+        of pods are in flight: all at once, every gang's creates queued on the request limit ahead
+        of the first gang's releases, so a burst bound nothing for its first ~12 s. (A gang waiting
+        until the whole of it fits the budget drained the pipeline before every large gang: pods/s
+        fell by a third.)"""
         budget = 2 * self.settings.api.workers
         in_flight = 0
         turn = asyncio.Condition()
@@ -286,7 +288,7 @@ class Placer:
             nonlocal in_flight
             size = len(decision.placement.replicas) if decision.placement else 0
             async with turn:
-                await turn.wait_for(lambda: in_flight == 0 or in_flight + size <= budget)
+                await turn.wait_for(lambda: in_flight < budget)
                 in_flight += size
             try:
                 await self._guard(body.key, self._place(body, decision))
