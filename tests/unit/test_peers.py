@@ -129,7 +129,7 @@ def test_reader_counts_domains_partial_gangs_and_ring_cost_from_bound_pods_only(
     assert "| peer |" in markdown_table({"x": summary})
 
 
-@pytest.mark.parametrize("peer", ["railyard", "kube-scheduler-gang", "kueue-tas", "naive-podaffinity"])
+@pytest.mark.parametrize("peer", ["railyard", "kube-scheduler-gang", "kueue-tas", "volcano", "naive-podaffinity"])
 def test_reader_on_pod_lists_recorded_on_the_rig(peer):
     recorded = json.loads((RECORDED / f"{peer}.json").read_text())
     jobs = [PeerJob(**j) for j in recorded["jobs"]]
