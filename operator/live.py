@@ -70,7 +70,7 @@ def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str 
             continue
         replicas = [(after.node(p["spec"]["nodeName"]),
                      parse_gpu_annotation(p["metadata"]["annotations"][ANNOTATION_GPUS])) for p in bound]
-        decisions.append(Decision(request, Placement.from_replicas(replicas), None))
+        decisions.append(Decision(request, Placement.from_replicas(replicas, after.levels), None))
     return PlanResult(tuple(decisions), before, after, 0.0)
 
 

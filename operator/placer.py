@@ -757,7 +757,7 @@ class Placer:
         resume point, the conditions. False when the write did not happen (job gone)."""
         generation = job.restart_count + 1
         now = cond.now_iso()
-        placement = Placement.from_replicas(replicas)
+        placement = Placement.from_replicas(replicas, self.state.scheme.levels)
         conditions = cond.set_condition(job.conditions, cond.PLACED, "True", PLACING, message, job.generation)
         if cond.get(conditions, cond.RUNNING):
             conditions = cond.set_condition(conditions, cond.RUNNING, "False", "Restarting", message, job.generation)

@@ -19,7 +19,7 @@ from railyard.topology.affinity import NodeLimits
 from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.labels import GPU_RESOURCE
-from railyard.topology.levels import DEFAULT_LEVELS, NODE, LevelError, Levels
+from railyard.topology.levels import NODE, LevelError, Levels
 from railyard.topology.mapping import map_ranks
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
 from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
@@ -65,9 +65,9 @@ class Placement:
         return [(r.node, r.gpus) for r in self.replicas]
 
     @classmethod
-    def from_replicas(cls, replicas: Sequence[tuple[GpuNode, Sequence[int]]],
-                      levels: Levels = DEFAULT_LEVELS) -> Placement:
-        """A placement of these (node, GPUs in local-rank order), in rank order, with its metrics."""
+    def from_replicas(cls, replicas: Sequence[tuple[GpuNode, Sequence[int]]], levels: Levels) -> Placement:
+        """A placement of these (node, GPUs in local-rank order), in rank order, with its metrics
+        (domains counted at the cluster's levels: the snapshot's)."""
         nodes = [n for n, _ in replicas]
         tors, leaves, spines = domains_spanned(nodes)
         aligned = any(gpus for _, gpus in replicas) and rail_aligned(replicas)

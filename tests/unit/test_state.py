@@ -15,6 +15,7 @@ from railyard.operator.reconcile import Kind, assess
 from railyard.operator.settings import ApiSettings, PlacementSettings, Settings
 from railyard.operator.state import KINDS, ClusterState
 from railyard.operator.views import pod_view
+from railyard.topology.labels import parse_levels
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.timestamps import epoch, iso
@@ -24,8 +25,8 @@ from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
 
 
-def synced(api: FakeApi) -> ClusterState:
-    state = ClusterState()
+def synced(api: FakeApi, state: ClusterState | None = None) -> ClusterState:
+    state = state if state is not None else ClusterState()
     for kind in KINDS:
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
@@ -807,3 +808,23 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
     releases = [i for i, (verb, what) in enumerate(api.writes) if verb == "PATCH" and what.startswith("pods/first-")]
     assert len(creates) == 12 and len(releases) == 4
     assert max(releases) < creates[8], "the third gang's pods were created before the first gang was released"
+
+
+def test_a_restart_on_a_topology_with_a_zone_level_counts_domains_at_every_level():
+    nodes = profile_nodes(leaves=1, tors=1, nodes=4)
+    for node in nodes:
+        node["metadata"]["labels"]["example.com/zone"] = "z0"
+    api = FakeApi(nodes)
+    scheme = parse_levels("zone=example.com/zone,spine=topology.railyard.dev/spine,leaf=topology.railyard.dev/leaf,"
+                          "tor=topology.railyard.dev/tor")
+    state = synced(api, ClusterState(scheme))
+    placer = placer_for(state, api)
+    submit(api, state, make_job("gang", 2, topology={"requiredTier": "zone"}))
+    run(placer.run_once())
+    first = {r["rank"]: r["node"] for r in job_status(api, "gang")["placement"]["ranks"]}
+    _not_ready(api, state, first[1])
+    run(placer.run_once())  # the replacement's placement is recorded with the cluster's levels
+    status = job_status(api, "gang")
+    assert status["restartCount"] == 1 and placed_reason(api, "gang") == "Released"
+    assert [d["level"] for d in status["placement"]["domains"]] == ["zone", "spine", "leaf", "tor"]
+    assert status["placement"]["domains"][0]["count"] == 1

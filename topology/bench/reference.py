@@ -27,7 +27,7 @@ def spread(snapshot: Snapshot, request: GangRequest) -> Placement | None:
         picks.append((snapshot.node(name), tuple(gpus)))
         if len(free[name]) >= size:
             heapq.heappush(heap, (-len(free[name]), name))
-    return Placement.from_replicas(picks) if len(picks) == request.replicas else None
+    return Placement.from_replicas(picks, snapshot.levels) if len(picks) == request.replicas else None
 
 
 def best_fit(snapshot: Snapshot, request: GangRequest) -> Placement | None:
@@ -58,4 +58,4 @@ def best_fit(snapshot: Snapshot, request: GangRequest) -> Placement | None:
             free = free[size:]
         if len(picks) == need:
             break
-    return Placement.from_replicas(picks)
+    return Placement.from_replicas(picks, snapshot.levels)
