@@ -20,7 +20,16 @@ need go
 stamp() { date +%s; }
 # Where the module cache holds MODULE@VERSION's source (for files a binary needs beside it).
 module_dir() { go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'; }
+# Where it holds MODULE@VERSION's go.mod (its replace block is what a wrapper module copies).
+module_gomod() { go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p'; }
 say() { printf '[build] %s\n' "$*" >&2; }
+# Replace OUT with what was built in OUT.tmp (files copied from the read-only module cache made
+# writable first) and say how long it took: publish LABEL OUT T0.
+publish() {
+  chmod -R u+w "$2.tmp"
+  rm -rf "$2"; mv "$2.tmp" "$2"
+  say "$1: built in $(( $(stamp) - $3 )) s"
+}
 
 build_kubernetes() {
   local out="$cache/bin/kubernetes-$KUBERNETES_VERSION"
@@ -32,7 +41,7 @@ build_kubernetes() {
   mkdir -p "$src" "$out.tmp"
   say "kubernetes $KUBERNETES_VERSION: resolving module and its staging replace block"
   local gomod
-  gomod=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  gomod=$(cd "$src" && module_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")
   # k8s.io/kubernetes replaces its staging modules with ./staging/src/...; a consumer module must
   # pin each to the matching published v0.X.Y, as sigs.k8s.io/scheduler-plugins does.
   local staging_version="v0.${KUBERNETES_VERSION#v1.}"
@@ -64,8 +73,7 @@ build_kubernetes() {
       k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler \
       k8s.io/kubernetes/cmd/kubectl)
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "kubernetes $KUBERNETES_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "kubernetes $KUBERNETES_VERSION" "$out" "$t0"
 }
 
 build_etcd() {
@@ -96,8 +104,7 @@ func main() { etcdmain.Main(os.Args) }
 GO
   say "etcd $ETCD_VERSION: building"
   (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" .)
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "etcd $ETCD_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "etcd $ETCD_VERSION" "$out" "$t0"
 }
 
 build_kwok() {
@@ -116,9 +123,7 @@ build_kwok() {
      "$moddir"/kustomize/stage/pod/fast/pod-ready.yaml \
      "$moddir"/kustomize/stage/pod/fast/pod-complete.yaml \
      "$moddir"/kustomize/stage/pod/fast/pod-delete.yaml "$out.tmp/stages/"
-  chmod -R u+w "$out.tmp/stages"
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "kwok $KWOK_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "kwok $KWOK_VERSION" "$out" "$t0"
 }
 
 build_helm() {
@@ -129,8 +134,7 @@ build_helm() {
   say "helm $HELM_VERSION: building"
   GOBIN="$out.tmp" go install -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "helm $HELM_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "helm $HELM_VERSION" "$out" "$t0"
 }
 
 # Peers for `make compare` (opt-in: `hack/build-binaries.sh kueue volcano`; never part of `make test`).
@@ -145,9 +149,7 @@ build_kueue() {
   GOBIN="$out.tmp" go install -trimpath -tags exclude_scheduler_library -ldflags "-s -w" \
     "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   cp "$(module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION")"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
-  chmod -R u+w "$out.tmp/crds"
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "kueue $KUEUE_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "kueue $KUEUE_VERSION" "$out" "$t0"
 }
 
 # Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis
@@ -162,7 +164,7 @@ build_volcano() {
   local src="$cache/src/volcano-$VOLCANO_VERSION"
   mkdir -p "$src" "$out.tmp/crds"
   local gomod
-  gomod=$(cd "$src" && go mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  gomod=$(cd "$src" && module_gomod "volcano.sh/volcano@$VOLCANO_VERSION")
   {
     echo "module railyard.dev/hack/volcano"
     echo
@@ -183,9 +185,7 @@ build_volcano() {
   # Every CRD, the job flow ones too: vc-controller-manager waits for all its informers to sync.
   local vcdir; vcdir=$(cd "$src" && module_dir "volcano.sh/volcano@$VOLCANO_VERSION")
   cp "$vcdir"/config/crd/volcano/bases/*.yaml "$vcdir"/config/crd/jobflow/bases/*.yaml "$out.tmp/crds/"
-  chmod -R u+w "$out.tmp/crds"
-  rm -rf "$out"; mv "$out.tmp" "$out"
-  say "volcano $VOLCANO_VERSION: built in $(( $(stamp) - t0 )) s"
+  publish "volcano $VOLCANO_VERSION" "$out" "$t0"
 }
 
 targets=("$@")
