@@ -33,6 +33,17 @@ def wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 
     raise TimeoutError(f"{what} not reached in {timeout}s")
 
 
+def served(api: Any, *paths: str) -> bool:
+    """Every path answers a GET (a CRD's resources 404 until it is established, an object until
+    its controller creates it)."""
+    try:
+        for path in paths:
+            api.request("GET", path)
+        return True
+    except Exception:
+        return False
+
+
 def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False) -> dict[str, float]:
     """Restart the rig (binaries already built) and return timings."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)

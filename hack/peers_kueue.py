@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from bench_common import cluster, wait
+from bench_common import cluster, served, wait
 from railyard.operator.apiclient import KubeApi
 from railyard.topology.bench.peers import kueue_cluster_objects
 
@@ -29,14 +29,6 @@ def _config(state: Path) -> dict:
             "featureGates": {"VisibilityOnDemand": False}}
 
 
-def _served(api: KubeApi) -> bool:
-    try:
-        api.request("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues")
-        return True
-    except Exception:  # 404 until the CRDs are established
-        return False
-
-
 def start(api: KubeApi, namespace: str, gpus: int) -> subprocess.Popen:
     binary = cluster.binary("kueue")
     if not binary.exists():
@@ -44,7 +36,7 @@ def start(api: KubeApi, namespace: str, gpus: int) -> subprocess.Popen:
     kubectl = [str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG)]
     subprocess.run([*kubectl, "apply", "--server-side", "-f", str(binary.parent / "crds")], check=True,
                    capture_output=True)
-    wait(lambda: _served(api), 60, "Kueue CRDs served", interval=0.5)
+    wait(lambda: served(api, "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"), 60, "Kueue CRDs served", interval=0.5)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "kueue-system"}})
     state = cluster.STATE / "kueue"
     (state / "certs").mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from bench_common import cluster, wait
+from bench_common import cluster, served, wait
 from railyard.operator.apiclient import KubeApi
 from railyard.topology.bench.peers import volcano_cluster_objects
 
@@ -31,23 +31,6 @@ SCHEDULER_CONF = {
 }
 
 
-def _served(api: KubeApi) -> bool:
-    try:
-        api.request("GET", "/apis/topology.volcano.sh/v1alpha1/hypernodes")
-        api.request("GET", "/apis/batch.volcano.sh/v1alpha1/jobs")
-        return True
-    except Exception:  # 404 until the CRDs are established
-        return False
-
-
-def _default_queue(api: KubeApi) -> bool:
-    try:
-        api.request("GET", "/apis/scheduling.volcano.sh/v1beta1/queues/default")
-        return True
-    except Exception:
-        return False
-
-
 def _process(name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     log = cluster.STATE / "logs" / f"{name}.log"
     return subprocess.Popen([str(cluster.binary(name)), *args], stdout=open(log, "wb"),
@@ -60,7 +43,8 @@ def start(api: KubeApi, nodes: list[dict]) -> list[subprocess.Popen]:
     kubectl = [str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG)]
     crds = cluster.binary("vc-scheduler").parent / "crds"
     subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crds)], check=True, capture_output=True)
-    wait(lambda: _served(api), 60, "Volcano CRDs served", interval=0.5)
+    wait(lambda: served(api, "/apis/topology.volcano.sh/v1alpha1/hypernodes", "/apis/batch.volcano.sh/v1alpha1/jobs"),
+         60, "Volcano CRDs served", interval=0.5)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     for obj in volcano_cluster_objects(nodes):
         api.request("POST", "/apis/topology.volcano.sh/v1alpha1/hypernodes", obj)
@@ -82,7 +66,8 @@ def start(api: KubeApi, nodes: list[dict]) -> list[subprocess.Popen]:
         for name, port in (("vc-scheduler", "scheduler-health"), ("vc-controller-manager", "controller-health")):
             wait(lambda port=port: cluster._http_ok(f"http://127.0.0.1:{PORTS[port]}/healthz"), 120,
                  f"{name} healthy", interval=0.5)
-        wait(lambda: _default_queue(api), 60, "the default Queue (created by vc-scheduler)", interval=0.5)
+        wait(lambda: served(api, "/apis/scheduling.volcano.sh/v1beta1/queues/default"), 60,
+             "the default Queue (created by vc-scheduler)", interval=0.5)
     except TimeoutError:
         for proc in procs:
             proc.terminate()

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
-from railyard.topology.levels import DEFAULT_NAMES, NODE, check_name
+from railyard.topology.levels import DEFAULT_LEVELS, NODE, check_name
 from railyard.topology.nodes import pod_gpu_request
 from railyard.topology.tiers import RailAlignment
 
@@ -43,9 +43,9 @@ class TopologySpec(_Model):
     @model_validator(mode="after")
     def _preferred_within_required(self) -> TopologySpec:
         # The default levels' order is known without the cluster; custom levels are checked there.
-        order = (NODE, *reversed(DEFAULT_NAMES))
-        if self.required_tier in order and self.preferred_tier in order and \
-                order.index(self.preferred_tier) > order.index(self.required_tier):
+        known = DEFAULT_LEVELS.names_bottom_up()
+        if self.required_tier in known and self.preferred_tier in known and \
+                DEFAULT_LEVELS.index(self.preferred_tier) > DEFAULT_LEVELS.index(self.required_tier):
             raise ValueError(
                 f"preferredTier {self.preferred_tier!r} is above requiredTier "
                 f"{self.required_tier!r}; a preference must be at or below the requirement"

@@ -58,7 +58,7 @@ class LabelScheme:
         updates = {
             f.name: getattr(other, f.name)
             for f in fields(self)
-            if f.name not in ("name", "qualify", "upper", "names", "nvlink_level") and getattr(self, f.name) is None
+            if f.name not in ("name", "qualify") and getattr(self, f.name) is None
         }
         return replace(self, name=f"{self.name},{other.name}", qualify=self.qualify or other.qualify,
                        **updates)

@@ -48,11 +48,9 @@ class GpuNode:
         object.__setattr__(self, "network_path", (*self.upper, self.spine, self.leaf, self.tor))
 
     def domain(self, tier_level: int) -> str:
-        """The node's network domain id at a level (0 node, 1 tor, 2 leaf, 3 spine, then the levels
-        above the spine); levels.Levels.domain_of also knows the NVLink-domain level."""
-        if tier_level <= 3:
-            return (self.name, self.tor, self.leaf, self.spine)[tier_level]
-        return self.upper[len(self.upper) - (tier_level - 3)]
+        """The node's domain id in a network role (0 node, 1 tor, 2 leaf, 3 spine); levels.Levels.domain_of
+        knows every level of the cluster's topology."""
+        return (self.name, self.tor, self.leaf, self.spine)[tier_level]
 
 
 @cache
