@@ -237,7 +237,9 @@ def _components() -> list[Component]:
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
             f"--cert-dir={STATE / 'apiserver-certs'}", "--max-requests-inflight=1000",
-            "--max-mutating-requests-inflight=500", "--profiling=false",
+            "--max-mutating-requests-inflight=500",
+            # RAILYARD_RIG_PROFILING=1 serves /debug/pprof (CPU profiles of a benchmark's burst).
+            f"--profiling={'true' if os.environ.get('RAILYARD_RIG_PROFILING') else 'false'}",
             # Writes are audited (metadata only) so tests can count what a client sent, and when.
             f"--audit-policy-file={STATE / 'audit-policy.yaml'}", f"--audit-log-path={AUDIT_LOG}",
             "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
