@@ -77,6 +77,9 @@ async def _measure_lag(period: float = 0.1) -> None:
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("tasks", []):
         task.cancel()
+    placer: Placer | None = memo.get("placer")
+    if placer is not None:
+        placer.stop_materialising()
     for r in memo.get("reflectors", []):
         r.stop()
     reports: ReportServer | None = memo.get("reports")

@@ -56,6 +56,7 @@ from railyard.operator.reconcile import (
 from railyard.operator.settings import Settings
 from railyard.operator.state import ClusterState, Key
 from railyard.operator.stragglers import Straggler, StragglerTracker, score
+from railyard.operator.turns import TurnQueue
 from railyard.operator.views import JobView
 from railyard.topology.affinity import has_inter_pod_rules, node_limits
 from railyard.topology.api import ElasticPolicy, StragglerPolicy, TrainingJob, TrainingJobSpec
@@ -119,6 +120,8 @@ class Placer:
         self._grow_attempts: dict[Key, tuple[int, float]] = {}  # job -> (freed epoch, when) of its last failed grow
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.api.workers)
+        self._turns = TurnQueue(2 * settings.api.workers)  # two pods in flight per request worker
+        self._materialising: dict[Key, asyncio.Task[None]] = {}  # gangs waiting for or in their turn
         self._failures: dict[Key, _Failure] = {}
         self._events: dict[str, tuple[int, str]] = {}  # event name -> (count, firstTimestamp)
         self._job_series = metrics.JobSeries(settings.metrics.job_limit)
@@ -134,18 +137,23 @@ class Placer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.placement.resync_seconds)
             # Let a burst of events (200 jobs created at once, a heartbeat wave) land first, so one
-            # iteration sees them all instead of one iteration per event.
-            await asyncio.sleep(0.05)
+            # iteration sees them all instead of one iteration per event. While gangs are being
+            # materialised their pods' events wake the loop constantly: at most one pass a second
+            # then (each pass costs a snapshot and a look at every job; turning at every event
+            # doubled the operator's CPU in a burst and slowed the API server it shares cores with).
+            await asyncio.sleep(1.0 if self._materialising else 0.05)
             self._wake.clear()
             self.last_iteration = time.monotonic()
             leader = self.is_leader()
             metrics.IS_LEADER.set(int(leader))
             metrics.STATE_READY.set(int(self.state.ready))
+            if not leader:
+                self.stop_materialising()
             if not leader or not self.state.ready:
                 continue
             started = time.perf_counter()
             try:
-                await self.run_once()
+                await self.run_once(wait=False)
             except Fenced:
                 log.info("leadership ended during an iteration; stopped writing")
             except Exception:  # the loop must survive anything one iteration meets
@@ -156,9 +164,16 @@ class Placer:
 
     # --- one iteration ------------------------------------------------------------------------------
 
-    async def run_once(self) -> None:
+    async def run_once(self, wait: bool = True) -> None:
+        """One pass over the jobs. Placed gangs are materialised in turn in the background; with
+        `wait` (tests, one-shot callers) this returns once they are through."""
         if not self.state.ready:
             return  # never decide on a partial view: a missing pod would look like free GPUs
+        await self._run_once()
+        if wait:
+            await self.materialised()
+
+    async def _run_once(self) -> None:
         now = time.time()
         snapshot = self.state.snapshot()
         queued: list[QueuedJob] = []
@@ -166,7 +181,7 @@ class Placer:
         placement = self.settings.placement
         for key, body in list(self.state.jobs.items()):
             job = JobView(body)
-            if job.deleting:
+            if job.deleting or key in self._materialising:  # the latter: its gang's turn is pending
                 continue
             try:
                 action = assess(body, self.state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
@@ -270,35 +285,16 @@ class Placer:
                 holder, reserved = job.key, reserved_nodes(job, current)
             unplaced.append((body, decision, job.key == holder))
         await asyncio.gather(*(self._guard(b.key, self._mark_unplaced(b, d, r)) for b, d, r in unplaced))
-        await self._place_in_turn(placed)
+        # Record every placement now (the next iteration's snapshot holds them), then create and
+        # release the gangs in turn while the loop goes on placing what arrives meanwhile.
+        await asyncio.gather(*(self._guard(b.key, self._reserve(b, d)) for b, d in placed))
+        for body, decision in placed:
+            recorded = self.state.jobs.get(body.key)
+            if recorded is not None and JobView(recorded).placement.get("id"):
+                self._start_materialising(JobView(recorded), len(decision.placement.replicas if decision.placement
+                                                                 else ()))
         metrics.QUEUE_LENGTH.set(len(queued) - len(placed))
         return len(placed)
-
-    async def _place_in_turn(self, placed: list[tuple[JobView, Decision]]) -> None:
-        """Materialise the placed gangs in queue order, a bounded number of pods at a time; a gang
-        that does not fit the budget waits (later, smaller gangs may go first) and one larger than
-        the budget goes alone. All at once, every gang's creates were queued on the request limit
-        ahead of the first gang's releases: a burst bound nothing for its first ~12 s. Measured on
-        `make compare` (README): p50 submit -> bound 15 s against 27; starting any gang whenever
-        fewer pods than the budget were in flight gave 31 s (the big gangs' creates go first)."""
-        budget = 2 * self.settings.api.workers
-        in_flight = 0
-        turn = asyncio.Condition()
-
-        async def place(body: JobView, decision: Decision) -> None:
-            nonlocal in_flight
-            size = len(decision.placement.replicas) if decision.placement else 0
-            async with turn:
-                await turn.wait_for(lambda: in_flight == 0 or in_flight + size <= budget)
-                in_flight += size
-            try:
-                await self._guard(body.key, self._place(body, decision))
-            finally:
-                async with turn:
-                    in_flight -= size
-                    turn.notify_all()
-
-        await asyncio.gather(*(place(b, d) for b, d in placed))
 
     def _current(self, job: JobView) -> JobView:
         """The freshest body the state holds (a write earlier in this step may have replaced it)."""
@@ -476,7 +472,9 @@ class Placer:
 
     # --- placing ------------------------------------------------------------------------------------
 
-    async def _place(self, job: JobView, decision: Decision) -> None:
+    async def _reserve(self, job: JobView, decision: Decision) -> None:
+        """Record the placement in the job's status: from then on its GPUs are taken (in this
+        replica's state at once, and for a successor that lists the jobs)."""
         placement = decision.placement
         assert placement is not None
         placement_id = uuid.uuid4().hex[:10]
@@ -492,9 +490,39 @@ class Placer:
             "queuedSince": job.queued_since,
             "conditions": self._below_desired(job, conditions, len(placement.replicas)),
         }
-        if await self._patch_status(job, patch) is None:
-            return
-        await self._materialise(self._current(job), None)
+        await self._patch_status(job, patch)
+
+    def _start_materialising(self, job: JobView, size: int) -> None:
+        placement_id = job.placement.get("id")
+
+        async def step() -> None:
+            current = self.state.jobs.get(job.key)
+            # Deleted, or placed anew while it waited: nothing of this placement to create.
+            if current is None or JobView(current).deleting or JobView(current).placement.get("id") != placement_id:
+                return
+            await self._guard(job.key, self._materialise(JobView(current), None))
+
+        async def in_turn() -> None:
+            try:
+                await self._turns.run(size, step)
+            except Fenced:
+                log.info("job %s/%s: leadership ended before its gang was released", *job.key)
+            finally:
+                self._materialising.pop(job.key, None)
+                self.wake()  # its next step (or a retry) belongs to the loop again
+
+        self._materialising[job.key] = asyncio.get_running_loop().create_task(in_turn())
+
+    async def materialised(self) -> None:
+        """Until every gang waiting for or in its turn is through."""
+        while self._materialising:
+            await asyncio.gather(*list(self._materialising.values()), return_exceptions=True)
+
+    def stop_materialising(self) -> None:
+        """Leadership ended: the gangs not yet through are the next leader's (their placements are
+        recorded; it creates what is missing)."""
+        for task in self._materialising.values():
+            task.cancel()
 
     async def _materialise(self, job: JobView, only: tuple[str, ...] | None) -> None:
         """Create the Service and the (missing) pods, then release the whole gang at once."""

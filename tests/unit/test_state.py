@@ -810,6 +810,41 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
     assert max(releases) < creates[8], "the third gang's pods were created before the first gang was released"
 
 
+def test_a_gang_larger_than_the_in_flight_budget_is_not_overtaken_by_smaller_ones_behind_it():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
+    state = synced(api)
+    placer = Placer(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)  # type: ignore[arg-type]
+    # Queue order is by name here (same priority and second): 3 pods, then 6 (> the budget of 4), then 1.
+    for name, replicas in (("a-first", 3), ("b-big", 6), ("c-small", 1)):
+        submit(api, state, make_job(name, replicas))
+    run(placer.run_once())
+    assert [placed_reason(api, n) for n in ("a-first", "b-big", "c-small")] == ["Released"] * 3
+    released = [what.split("/")[1].rsplit("-", 1)[0] for verb, what in api.writes
+                if verb == "PATCH" and what.startswith("pods/")]
+    assert released.index("c-small") > max(i for i, job in enumerate(released) if job == "b-big"), \
+        f"a smaller gang overtook the large one: {released}"
+
+
+def test_the_loop_places_what_arrives_while_earlier_gangs_wait_for_their_turn():
+    api, state, placer = operator_over(8)
+    submit(api, state, make_job("first", 4))
+
+    async def scenario() -> None:
+        await placer.run_once(wait=False)
+        # Recorded (its GPUs taken in the state), not yet created: the loop did not wait for it.
+        assert job_status(api, "first")["placement"]["ranks"] and placed_reason(api, "first") == "Placing"
+        submit(api, state, make_job("second", 4))
+        await placer.run_once(wait=False)  # must not act on "first" (placed, no pods) a second time
+        assert job_status(api, "second")["placement"]["ranks"]
+        await placer.materialised()
+
+    run(scenario())
+    assert [placed_reason(api, n) for n in ("first", "second")] == ["Released"] * 2
+    assert sum(1 for verb, what in api.writes if verb == "POST" and what == "pods") == 8, "no pod created twice"
+    nodes = [r["node"] for n in ("first", "second") for r in job_status(api, n)["placement"]["ranks"]]
+    assert len(set(nodes)) == 8, "the second placement saw the first one's GPUs as taken"
+
+
 def test_a_restart_on_a_topology_with_a_zone_level_counts_domains_at_every_level():
     nodes = profile_nodes(leaves=1, tors=1, nodes=4)
     for node in nodes:
