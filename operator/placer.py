@@ -286,13 +286,15 @@ class Placer:
             unplaced.append((body, decision, job.key == holder))
         await asyncio.gather(*(self._guard(b.key, self._mark_unplaced(b, d, r)) for b, d, r in unplaced))
         # Record every placement now (the next iteration's snapshot holds them), then create and
-        # release the gangs in turn while the loop goes on placing what arrives meanwhile.
+        # release the gangs in turn while the loop goes on placing what arrives meanwhile. Their
+        # capacity is taken already, so the order only decides who binds first: smaller gangs of
+        # this pass first (more jobs running sooner), behind every gang of earlier passes.
         await asyncio.gather(*(self._guard(b.key, self._reserve(b, d)) for b, d in placed))
-        for body, decision in placed:
+        for body, size in sorted(((b, len(d.placement.replicas) if d.placement else 0) for b, d in placed),
+                                 key=lambda placed_gang: placed_gang[1]):
             recorded = self.state.jobs.get(body.key)
             if recorded is not None and JobView(recorded).placement.get("id"):
-                self._start_materialising(JobView(recorded), len(decision.placement.replicas if decision.placement
-                                                                 else ()))
+                self._start_materialising(JobView(recorded), size)
         metrics.QUEUE_LENGTH.set(len(queued) - len(placed))
         return len(placed)
 

@@ -1,11 +1,11 @@
 """The order in which placed gangs are materialised (pods created, then released).
 
-Gangs take their turn strictly in the order they were placed, with at most `budget` pods in flight;
-one larger than the budget waits until nothing is in flight and goes alone. Two orders were measured
-and dropped (README, `make compare`): all gangs at once queued every gang's creates on the request
-limit ahead of the first gang's releases (nothing bound for ~12 s of a burst), and letting smaller
-gangs overtake one that did not fit kept the largest gangs waiting until everything else was
-through (they set the p99).
+Gangs take their turn strictly in the order they joined the line, with at most `budget` pods in
+flight; one larger than the budget waits until nothing is in flight and goes alone. Two orders were
+measured and dropped (README, `make compare`): all gangs at once queued every gang's creates on the
+request limit ahead of the first gang's releases (nothing bound for ~12 s of a burst), and letting
+smaller gangs overtake one that did not fit kept the largest gangs waiting until everything else was
+through (they set the p99). The placer decides who joins first (smallest gangs of a pass).
 
 Pure asyncio, no API access: the caller passes the step to run when the turn comes.
 """

@@ -810,19 +810,30 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
     assert max(releases) < creates[8], "the third gang's pods were created before the first gang was released"
 
 
-def test_a_gang_larger_than_the_in_flight_budget_is_not_overtaken_by_smaller_ones_behind_it():
-    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
+def test_gangs_of_one_pass_go_smallest_first_and_none_overtakes_a_gang_of_an_earlier_pass():
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=14))
     state = synced(api)
     placer = Placer(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)  # type: ignore[arg-type]
-    # Queue order is by name here (same priority and second): 3 pods, then 6 (> the budget of 4), then 1.
-    for name, replicas in (("a-first", 3), ("b-big", 6), ("c-small", 1)):
+    # Budget 4 pods in flight. One pass places 6 (> budget) and 3 replicas; the next pass places 1 and 4.
+    for name, replicas in (("a-six", 6), ("b-three", 3)):
         submit(api, state, make_job(name, replicas))
-    run(placer.run_once())
-    assert [placed_reason(api, n) for n in ("a-first", "b-big", "c-small")] == ["Released"] * 3
+
+    async def scenario() -> None:
+        await placer.run_once(wait=False)
+        for name, replicas in (("c-one", 1), ("d-four", 4)):
+            submit(api, state, make_job(name, replicas))
+        await placer.run_once(wait=False)
+        await placer.materialised()
+
+    run(scenario())
+    assert [placed_reason(api, n) for n in ("a-six", "b-three", "c-one", "d-four")] == ["Released"] * 4
     released = [what.split("/")[1].rsplit("-", 1)[0] for verb, what in api.writes
                 if verb == "PATCH" and what.startswith("pods/")]
-    assert released.index("c-small") > max(i for i, job in enumerate(released) if job == "b-big"), \
-        f"a smaller gang overtook the large one: {released}"
+    last = {job: max(i for i, j in enumerate(released) if j == job) for job in set(released)}
+    first = {job: released.index(job) for job in set(released)}
+    assert last["b-three"] < first["a-six"], f"the smaller gang of the first pass goes first: {released}"
+    assert last["a-six"] < min(first["c-one"], first["d-four"]), f"a later pass overtook the large gang: {released}"
+    assert last["c-one"] < first["d-four"], released
 
 
 def test_the_loop_places_what_arrives_while_earlier_gangs_wait_for_their_turn():
