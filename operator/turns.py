@@ -40,10 +40,10 @@ class TurnQueue:
         try:
             await started
         except asyncio.CancelledError:
-            if entry in self._waiting:
-                self._waiting.remove(entry)
-            else:  # its turn had come just as it was cancelled
+            if started.done() and not started.cancelled():  # its turn had come just as it was cancelled
                 self.in_flight -= size
+            elif entry in self._waiting:  # (_advance may have dropped it already)
+                self._waiting.remove(entry)
             self._advance()
             raise
         try:

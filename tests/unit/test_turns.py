@@ -64,3 +64,21 @@ def test_a_cancelled_waiter_does_not_block_the_line_and_a_failing_step_frees_its
         assert queue.in_flight == 0 and queue.waiting == 0
 
     asyncio.run(scenario())
+
+
+def test_a_waiter_cancelled_just_before_the_line_moves_is_not_counted_as_in_flight():
+    async def scenario() -> None:
+        queue = TurnQueue(budget=2)
+        log: list[str] = []
+        hold = {i: asyncio.Event() for i in range(3)}
+        tasks = [asyncio.create_task(c) for c in _gangs(queue, [2, 2, 2], log, hold)]
+        await asyncio.sleep(0)
+        hold[0].set()  # gang 0 finishes and moves the line before gang 1 sees its cancellation
+        tasks[1].cancel()
+        await asyncio.sleep(0.01)
+        assert log == ["start 0", "end 0", "start 2"] and queue.in_flight == 2
+        hold[2].set()
+        await asyncio.gather(tasks[0], tasks[2])
+        assert queue.in_flight == 0 and queue.waiting == 0
+
+    asyncio.run(scenario())
