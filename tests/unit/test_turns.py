@@ -43,42 +43,31 @@ def test_gangs_start_in_order_within_the_budget_and_a_large_one_is_not_overtaken
     assert log.index("start 2") > log.index("end 1")
 
 
-def test_a_cancelled_waiter_does_not_block_the_line_and_a_failing_step_frees_its_pods():
+@pytest.mark.parametrize("line_moves_first", [False, True])
+def test_a_cancelled_waiter_does_not_block_the_line_and_a_failing_step_frees_its_pods(line_moves_first: bool):
     async def scenario() -> None:
         queue = TurnQueue(budget=2)
         log: list[str] = []
         hold = {i: asyncio.Event() for i in range(3)}
         tasks = [asyncio.create_task(c) for c in _gangs(queue, [2, 2, 2], log, hold)]
         await asyncio.sleep(0)
-        tasks[1].cancel()  # waiting behind gang 0
-        hold[0].set()
+        # Gang 1 waits behind gang 0 and is cancelled; with line_moves_first, gang 0 finishes and
+        # moves the line before gang 1 sees its cancellation (it must not count as in flight).
+        if line_moves_first:
+            hold[0].set()
+            tasks[1].cancel()
+        else:
+            tasks[1].cancel()
+            hold[0].set()
         await asyncio.sleep(0.01)
         assert log == ["start 0", "end 0", "start 2"] and queue.in_flight == 2
 
         async def boom() -> None:
             raise RuntimeError("refused")
         hold[2].set()
-        await asyncio.sleep(0.01)
+        await asyncio.gather(tasks[0], tasks[2])
         with pytest.raises(RuntimeError):
             await queue.run(2, boom)
-        assert queue.in_flight == 0 and queue.waiting == 0
-
-    asyncio.run(scenario())
-
-
-def test_a_waiter_cancelled_just_before_the_line_moves_is_not_counted_as_in_flight():
-    async def scenario() -> None:
-        queue = TurnQueue(budget=2)
-        log: list[str] = []
-        hold = {i: asyncio.Event() for i in range(3)}
-        tasks = [asyncio.create_task(c) for c in _gangs(queue, [2, 2, 2], log, hold)]
-        await asyncio.sleep(0)
-        hold[0].set()  # gang 0 finishes and moves the line before gang 1 sees its cancellation
-        tasks[1].cancel()
-        await asyncio.sleep(0.01)
-        assert log == ["start 0", "end 0", "start 2"] and queue.in_flight == 2
-        hold[2].set()
-        await asyncio.gather(tasks[0], tasks[2])
         assert queue.in_flight == 0 and queue.waiting == 0
 
     asyncio.run(scenario())
