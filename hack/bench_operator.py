@@ -164,6 +164,14 @@ def start_rig() -> tuple[dict, KubeApi]:
     return figures, api
 
 
+def apply_crds() -> float:
+    """Install Railyard's CRDs on the rig; returns when (time.monotonic()), for after_gc_discovery."""
+    applied = time.monotonic()
+    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
+                    str(HACK.parent / "crds")], check=True, capture_output=True)
+    return applied
+
+
 def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
     port = 18080
     api = KubeApi(workers=1)
@@ -180,8 +188,7 @@ def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
 def rig_with_operator(name: str) -> tuple[KubeApi, subprocess.Popen, int]:
     """A fresh superpod-2k rig with the CRD applied and an operator that has listed everything."""
     _, api = start_rig()
-    subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
-                    str(HACK.parent / "crds")], check=True, capture_output=True)
+    apply_crds()
     operator, port, _ = start_operator(name)
     wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
     return api, operator, port
@@ -230,7 +237,6 @@ def create_background_pods(api: KubeApi, count: int, nodes: list[str]) -> float:
 
 
 def main() -> None:
-    kubectl = str(cluster.binary("kubectl"))
     figures: dict = {"machine": {"cpus": os.cpu_count()}}
 
     # 1. Baseline: kube-scheduler alone.
@@ -241,9 +247,7 @@ def main() -> None:
 
     # 2. Railyard, on a fresh rig.
     _, api = start_rig()
-    crds_applied = time.monotonic()
-    subprocess.run([kubectl, "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f", str(HACK.parent / "crds")],
-                   check=True, capture_output=True)
+    crds_applied = apply_crds()
     operator, port, log_path = start_operator("bench-operator")
     try:
         wait(lambda: b"became leader" in log_path.read_bytes(), 60, "leader")

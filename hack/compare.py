@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import peers_kueue
 import peers_volcano
-from bench_common import HACK, after_gc_discovery, cluster, fresh_cluster, percentile, wait
-from bench_operator import NS, PodWatch, cpu_seconds, gauge, scrape, settled, start_operator
+from bench_common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
+from bench_operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
 from railyard.operator.apiclient import KubeApi
 from railyard.topology.bench.peers import (
     JOB_LABEL,
@@ -60,10 +59,9 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     extra: dict[str, int] = {}
     processes = []
-    crds_applied = time.monotonic()
+    crds_applied = time.monotonic()  # Volcano's, in peers_volcano.start
     if peer == "railyard":
-        subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
-                        str(HACK.parent / "crds")], check=True, capture_output=True)
+        crds_applied = apply_crds()
         operator, port, _ = start_operator("railyard-compare")
         processes.append(operator)
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
