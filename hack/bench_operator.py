@@ -27,7 +27,7 @@ from pathlib import Path
 
 import requests
 from bench_common import HACK, after_gc_discovery, cluster, fresh_cluster, percentile, rss_mib, wait
-from railyard.operator.apiclient import KubeApi
+from railyard.operator.kube.client import KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

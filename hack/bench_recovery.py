@@ -28,7 +28,7 @@ from bench_operator import (
     settled,
     training_job,
 )
-from railyard.operator.apiclient import KubeApi
+from railyard.operator.kube.client import KubeApi
 
 CASES = [(128, 1), (128, 8), (1024, 1), (1024, 8)]
 FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}

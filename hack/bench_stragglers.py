@@ -14,7 +14,7 @@ import random
 import statistics
 import time
 
-from railyard.operator.stragglers import StragglerTracker, score
+from railyard.operator.decide.stragglers import StragglerTracker, score
 from railyard.topology.api import StragglerPolicy
 
 NODES, PER_NODE, PER_TOR = 128, 8, 8

@@ -4,7 +4,7 @@ topology key), Kueue's Topology Aware Scheduling, Volcano's network-topology-awa
 a naive podAffinity baseline, each on a fresh
 superpod-2k rig (2,048 kwok nodes x 8 GPUs), one peer at a time, with the same job stream submitted
 as one burst (about 1.3x the GPUs there are). Placements are read from the bound pods
-(topology/bench/peers.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
+(operator/bench/peers.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
 compare.md in the rig's state directory).
 
 Kueue TAS (v0.19.2) and Volcano (v1.14.1: vc-scheduler and vc-controller-manager), built on first
@@ -24,8 +24,7 @@ import peers_kueue
 import peers_volcano
 from bench_common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
 from bench_operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
-from railyard.operator.apiclient import KubeApi
-from railyard.topology.bench.peers import (
+from railyard.operator.bench.peers import (
     JOB_LABEL,
     PEERS,
     TRANSLATORS,
@@ -35,6 +34,7 @@ from railyard.topology.bench.peers import (
     stream,
     summarise,
 )
+from railyard.operator.kube.client import KubeApi
 
 JOBS = int(os.environ.get("COMPARE_JOBS", "150"))
 SEED = int(os.environ.get("COMPARE_SEED", "11"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 from bench_common import cluster, served, wait
-from railyard.operator.apiclient import KubeApi
-from railyard.topology.bench.peers import kueue_cluster_objects
+from railyard.operator.bench.peers import kueue_cluster_objects
+from railyard.operator.kube.client import KubeApi
 
 PORTS = {"health": 17281, "metrics": 17282, "webhook": 17283}
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in cmd/kueue when cert management is off

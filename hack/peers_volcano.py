@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 from bench_common import cluster, served, wait
-from railyard.operator.apiclient import KubeApi
-from railyard.topology.bench.peers import volcano_cluster_objects
+from railyard.operator.bench.peers import volcano_cluster_objects
+from railyard.operator.kube.client import KubeApi
 
 PORTS = {"scheduler-metrics": 17291, "scheduler-health": 17292, "controller-metrics": 17293,
          "controller-health": 17294}

@@ -7,15 +7,16 @@ fields are ignored (the API server prunes them anyway) so newer manifests still 
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.levels import DEFAULT_LEVELS, NODE, check_name
 from railyard.topology.nodes import pod_gpu_request
-from railyard.topology.tiers import RailAlignment
 
 GROUP = "railyard.dev"
 VERSION = "v1alpha1"
@@ -94,12 +95,25 @@ class RestartBackoff(_Model):
     max_seconds: int = Field(300, alias="maxSeconds", ge=0)
 
 
+class OnNoReplacement(StrEnum):
+    """What happens when lost ranks find no replacement within replacementTimeoutSeconds."""
+
+    REQUEUE = "Requeue"  # place the whole gang again, waiting if needed
+    FAIL = "Fail"
+    SHRINK = "Shrink"  # elastic jobs: continue on the survivors (at least minReplicas)
+
+
+class StragglerAction(StrEnum):
+    REPORT = "Report"  # status, condition, Event
+    EVICT = "Evict"  # also restart without the node (after a checkpoint) and quarantine it
+
+
 class FaultPolicy(_Model):
     node_loss_grace_seconds: int = Field(30, alias="nodeLossGraceSeconds", ge=0, le=3600)
     max_restarts: int = Field(3, alias="maxRestarts", ge=0)
     restart_backoff: RestartBackoff = Field(default_factory=RestartBackoff, alias="restartBackoff")
     non_retryable_exit_codes: list[int] = Field(default_factory=list, alias="nonRetryableExitCodes")
-    on_no_replacement: str = Field("Requeue", alias="onNoReplacement", pattern="^(Requeue|Fail|Shrink)$")
+    on_no_replacement: OnNoReplacement = Field(OnNoReplacement.REQUEUE, alias="onNoReplacement")
     replacement_timeout_seconds: int = Field(120, alias="replacementTimeoutSeconds", ge=0, le=86400)
 
     def backoff(self, restarts: int) -> float:
@@ -115,7 +129,7 @@ class StragglerWindow(_Model):
 class StragglerPolicy(_Model):
     """Slow nodes found from the ranks' reported compute times (railyard.worker)."""
 
-    action: str = Field("Report", pattern="^(Report|Evict)$")
+    action: StragglerAction = StragglerAction.REPORT
     # A node is slow when the fastest comparable node's median compute time / its own is below this
     # (the NVIDIA resiliency extension's rule; 0.75 = a third slower).
     threshold: float = Field(0.75, gt=0, lt=1)
@@ -201,12 +215,23 @@ class TrainingJobSpec(_Model):
         return self.min_replicas if self.min_replicas is not None else self.replicas
 
 
+# --- status (written by the operator only) --------------------------------------------------------------
+
+
+def rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# An RFC 3339 timestamp, whole seconds in UTC, as the API server writes them.
+Timestamp = Annotated[datetime, PlainSerializer(rfc3339, return_type=str)]
+
+
 class Condition(_Model):
     type: str
-    status: str
+    status: str = Field(pattern="^(True|False|Unknown)$")
     reason: str = ""
     message: str = ""
-    last_transition_time: datetime | None = Field(None, alias="lastTransitionTime")
+    last_transition_time: Timestamp | None = Field(None, alias="lastTransitionTime")
     observed_generation: int | None = Field(None, alias="observedGeneration")
 
 
@@ -217,32 +242,103 @@ class RankPlacement(_Model):
     pod: str | None = None
 
 
+class DomainCount(_Model):
+    level: str
+    count: int
+
+
 class PlacementStatus(_Model):
+    id: str = ""  # one placement; its pods carry it in railyard.dev/placement-id
     ranks: list[RankPlacement] = []
     tors: int = 0
     leaves: int = 0
     spines: int = 0
+    domains: list[DomainCount] = []
     rail_aligned: bool = Field(False, alias="railAligned")
+    desired_replicas: int | None = Field(None, alias="desiredReplicas")  # spec.replicas when it was decided
+
+
+class UnhealthyNode(_Model):
+    name: str
+    reason: str
+    message: str = ""
+    since: Timestamp | None = None
+
+
+class ReplacementRecord(_Model):
+    rank: int
+    lost: str
+    new: str
+    same_tor: bool = Field(False, alias="sameTor")
+
+
+class RestartRecord(_Model):
+    reason: str | None = None
+    lost_nodes: list[str] = Field(default_factory=list, alias="lostNodes")
+    replacements: list[ReplacementRecord] = []
+    moved_ranks: int = Field(0, alias="movedRanks")
+    detected_at: Timestamp | None = Field(None, alias="detectedAt")
+    decided_at: Timestamp | None = Field(None, alias="decidedAt")
+    released_at: Timestamp | None = Field(None, alias="releasedAt")
+    resume_step: int | None = Field(None, alias="resumeStep")
+    resume_checkpoint: str | None = Field(None, alias="resumeCheckpoint")
+    previous_replicas: int | None = Field(None, alias="previousReplicas")
+
+
+class StepTime(_Model):
+    p50_seconds: float | None = Field(None, alias="p50Seconds")
+    p90_seconds: float | None = Field(None, alias="p90Seconds")
+    samples: int = 0
+    updated_at: Timestamp | None = Field(None, alias="updatedAt")
+
+
+class StragglerRecord(_Model):
+    node: str
+    ranks: list[int] = []
+    score: float = 1.0
+    since: Timestamp | None = None
+    action: str = ""  # Reported | CheckpointRequested | Evicted
 
 
 class CheckpointRecord(_Model):
     step: int = Field(ge=0)
     path: str = ""
-    time: datetime | None = None
-    generation: int = 0
+    time: Timestamp | None = None
+    # The restartCount of the ranks that saved it ("generation" in statuses written before 0.2).
+    restart_count: int = Field(0, validation_alias=AliasChoices("restartCount", "generation", "restart_count"),
+                               serialization_alias="restartCount")
+
+
+class AvoidNode(_Model):
+    node: str
+    reason: str = ""
+    until: Timestamp | None = None
 
 
 class TrainingJobStatus(_Model):
-    conditions: list[Condition] = []
+    """The status the operator writes. A partial one is a merge patch: dumped with exclude_unset, the
+    fields given (None included: null deletes) and nothing else."""
+
     observed_generation: int | None = Field(None, alias="observedGeneration")
+    conditions: list[Condition] = []
+    placement: PlacementStatus | None = None
     replicas: int = 0
     selector: str | None = None
-    placement: PlacementStatus | None = None
-    queued_since: datetime | None = Field(None, alias="queuedSince")
-    start_time: datetime | None = Field(None, alias="startTime")
-    completion_time: datetime | None = Field(None, alias="completionTime")
-    restart_count: int = Field(0, alias="restartCount")
+    queued_since: Timestamp | None = Field(None, alias="queuedSince")
+    start_time: Timestamp | None = Field(None, alias="startTime")
+    completion_time: Timestamp | None = Field(None, alias="completionTime")
+    restart_count: int = Field(0, alias="restartCount")  # the gang's attempts so far
+    process_restarts: int = Field(0, alias="processRestarts")  # what faultPolicy.maxRestarts bounds
+    unhealthy_nodes: list[UnhealthyNode] = Field(default_factory=list, alias="unhealthyNodes")
+    last_restart: RestartRecord | None = Field(None, alias="lastRestart")
     last_checkpoint: CheckpointRecord | None = Field(None, alias="lastCheckpoint")
+    step_time: StepTime | None = Field(None, alias="stepTime")
+    stragglers: list[StragglerRecord] | None = None
+    avoid_nodes: list[AvoidNode] = Field(default_factory=list, alias="avoidNodes")
+
+    def as_patch(self) -> dict[str, Any]:
+        """The merge patch body this partial status stands for."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 class ObjectMeta(_Model):

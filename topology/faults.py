@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from railyard.topology.eligibility import untolerated_taint
@@ -37,10 +38,22 @@ DEFAULT_FAULT_CONDITIONS: tuple[str, ...] = (
 _LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
+class LossReason(StrEnum):
+    """Why a node's ranks count as lost."""
+
+    NODE_DELETED = "NodeDeleted"
+    NODE_NOT_READY = "NodeNotReady"  # Ready False/Unknown past the grace
+    TAINT = "Taint"  # a NoExecute or NoSchedule taint the job does not tolerate
+    GPU_FAULT = "GpuFault"  # a GPU health condition True
+    GPU_ALLOCATABLE_DROPPED = "GpuAllocatableDropped"
+    NODE_NOT_USABLE = "NodeNotUsable"  # became unusable while the restart was being decided
+    STRAGGLER = "Straggler"  # evicted for computing slower than its peers
+
+
 @dataclass(frozen=True)
 class NodeLoss:
     node: str
-    reason: str  # NodeDeleted | NodeNotReady | Taint | GpuFault | GpuAllocatableDropped
+    reason: LossReason
     message: str
     since: str | None  # when the signal started, if the object says
 
@@ -50,33 +63,33 @@ def node_loss(name: str, node: Mapping[str, Any] | None, held_gpus: int, tolerat
               fault_conditions: Sequence[str] = DEFAULT_FAULT_CONDITIONS) -> NodeLoss | None:
     """Why this node's ranks are lost now, or None while the node is usable (or still in its grace)."""
     if node is None:
-        return NodeLoss(name, "NodeDeleted", f"node {name} was deleted", None)
+        return NodeLoss(name, LossReason.NODE_DELETED, f"node {name} was deleted", None)
     status = node.get("status") or {}
     conditions = status.get("conditions") or []
     for c in conditions:
         if c.get("type") in fault_conditions and c.get("status") == "True":
-            return NodeLoss(name, "GpuFault", f"node {name}: condition {c['type']}: {c.get('message') or ''}".strip(),
-                            c.get("lastTransitionTime"))
+            message = f"node {name}: condition {c['type']}: {c.get('message') or ''}".strip()
+            return NodeLoss(name, LossReason.GPU_FAULT, message, c.get("lastTransitionTime"))
     raw = (status.get("allocatable") or {}).get(GPU_RESOURCE)
     try:
         allocatable = parse_count(raw) if raw is not None else 0
     except ValueError:
         allocatable = 0
     if allocatable < held_gpus:
-        return NodeLoss(name, "GpuAllocatableDropped",
+        return NodeLoss(name, LossReason.GPU_ALLOCATABLE_DROPPED,
                         f"node {name}: allocatable {GPU_RESOURCE} {allocatable} < {held_gpus} held by the job", None)
     taints = tuple(Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
                    for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") not in _LIFECYCLE_TAINTS)
     probe = GpuNode(name, "", "", "", (), (), (), taints=taints)
     taint = untolerated_taint(probe, tolerations)
     if taint is not None:
-        return NodeLoss(name, "Taint", f"node {name}: taint {taint.key}={taint.value}:{taint.effect} not tolerated",
-                        None)
+        return NodeLoss(name, LossReason.TAINT,
+                        f"node {name}: taint {taint.key}={taint.value}:{taint.effect} not tolerated", None)
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         since = (ready or {}).get("lastTransitionTime")
         waited = now - epoch(since, now - grace_seconds)
         if waited >= grace_seconds:
             state = "Unknown" if ready is None else ready.get("status")
-            return NodeLoss(name, "NodeNotReady", f"node {name}: Ready={state} for {waited:.0f}s", since)
+            return NodeLoss(name, LossReason.NODE_NOT_READY, f"node {name}: Ready={state} for {waited:.0f}s", since)
     return None

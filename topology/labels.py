@@ -26,6 +26,9 @@ LABEL_GPU_CLIQUE = "nvidia.com/gpu.clique"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_GPUS = "railyard.dev/gpus"
+# The labels every replica pod carries, which inter-pod rules (anti-affinity, spread) match against.
+LABEL_JOB = "railyard.dev/job-name"
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflow Trainer convention
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,20 @@
-"""The offline planner: place TrainingJobs one after another on a snapshot, each consuming capacity."""
+"""The offline planner: place TrainingJobs one after another on a snapshot, each consuming capacity,
+through the same decision the operator makes (decision.py): inter-pod rules against the pods given
+and the gangs planned before, then solve()."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from railyard.topology.affinity import PodInfo
 from railyard.topology.api import TrainingJob
+from railyard.topology.decision import decide, placed_pods, taken
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, solve
+from railyard.topology.solver import Decision
 
 
 @dataclass(frozen=True)
@@ -21,18 +25,20 @@ class PlanResult:
     solve_seconds: float
 
 
-def plan(snapshot: Snapshot, jobs: Sequence[TrainingJob]) -> PlanResult:
+def plan(snapshot: Snapshot, jobs: Sequence[TrainingJob], pods: Iterable[PodInfo] = ()) -> PlanResult:
+    """`pods`: the pods on the cluster as inter-pod rules see them (nodes.pod_infos)."""
     current = snapshot
+    seen = list(pods)
     decisions: list[Decision] = []
     elapsed = 0.0
     for job in jobs:
         request = GangRequest.from_job(job)
         t0 = time.perf_counter()
-        decision = solve(current, request)
+        decision = decide(current, request, seen)
         elapsed += time.perf_counter() - t0
         decisions.append(decision)
-        if decision.placement is not None:
-            current = current.allocate(decision.placement.allocations)
+        current = taken(current, decision)
+        seen.extend(placed_pods(decision))
     return PlanResult(tuple(decisions), snapshot, current, elapsed)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from railyard.topology.affinity import NodeLimits
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.levels import Levels
 from railyard.topology.model import GpuNode, Snapshot
@@ -26,7 +27,6 @@ from railyard.topology.quality import tier_distance as distance
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import RailTarget, free_rail_counts, pick_gpus, slots_for_target
-from railyard.topology.tiers import RailAlignment
 from scipy.optimize import linear_sum_assignment
 
 _MISALIGNED = 10  # cost of a replacement off the placement's rails (preferred alignment): above any distance

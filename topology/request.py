@@ -6,11 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.api import Parallelism, TrainingJob
 from railyard.topology.commgraph import ModelHints
-from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.labels import GPU_RESOURCE, LABEL_JOB, LABEL_POD_GROUP
 from railyard.topology.resources import pod_requests
-from railyard.topology.tiers import RailAlignment
+
+
+def job_pod_labels(job_name: str, template: Mapping[str, Any]) -> dict[str, str]:
+    """The labels every replica pod of the job carries (the rank-independent part)."""
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    return {**labels, LABEL_JOB: job_name, LABEL_POD_GROUP: job_name}
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,8 @@ class GangRequest:
     pod_spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # Per-replica requests of every resource but GPUs (milli-units, `pods` included); see resources.py.
     resources: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # The labels its pods carry (inter-pod rules of this gang and of others match them).
+    pod_labels: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def key(self) -> str:
@@ -53,4 +61,5 @@ class GangRequest:
             model=spec.model.hints() if spec.model is not None else None,
             pod_spec=spec.pod_spec,
             resources={k: v for k, v in pod_requests(spec.pod_spec).items() if k != GPU_RESOURCE},
+            pod_labels=job_pod_labels(job.metadata.name, spec.template),
         )

@@ -16,14 +16,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from railyard.topology.affinity import NodeLimits
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
 from railyard.topology.eligibility import PodConstraints
+from railyard.topology.graph_mapping import map_ranks
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.levels import NODE, LevelError, Levels
-from railyard.topology.mapping import map_ranks
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
 from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
-from railyard.topology.ranks import local_rank_order
+from railyard.topology.rank_order import local_rank_order
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import (
@@ -35,7 +36,6 @@ from railyard.topology.slots import (
     pattern_slots,
     pick_gpus,
 )
-from railyard.topology.tiers import RailAlignment
 
 _MAX_RAIL_TARGETS = 8
 _GPU_ONLY = frozenset({GPU_RESOURCE})  # GPUs are counted by index, not by amount
@@ -303,7 +303,7 @@ def _largest_scope(candidate: _Candidate, request: GangRequest, levels: Levels) 
     return max((sum(c for _, c in slots) for _, slots in _scopes(candidate, request, levels)), default=0)
 
 
-def _materialise(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
+def _build_placement(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
     size = request.gpus_per_replica
     slots: list[tuple[GpuNode, tuple[int, ...]]] = []
     for node, count in option.selection.takes:
@@ -405,7 +405,7 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
             sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g in groups)
             reason += f"; GPU products are not mixed in one gang: {sizes}"
         return Decision(request, None, reason)
-    placement = _materialise(snapshot, chosen, request)
+    placement = _build_placement(snapshot, chosen, request)
     if packed is not None and _packing_key(snapshot, packed) < _packing_key(snapshot, placement):
         placement = packed
     return Decision(request, placement, None)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 
 def epoch(timestamp: str | None, default: float) -> float:
@@ -16,3 +17,15 @@ def epoch(timestamp: str | None, default: float) -> float:
 def iso(seconds: float | None = None) -> str:
     """A timestamp for status and events (whole seconds, UTC); now by default."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if seconds is None else seconds))
+
+
+def parse_time(timestamp: Any) -> datetime | None:
+    """A timestamp as a UTC datetime; None when absent or unreadable."""
+    if isinstance(timestamp, datetime):
+        return timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=UTC)
+    if not timestamp or not isinstance(timestamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -26,7 +26,7 @@ class Context:
     rank: int  # the pod's rank in the gang (what the operator checks reports against)
     world_size: int  # replicas in the gang
     local_rank: int  # the process inside the pod (torchrun's LOCAL_RANK; 0 without torchrun)
-    restart_count: int  # the gang's generation
+    restart_count: int  # the gang's restart count: which attempt this rank belongs to
     restart_reason: str
     resume_step: int | None  # the last checkpoint every rank saved (None: start from scratch)
     resume_checkpoint: str | None

@@ -44,7 +44,7 @@ class Reporter:
         self._last_sent = float("-inf")
         self._last_warning = float("-inf")
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
-        self.stale = False  # the operator says this rank belongs to an older generation
+        self.stale = False  # the operator says this rank belongs to an older attempt
         self.sent = 0
 
     @property
@@ -81,7 +81,7 @@ class Reporter:
     def payload(self) -> dict[str, Any]:
         return {
             "namespace": self.ctx.namespace, "job": self.ctx.job, "rank": self.ctx.rank,
-            "generation": self.ctx.restart_count, "step": self._step,
+            "restartCount": self.ctx.restart_count, "step": self._step,
             "samples": list(self._samples), "checkpoints": list(self._checkpoints), "sentAt": time.time(),
         }
 

@@ -1,5 +1,5 @@
 """SIGTERM handling: Kubernetes sends SIGTERM, waits terminationGracePeriodSeconds, then SIGKILLs.
-The operator deletes a generation gracefully, so a script that checks the flag at step boundaries
+The operator deletes an attempt gracefully, so a script that checks the flag at step boundaries
 can save a checkpoint (and report it) before it exits."""
 
 from __future__ import annotations

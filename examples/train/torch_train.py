@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         state = torch.load(Path(ctx.resume_checkpoint or "") / "model.pt", weights_only=True)
         model.module.load_state_dict(state["model"])
         optimiser.load_state_dict(state["optimiser"])
-    emit("start", pod_rank=ctx.rank, generation=ctx.restart_count, first_step=ctx.first_step)
+    emit("start", pod_rank=ctx.rank, restart_count=ctx.restart_count, first_step=ctx.first_step)
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     truth = torch.tensor([[0.5], [-1.0], [2.0], [0.25]])
     flag = torch.zeros(1)

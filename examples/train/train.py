@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = [0.0] * FEATURES
     if ctx.resuming:
         weights = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())["weights"]
-    emit("start", rank=ctx.rank, generation=ctx.restart_count, resume_step=ctx.resume_step,
+    emit("start", rank=ctx.rank, restart_count=ctx.restart_count, resume_step=ctx.resume_step,
          first_step=ctx.first_step)
     loss = float("nan")
     for step in range(ctx.first_step, args.steps):
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             emit("stop", step=step, loss=loss)
             return 0
         if reporter.stale:
-            emit("stale", step=step)  # this generation was replaced: stop quietly
+            emit("stale", step=step)  # this attempt was replaced: stop quietly
             return 0
     reporter.flush()
     emit("done", step=args.steps - 1, loss=loss, weights=weights)

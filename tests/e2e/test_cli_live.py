@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from railyard.operator.cli import main
+from railyard.operator.app.cli import main
 
 from tests.support.jobs import create_job, make_job, wait_bound, wait_condition
 

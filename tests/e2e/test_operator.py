@@ -186,7 +186,7 @@ def test_metrics_are_exposed(operator, custom, namespace, api_client, core):
 
 
 def test_plan_reads_the_live_cluster(operator, api_client, core, custom, namespace, kubeconfig, tmp_path, capsys):
-    from railyard.operator.cli import main
+    from railyard.operator.app.cli import main
 
     create_job(custom, namespace, make_job("resident", 4))
     resident = wait_bound(api_client, core, namespace, "resident", 4)

@@ -40,7 +40,7 @@ def test_a_slow_node_is_checkpointed_evicted_and_quarantined(operator, api_clien
                 step + 5 > target else []
             for rank, token in tokens.items():
                 answer = requests.post(operator.report_url, timeout=10, headers={"Authorization": f"Bearer {token}"},
-                                       json={"namespace": namespace, "job": "laggard", "rank": rank, "generation": 0,
+                                       json={"namespace": namespace, "job": "laggard", "rank": rank, "restartCount": 0,
                                              "step": step + 4, "samples": samples[rank], "checkpoints": checkpoints})
                 # 429: over the per-pod rate; once the checkpoint is in, the restart may already have
                 # deleted this pod (403) or moved the job on (409).

@@ -95,14 +95,14 @@ def test_ranks_report_checkpoints_and_the_next_generation_resumes_from_the_last_
         poll(lambda: not [p for p in pods_of(api_client, core, namespace, "trainer")
                           if not p["metadata"]["name"].startswith("trainer-g1-")], 60, "generation 0 gone")
         stale = requests.post(operator.report_url, json={"namespace": namespace, "job": "trainer", "rank": 0,
-                                                         "generation": 0, "step": 1},
+                                                         "restartCount": 0, "step": 1},
                               headers={"Authorization": f"Bearer {old_token}"}, timeout=10)
         assert stale.status_code in (401, 403), stale.text
         # Nor may one rank speak for another.
         token = pod_token(core, namespace, new[0])
         rank = int(new[0]["metadata"]["labels"]["railyard.dev/rank"])
         other = requests.post(operator.report_url, json={"namespace": namespace, "job": "trainer",
-                                                         "rank": 1 - rank, "generation": 1},
+                                                         "rank": 1 - rank, "restartCount": 1},
                               headers={"Authorization": f"Bearer {token}"}, timeout=10)
         assert other.status_code == 403, other.text
 
@@ -110,9 +110,9 @@ def test_ranks_report_checkpoints_and_the_next_generation_resumes_from_the_last_
         firsts = poll(lambda: all((tmp_path / f"{p['metadata']['name']}.out").exists()
                                   and events(tmp_path, p["metadata"]["name"]) for p in new)
                       and [events(tmp_path, p["metadata"]["name"])[0] for p in new], 30, "generation 1 started")
-        assert {(e["generation"], e["resume_step"], e["first_step"]) for e in firsts} == {(1, stopped, stopped + 1)}
+        assert {(e["restart_count"], e["resume_step"], e["first_step"]) for e in firsts} == {(1, stopped, stopped + 1)}
         job = poll(lambda: (j := get_job(custom, namespace, "trainer"))["status"]["lastCheckpoint"]["step"] > stopped
                    and j, 90, "a checkpoint of generation 1")
-        assert job["status"]["lastCheckpoint"]["generation"] == 1
+        assert job["status"]["lastCheckpoint"]["restartCount"] == 1
     finally:
         stop_all(procs)

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 from kubernetes import client
-from railyard.operator.apiclient import KubeApi
-from railyard.operator.reflector import Reflector, reflector_sink
-from railyard.operator.state import KINDS, ClusterState
+from railyard.operator.cache.state import KINDS, ClusterState
+from railyard.operator.kube.client import KubeApi
+from railyard.operator.kube.reflector import Reflector, reflector_sink
 
 from tests.support.jobs import create_job, delete_job, make_job
 

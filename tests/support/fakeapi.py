@@ -11,10 +11,12 @@ import copy
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from railyard.operator.apiclient import ApiException, Fenced
-from railyard.operator.keys import SCHEDULING_GATE
+from railyard.operator.base.keys import SCHEDULING_GATE
+from railyard.operator.kube.client import ApiException, Fenced
+from railyard.operator.kube.protocol import ClusterApi
 
 Event = tuple[str, str, dict[str, Any]]  # (kind, type, object)
 
@@ -28,7 +30,8 @@ class FakeApi:
         self.log: list[Event] = []
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
-        self.fence = None
+        self.deletions: list[tuple[str, int | None]] = []  # (pod, gracePeriodSeconds asked for)
+        self.fence: Callable[[], bool] | None = None
         for node in nodes:
             self._store("nodes", copy.deepcopy(node), "ADDED")
 
@@ -136,6 +139,7 @@ class FakeApi:
     async def delete_pod(self, namespace: str, name: str, uid: str | None = None,
                          grace_seconds: int | None = None) -> None:
         self._write("DELETE", f"pods/{name}")
+        self.deletions.append((name, grace_seconds))
         pod = self.objects["pods"].get((namespace, name))
         if pod is not None and (uid is None or pod["metadata"]["uid"] == uid):
             self._remove("pods", (namespace, name))
@@ -180,3 +184,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[k] = merge_patch(out.get(k), v)
     return out
+
+
+def _conforms(api: FakeApi) -> ClusterApi:
+    """mypy checks here that the fake offers what the actors call (kube/protocol.ClusterApi)."""
+    return api

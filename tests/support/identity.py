@@ -56,8 +56,10 @@ def install(helm: str, admin_kubeconfig: str, workdir: Path) -> Identity:
                           "--set", "replicaCount=1"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     api = config.new_client_from_config(config_file=admin_kubeconfig)
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(
-        FULLNAME, NAMESPACE, {"spec": {"expirationSeconds": 7200}}).status.token
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200))
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(FULLNAME, NAMESPACE, request).status
+    assert answer is not None, "the API server issued no token"
+    token = answer.token
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin.get("current-context")) \
         if admin.get("current-context") else admin["contexts"][0]

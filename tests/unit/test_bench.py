@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from railyard.operator.cli import main
-from railyard.topology.bench.run import run_bench
+from railyard.operator.app.cli import main
+from railyard.operator.bench.run import run_bench
 
 
 def test_quick_bench_quality_checks_hold():
@@ -26,6 +26,6 @@ def test_quick_bench_quality_checks_hold():
 
 
 def test_bench_command_prints_json(capsys, monkeypatch):
-    monkeypatch.setattr("railyard.topology.bench.run.run_bench", lambda quick: {"quick": quick})
+    monkeypatch.setattr("railyard.operator.bench.run.run_bench", lambda quick: {"quick": quick})
     assert main(["bench", "--quick"]) == 0
     assert json.loads(capsys.readouterr().out) == {"quick": True}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from railyard.operator.cli import main
+from railyard.operator.app.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DUMP = REPO / "examples" / "cluster-dump"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.bench.exact import optimum, weighted
+from railyard.operator.bench.exact import optimum, weighted
 from railyard.topology.domains import build_tree, counts_of, objective_for, select_best
 
 from tests.support.clusters import fabric_node

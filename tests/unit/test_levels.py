@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.bench.exact import counts_weight, optimum
+from railyard.operator.bench.exact import counts_weight, optimum
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.domains import build_tree, counts_of, objective_for, select_best
 from railyard.topology.labels import LABEL_GPU_CLIQUE, LABEL_LEAF, LABEL_SPINE, LABEL_TOR, parse_levels, scheme_for
 from railyard.topology.levels import LevelError, Levels
@@ -16,7 +17,6 @@ from railyard.topology.model import Snapshot
 from railyard.topology.nodes import build_snapshot, node_from_object
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment
 
 from tests.support.clusters import fabric_node, profile_nodes
 

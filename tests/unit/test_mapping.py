@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.topology.api import Parallelism
 from railyard.topology.commgraph import ModelHints, is_ring, replica_graph
-from railyard.topology.mapping import map_ranks, mapping_cost
-from railyard.topology.ranks import order_replicas
+from railyard.topology.graph_mapping import map_ranks, mapping_cost
+from railyard.topology.rank_order import order_replicas
 
 from tests.support.clusters import fabric_node
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
-from railyard.operator import conditions as cond
-from railyard.operator.builders import PodOptions, build_pod, build_service, placement_status
-from railyard.operator.queue import QueuedJob, order, reserved_nodes
-from railyard.operator.reconcile import RELEASED, Kind, assess
-from railyard.operator.state import ClusterState
-from railyard.operator.views import pod_view
+from railyard.operator.base.objects import parse_job, pod_view, state_of
+from railyard.operator.base.reasons import ConditionStatus, ConditionType, JobState, PlacedReason
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.decide import conditions as cond
+from railyard.operator.decide.actions import Finish, Invalid, MarkRunning, Queue, Restart, Resume, Rollback
+from railyard.operator.decide.assess import assess
+from railyard.operator.decide.builders import PodOptions, build_pod, build_service, placement_status
+from railyard.operator.decide.queue import QueuedJob, order, reserved_nodes
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.timestamps import epoch
@@ -29,7 +32,7 @@ JOB = {
 
 
 def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
-    pod = build_pod(JOB, 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", PodOptions())
+    pod = build_pod(parse_job(JOB), 1, "node-a", [0, 1, 2, 3, 4, 5, 6, 7], 2, True, "pid", PodOptions())
     spec = pod["spec"]
     # Pinned by node name (matchFields), not by the hostname label, which differs on some clouds.
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -50,32 +53,34 @@ def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
 
 
 def test_no_cross_nic_hint_without_rail_alignment():
-    env = build_pod(JOB, 0, "n", [0], 2, False, "pid", PodOptions())["spec"]["containers"][0]["env"]
+    env = build_pod(parse_job(JOB), 0, "n", [0], 2, False, "pid", PodOptions())["spec"]["containers"][0]["env"]
     assert "NCCL_CROSS_NIC" not in {e["name"] for e in env}
 
 
 def test_service_is_headless():
-    svc = build_service(JOB)
+    svc = build_service(parse_job(JOB))
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
 
 
 def test_condition_transition_time_moves_only_on_status_change():
-    c1 = cond.set_condition([], "Placed", "False", "Unschedulable", "a", 1, now="t1")
-    c2 = cond.set_condition(c1, "Placed", "False", "Unschedulable", "b", 1, now="t2")
-    c3 = cond.set_condition(c2, "Placed", "True", "Released", "c", 1, now="t3")
-    assert [c["lastTransitionTime"] for c in (c1[0], c2[0], c3[0])] == ["t1", "t1", "t3"]
-    both = cond.set_condition(c3, "Running", "True", "AllRunning", "", 1)
-    assert [c["type"] for c in both] == ["Running", "Placed"]  # most advanced first for the State column
-    assert cond.state_of(both) == "Running"
+    t1, t2, t3 = (datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (1, 2, 3))
+    placed, true, false = ConditionType.PLACED, ConditionStatus.TRUE, ConditionStatus.FALSE
+    c1 = cond.set_condition([], placed, false, PlacedReason.UNSCHEDULABLE, "a", 1, now=t1)
+    c2 = cond.set_condition(c1, placed, false, PlacedReason.UNSCHEDULABLE, "b", 1, now=t2)
+    c3 = cond.set_condition(c2, placed, true, PlacedReason.RELEASED, "c", 1, now=t3)
+    assert [c.last_transition_time for c in (c1[0], c2[0], c3[0])] == [t1, t1, t3]
+    both = cond.set_condition(c3, ConditionType.RUNNING, true, PlacedReason.RELEASED, "", 1, now=t3)
+    assert [c.type for c in both] == ["Running", "Placed"]  # most advanced first for the State column
+    assert state_of(both) == JobState.RUNNING
 
 
 def _placed_job(reason: str, nodes: list[str]) -> dict:
     snap = snapshot(leaves=1, tors=1, nodes=2)
     decision = solve(snap, GangRequest("llm", 2, 8, namespace="ml"))
-    job = {**JOB, "status": {"placement": placement_status(decision.placement, "llm", "pid"),
-                             "conditions": cond.set_condition([], "Placed", "True", reason, "m", 1,
-                                                              now="2026-01-01T00:00:00Z")}}
-    return job
+    placement = placement_status(decision.placement, "llm", "pid").model_dump(mode="json", by_alias=True)
+    placed = {"type": "Placed", "status": "True", "reason": reason, "message": "m",
+              "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    return {**JOB, "status": {"placement": placement, "conditions": [placed]}}
 
 
 def _pod(name: str, node: str | None, phase: str = "Pending", gated: bool = False, pid: str = "pid"):
@@ -88,32 +93,36 @@ def test_assess_walks_the_job_lifecycle():
     snap = snapshot(leaves=1, tors=1, nodes=2)
     nodes = [n.name for n in snap.nodes]
     now = time.time()
-    assert assess(JOB, [], snap, now, 60).kind is Kind.QUEUE
-    placing = _placed_job("Placing", nodes)
+    assert isinstance(assess(parse_job(JOB), [], snap, now, 60), Queue)
+    placing = parse_job(_placed_job("Placing", nodes))
     action = assess(placing, [_pod("llm-0", None, gated=True)], snap, now, 60)
-    assert action.kind is Kind.RESUME and action.pods == ("llm-1",)
-    released = _placed_job(RELEASED, nodes)
+    assert isinstance(action, Resume) and action.missing == ("llm-1",)
+    released_body = _placed_job(PlacedReason.RELEASED, nodes)
+    released = parse_job(released_body)
     running = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", nodes[1], "Running")]
-    assert assess(released, running, snap, now, 60).kind is Kind.RUNNING
+    assert isinstance(assess(released, running, snap, now, 60), MarkRunning)
     done = [_pod("llm-0", nodes[0], "Succeeded"), _pod("llm-1", nodes[1], "Succeeded")]
-    assert assess(released, done, snap, now, 60).kind is Kind.SUCCEED
+    verdict = assess(released, done, snap, now, 60)
+    assert isinstance(verdict, Finish) and verdict.succeeded
     failed = [_pod("llm-0", nodes[0], "Failed"), _pod("llm-1", nodes[1], "Running")]
     restart = assess(released, failed, snap, now, 60)
-    assert restart.kind is Kind.RESTART and restart.reason == "ProcessFailed"  # counted against maxRestarts
-    spent = {**released, "status": {**released["status"], "processRestarts": 3}}
-    assert assess(spent, failed, snap, now, 60).kind is Kind.FAIL
+    assert isinstance(restart, Restart) and restart.reason == "ProcessFailed"  # counted against maxRestarts
+    spent = parse_job({**released_body, "status": {**released_body["status"], "processRestarts": 3}})
+    verdict = assess(spent, failed, snap, now, 60)
+    assert isinstance(verdict, Finish) and not verdict.succeeded
     meta = {"name": "llm-0", "namespace": "ml", "annotations": {"railyard.dev/placement-id": "pid"}}
     exit2 = pod_view({"metadata": meta, "spec": {"nodeName": nodes[0]},
                       "status": {"phase": "Failed", "containerStatuses": [
                           {"name": "t", "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}})
-    final = {**released, "spec": {**released["spec"], "faultPolicy": {"nonRetryableExitCodes": [2]}}}
+    final_spec = {**released_body["spec"], "faultPolicy": {"nonRetryableExitCodes": [2]}}
+    final = parse_job({**released_body, "spec": final_spec})
     verdict = assess(final, [exit2, failed[1]], snap, now, 60)
-    assert verdict.kind is Kind.FAIL and verdict.reason == "NonRetryableExit" and "exited 2" in verdict.message
+    assert isinstance(verdict, Finish) and verdict.reason == "NonRetryableExit" and "exited 2" in verdict.message
     unbound = [_pod("llm-0", nodes[0], "Running"), _pod("llm-1", None)]
-    assert assess(released, unbound, snap, now, 60).kind is Kind.ROLLBACK  # released long ago, never bound
+    assert isinstance(assess(released, unbound, snap, now, 60), Rollback)  # released long ago, never bound
     stale = [_pod("llm-0", nodes[0], "Running", pid="old"), *running[1:]]
     gone = assess(released, stale, snap, now, 60)  # rank 0 of this placement is gone: deleted by someone
-    assert gone.kind is Kind.RESTART and gone.reason == "PodDeleted" and not gone.counted
+    assert isinstance(gone, Restart) and gone.reason == "PodDeleted" and not gone.counted
 
 
 def test_assess_rolls_back_a_placement_whose_node_vanished():
@@ -121,15 +130,15 @@ def test_assess_rolls_back_a_placement_whose_node_vanished():
     full = snapshot(leaves=1, tors=1, nodes=2)
     lost = placing["status"]["placement"]["ranks"][1]["node"]
     smaller = full.without_nodes(frozenset({lost}))
-    action = assess(placing, [_pod("llm-0", None, gated=True)], smaller, time.time(), 60)
-    assert action.kind is Kind.ROLLBACK and action.reason == "NodeLost"
+    action = assess(parse_job(placing), [_pod("llm-0", None, gated=True)], smaller, time.time(), 60)
+    assert isinstance(action, Rollback) and action.reason == "NodeLost"
     assert action.pods == ("llm-0",)  # the pods already created are deleted
 
 
 def test_invalid_job_is_reported_not_raised():
     bad = {**JOB, "spec": {**JOB["spec"], "replicas": 0}}
-    action = assess(bad, [], snapshot(), time.time(), 60)
-    assert action.kind is Kind.INVALID and "spec.replicas" in action.message
+    action = assess(parse_job(bad), [], snapshot(), time.time(), 60)
+    assert isinstance(action, Invalid) and "spec.replicas" in action.message
 
 
 def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
@@ -165,7 +174,7 @@ def test_state_counts_recorded_placements_before_pods_exist():
 def test_a_big_gang_still_being_bound_is_not_taken_for_a_lost_bind():
     snap = snapshot(leaves=1, tors=1, nodes=2)
     nodes = [n.name for n in snap.nodes]
-    released = _placed_job(RELEASED, nodes)  # released at 2026-01-01T00:00:00Z
+    released = parse_job(_placed_job(PlacedReason.RELEASED, nodes))  # released at 2026-01-01T00:00:00Z
     now = epoch("2026-01-01T00:02:00Z", 0)  # two minutes later, bind timeout 60 s
 
     def bound(at: str):
@@ -176,6 +185,6 @@ def test_a_big_gang_still_being_bound_is_not_taken_for_a_lost_bind():
                              {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}})
 
     still_binding = [bound("2026-01-01T00:01:50Z"), _pod("llm-1", None)]
-    assert assess(released, still_binding, snap, now, 60).kind is not Kind.ROLLBACK, "a pod was bound 10 s ago"
+    assert not isinstance(assess(released, still_binding, snap, now, 60), Rollback), "a pod was bound 10 s ago"
     stalled = [bound("2026-01-01T00:00:05Z"), _pod("llm-1", None)]
-    assert assess(released, stalled, snap, now, 60).kind is Kind.ROLLBACK, "nothing bound for 115 s"
+    assert isinstance(assess(released, stalled, snap, now, 60), Rollback), "nothing bound for 115 s"

@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from railyard.topology.api import TrainingJob
-from railyard.topology.bench.peers import (
+from railyard.operator.bench.peers import (
     INDEX_ANNOTATION,
     JOB_LABEL,
     PeerJob,
@@ -25,6 +24,7 @@ from railyard.topology.bench.peers import (
     volcano_cluster_objects,
     volcano_objects,
 )
+from railyard.topology.api import TrainingJob
 from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "peers"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from railyard.operator.progress import ProgressBook, WorkerReport, check_report
-from railyard.operator.views import JobView, PodView, pod_view
+from railyard.operator.base.objects import PodView, parse_job, pod_view
+from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.decide.reports import WorkerReport, check_report
 
 KEY = ("ml", "llm")
 
@@ -42,7 +43,7 @@ def _pod(name: str, rank: int, generation: int, uid: str = "u1") -> PodView:
 
 
 def test_only_the_pod_of_the_rank_of_the_current_generation_may_report():
-    job = JobView({"metadata": {"name": "llm", "namespace": "ml"}, "status": {"restartCount": 1}})
+    job = parse_job({"metadata": {"name": "llm", "namespace": "ml"}, "status": {"restartCount": 1}})
     ok = _pod("llm-g1-0", 0, 1)
     assert check_report(report(0, generation=1), "ml", "llm-g1-0", "u1", ok, job) is None
     refusals = {
@@ -56,7 +57,7 @@ def test_only_the_pod_of_the_rank_of_the_current_generation_may_report():
     assert {k: (r.status if r else None) for k, r in refusals.items()} == {
         "other namespace": 403, "unknown pod": 403, "recycled name": 403, "other rank": 403, "old generation": 409,
         "no job": 404}
-    assert "not the job's current generation 1" in (refusals["old generation"] or pytest.fail()).message
+    assert "not the job's current restart count 1" in (refusals["old generation"] or pytest.fail()).message
 
 
 def test_a_malformed_report_names_the_field():
@@ -71,7 +72,7 @@ def test_an_accepted_token_is_trusted_until_its_own_expiry():
     import base64
     import json
 
-    from railyard.operator.reports import token_lifetime
+    from railyard.operator.kube.report_server import token_lifetime
 
     def jwt(claims: dict) -> str:
         body = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
@@ -85,16 +86,22 @@ def test_an_accepted_token_is_trusted_until_its_own_expiry():
 async def test_a_busy_report_port_does_not_stop_the_operator():
     import socket
 
-    from railyard.operator.progress import ProgressBook
-    from railyard.operator.reports import ReportServer
-    from railyard.operator.settings import ReportSettings
-    from railyard.operator.state import ClusterState
+    from railyard.operator.base.settings import ReportSettings
+    from railyard.operator.cache.progress import ProgressBook
+    from railyard.operator.cache.state import ClusterState
+    from railyard.operator.kube.report_server import ReportServer
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = ReportServer(ClusterState(), ProgressBook(), None, ReportSettings(port=port),  # type: ignore[arg-type]
-                              lambda: True)
+        server = ReportServer(ClusterState(), ProgressBook(), _NoReviews(), ReportSettings(port=port), lambda: True)
         await server.start()  # logs the error, does not raise
         await server.stop()
+
+
+class _NoReviews:
+    """A reviewer that is never asked (the port is taken before any report arrives)."""
+
+    async def review_token(self, token: str, audiences: list[str]) -> dict:
+        raise AssertionError("no report can arrive")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.bench.rails import EIGHT, aligned_placement_exists, rail_node
+from railyard.operator.bench.rails import EIGHT, aligned_placement_exists, rail_node
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment
 
 node = rail_node
 

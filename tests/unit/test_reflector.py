@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from railyard.operator.reflector import Reflector
+from railyard.operator.kube.reflector import Reflector
 
 
 class ScriptedApi:
@@ -34,7 +34,7 @@ def test_a_410_in_the_watch_means_a_fresh_list_then_a_watch_from_its_version():
     api = ScriptedApi()
     delivered: list = []
     loop = asyncio.new_event_loop()
-    reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)  # type: ignore[arg-type]
+    reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)
     reflector.start()
     assert api.done.wait(10)
     reflector.stop()

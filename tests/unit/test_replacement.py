@@ -7,11 +7,11 @@ from itertools import permutations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.model import Snapshot
 from railyard.topology.replace import RankSlot, distance, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment
 
 from tests.support.clusters import snapshot
 

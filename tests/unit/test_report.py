@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from railyard.operator.report import (
+from railyard.operator.app.display import (
     explanation,
     job_rows,
     render_explanation,
@@ -62,8 +62,8 @@ def test_explanation_groups_excluded_nodes_by_reason():
 
 def test_per_job_series_follow_the_jobs_and_stay_bounded():
     from prometheus_client import REGISTRY
-    from railyard.operator.metrics import JobFigures as F
-    from railyard.operator.metrics import JobSeries
+    from railyard.operator.base.metrics import JobFigures as F
+    from railyard.operator.base.metrics import JobSeries
 
     def value(name, **labels):
         return REGISTRY.get_sample_value(name, labels)

@@ -6,9 +6,9 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from railyard.topology.alignment import RailAlignment
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
-from railyard.topology.tiers import RailAlignment
 
 from tests.support.clusters import snapshot
 

@@ -9,17 +9,19 @@ import copy
 import time
 
 import pytest
-from railyard.operator import conditions as cond
-from railyard.operator.placer import Placer
-from railyard.operator.reconcile import Kind, assess
-from railyard.operator.settings import ApiSettings, PlacementSettings, Settings
-from railyard.operator.state import KINDS, ClusterState
-from railyard.operator.views import pod_view
+from railyard.operator.act.loop import PlacementLoop
+from railyard.operator.base.objects import parse_job, pod_view
+from railyard.operator.base.settings import ApiSettings, PlacementSettings, Settings
+from railyard.operator.cache.state import KINDS, ClusterState
+from railyard.operator.decide.actions import Cleanup
+from railyard.operator.decide.assess import assess
 from railyard.topology.labels import parse_levels
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.timestamps import epoch, iso
 
+from tests.support import status as cond
+from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
@@ -34,17 +36,18 @@ def synced(api: FakeApi, state: ClusterState | None = None) -> ClusterState:
     return state
 
 
-def placer_for(state: ClusterState, api: FakeApi, debounce: float = 0.0) -> Placer:
+def placer_for(state: ClusterState, api: FakeApi, debounce: float = 0.0,
+               clock: ManualClock | None = None) -> PlacementLoop:
     settings = Settings(placement=PlacementSettings(loss_debounce_seconds=debounce,
                                                     not_ready_debounce_seconds=debounce * 5))
-    return Placer(state, api, settings, lambda: True)  # type: ignore[arg-type]
+    return PlacementLoop(state, api, settings, lambda: True, clock=clock)
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-def operator_over(nodes: int) -> tuple[FakeApi, ClusterState, Placer]:
+def operator_over(nodes: int) -> tuple[FakeApi, ClusterState, PlacementLoop]:
     """A fake cluster of `nodes` nodes in one TOR, and an operator that has listed it."""
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=nodes))
     state = synced(api)
@@ -266,20 +269,12 @@ def test_terminating_pods_keep_their_gpus_and_are_forced_only_on_a_gone_node_aft
     snap = state.snapshot()
     pods = [pod_view(_terminating("a", live, 300)), pod_view(_terminating("b", "vanished", 300)),
             pod_view(_terminating("c", "vanished", 5))]
-    action = assess(job, pods, snap, time.time(), 60, force_after=60)
-    assert action.kind is Kind.CLEANUP and action.force == ("b",)
+    action = assess(parse_job(job), pods, snap, time.time(), 60, force_after=60)
+    assert isinstance(action, Cleanup) and action.force == ("b",)
 
 
 def test_pods_are_deleted_with_their_grace_period():
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
-    graces: list[int | None] = []
-    original = api.delete_pod
-
-    async def recording(namespace, name, uid=None, grace_seconds=None):
-        graces.append(grace_seconds)
-        await original(namespace, name, uid, grace_seconds)
-
-    api.delete_pod = recording  # type: ignore[method-assign]
     state = synced(api)
     placer = placer_for(state, api)
     submit(api, state, make_job("g", 2, annotations={}, faultPolicy={"maxRestarts": 0}))
@@ -289,6 +284,7 @@ def test_pods_are_deleted_with_their_grace_period():
     state.apply_pod("MODIFIED", api._store("pods", failed, "MODIFIED"))
     run(placer.run_once())  # marks Failed
     run(placer.run_once())  # cleans up the rest of the gang
+    graces = [grace for _, grace in api.deletions]
     assert graces == [None], graces
 
 
@@ -318,15 +314,15 @@ def test_an_unschedulable_job_writes_once_while_only_counts_change():
 def test_an_unschedulable_job_is_not_solved_again_until_capacity_is_freed(monkeypatch):
     api, state, placer = operator_over(2)
     solves: list[str] = []
-    import railyard.operator.placer as placer_module
+    import railyard.operator.act.placing as placing_module
 
-    real = placer_module.solve
+    real = placing_module.decide
 
-    def counting(snapshot, request, limits=None):
+    def counting(snapshot, request, pods=()):
         solves.append(request.name)
-        return real(snapshot, request, limits)
+        return real(snapshot, request, pods)
 
-    monkeypatch.setattr(placer_module, "solve", counting)
+    monkeypatch.setattr(placing_module, "decide", counting)
     api.create_job(make_job("blocker", 2))
     api.create_job(make_job("waiter", 2))
     for kind, event, obj in api.log:
@@ -352,7 +348,7 @@ def test_usage_is_incremental_not_rebuilt_from_every_pod(monkeypatch):
              "status": {"phase": "Running"}} for i in range(40)]
     state.replace("pods", pods, None)
     state.snapshot()
-    import railyard.operator.usage as usage_module
+    import railyard.operator.cache.usage as usage_module
 
     computed: list[int] = []
     real = usage_module.gpus_in_use
@@ -379,7 +375,7 @@ def test_a_status_write_against_a_changed_job_is_refused_then_redecided():
     api._store("trainingjobs", edited, "MODIFIED")
     run(placer.run_once())
     assert not job_status(api, "edited").get("placement"), "a write based on a stale read went through"
-    assert state.jobs[("default", "edited")]["spec"]["priority"] == 7, "the 409 made the operator re-read"
+    assert state.jobs[("default", "edited")].body["spec"]["priority"] == 7, "the 409 made the operator re-read"
     run(placer.run_once())
     assert placed_reason(api, "edited") == "Released"
 
@@ -402,25 +398,22 @@ class LeaseApi:
         return copy.deepcopy(self.lease)
 
 
-def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders(monkeypatch):
-    from railyard.operator.leader import LeaderElector
-    from railyard.operator.settings import LeaderSettings
+def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders():
+    from railyard.operator.base.settings import LeaderSettings
+    from railyard.operator.kube.leader import LeaderElector
 
     # The holder's clock is a year behind: comparing its renewTime with ours would steal the lease.
     api = LeaseApi("2025-01-01T00:00:00.000000Z")
-    clock = [1000.0]
-    elector = LeaderElector(api, LeaderSettings(identity="me", lease_seconds=10), lambda: None)  # type: ignore[arg-type]
-    import railyard.operator.leader as leader_module
-
-    monkeypatch.setattr(leader_module.time, "monotonic", lambda: clock[0])
+    clock = ManualClock()
+    elector = LeaderElector(api, LeaderSettings(identity="me", lease_seconds=10), lambda: None, clock)
     assert elector._try_acquire_or_renew() is False  # first sight of the record starts our timer
-    clock[0] += 5
+    clock.advance(5)
     assert elector._try_acquire_or_renew() is False
     api.lease["spec"]["renewTime"] = "2025-01-01T00:00:02.000000Z"  # the holder renewed
     api.lease["metadata"]["resourceVersion"] = "2"
-    clock[0] += 8
+    clock.advance(8)
     assert elector._try_acquire_or_renew() is False, "a renewal seen 0 s ago is not expired"
-    clock[0] += 11  # no change seen for longer than leaseDurationSeconds
+    clock.advance(11)  # no change seen for longer than leaseDurationSeconds
     assert elector._try_acquire_or_renew() is True and api.puts == 1
 
 
@@ -444,7 +437,7 @@ def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_cra
     async def crash(*args, **kwargs):
         raise RuntimeError("operator killed after the write-ahead status")
 
-    monkeypatch.setattr(placer, "_delete_pods", crash)
+    monkeypatch.setattr(placer.pods, "delete", crash)
     run(placer.run_once())
     status = job_status(api, "gang")
     assert status["restartCount"] == 1 and status["lastRestart"]["lostNodes"] == [first[1]]
@@ -544,55 +537,49 @@ def _gpu_fault(api: FakeApi, state: ClusterState, name: str) -> None:
     state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
 
 
-def _placed_on_a_clock(monkeypatch):
-    """A 3-replica job placed by a placer (2 s debounce) whose monotonic clock the test moves."""
-    import railyard.operator.placer as placer_module
-
+def _placed_on_a_clock():
+    """A 3-replica job placed by a placer (2 s debounce) whose clock the test moves."""
     api, state, _ = operator_over(6)
-    placer = placer_for(state, api, debounce=2.0)
-    clock = [100.0]
-    monkeypatch.setattr(placer_module.time, "monotonic", lambda: clock[0])
+    clock = ManualClock(wall=time.time())
+    placer = placer_for(state, api, debounce=2.0, clock=clock)
     submit(api, state, make_job("pair", 3))
     run(placer.run_once())
     nodes = [r["node"] for r in job_status(api, "pair")["placement"]["ranks"]]
     return api, state, placer, clock, nodes
 
 
-def test_losses_close_together_make_one_restart(monkeypatch):
-    api, state, placer, clock, nodes = _placed_on_a_clock(monkeypatch)
+def test_losses_close_together_make_one_restart():
+    api, state, placer, clock, nodes = _placed_on_a_clock()
     _gpu_fault(api, state, nodes[0])
     run(placer.run_once())
     assert not job_status(api, "pair").get("restartCount"), "inside the debounce window"
-    clock[0] += 1.0
+    clock.advance(1.0)
     _gpu_fault(api, state, nodes[1])
     run(placer.run_once())
-    clock[0] += 1.5
+    clock.advance(1.5)
     run(placer.run_once())
     status = job_status(api, "pair")
     assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
 
 
-def test_heartbeat_losses_wait_longer_than_other_signals(monkeypatch):
+def test_heartbeat_losses_wait_longer_than_other_signals():
     # Nodes that die together turn NotReady several seconds apart (lease renewals, monitor period).
-    api, state, placer, clock, nodes = _placed_on_a_clock(monkeypatch)  # NotReady: 10 s
+    api, state, placer, clock, nodes = _placed_on_a_clock()  # NotReady: 10 s
     _not_ready(api, state, nodes[0])
     run(placer.run_once())
-    clock[0] += 6.0  # past the 2 s window of other signals
+    clock.advance(6.0)  # past the 2 s window of other signals
     run(placer.run_once())
     assert not job_status(api, "pair").get("restartCount"), "a heartbeat loss waits its own window"
     _not_ready(api, state, nodes[1])
-    clock[0] += 4.5
+    clock.advance(4.5)
     run(placer.run_once())
     status = job_status(api, "pair")
     assert status["restartCount"] == 1 and sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
 
 
 def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
-    from railyard.operator.reconcile import Action, Kind
-    from railyard.operator.views import JobView
-    from railyard.topology.api import TrainingJob
-    from railyard.topology.faults import NodeLoss
-    from railyard.topology.request import GangRequest
+    from railyard.operator.decide.actions import Restart
+    from railyard.topology.faults import LossReason, NodeLoss
 
     api, state, placer = operator_over(6)
     submit(api, state, make_job("race", 3))
@@ -600,11 +587,16 @@ def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
     nodes = [r["node"] for r in job_status(api, "race")["placement"]["ranks"]]
     _not_ready(api, state, nodes[0])
     _not_ready(api, state, nodes[1])  # lands after the decision that saw only nodes[0]
-    body = state.jobs[("default", "race")]
-    request = GangRequest.from_job(TrainingJob.model_validate(body))
-    action = Action(Kind.RESTART, "NodeNotReady", "m", request=request,
-                    losses=(NodeLoss(nodes[0], "NodeNotReady", "m", None),))
-    run(placer._restart(JobView(body), action))
+    job = state.jobs[("default", "race")]
+    assert job.request is not None
+    action = Restart(LossReason.NODE_NOT_READY, "m", job.request,
+                     losses=(NodeLoss(nodes[0], LossReason.NODE_NOT_READY, "m", None),))
+
+    async def restart() -> None:
+        await placer.recovery.restart_now(job, action)
+        await placer.materialiser.drained()
+
+    run(restart())
     status = job_status(api, "race")
     assert sorted(status["lastRestart"]["lostNodes"]) == sorted(nodes[:2])
     assert {r["node"] for r in status["placement"]["ranks"]}.isdisjoint(nodes[:2])
@@ -612,17 +604,15 @@ def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
 
 # --- stragglers ------------------------------------------------------------------------------------
 
-def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monkeypatch):
-    import railyard.operator.placer as placer_module
-    from railyard.operator.progress import WorkerReport
-    from railyard.operator.settings import ReportSettings
+def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined():
+    from railyard.operator.base.settings import ReportSettings
+    from railyard.operator.decide.reports import WorkerReport
 
-    clock = [1_800_000_000.0]
-    monkeypatch.setattr(placer_module.time, "time", lambda: clock[0])
+    clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
     state = synced(api)
-    placer = Placer(state, api, Settings(placement=PlacementSettings(loss_debounce_seconds=0),  # type: ignore[arg-type]
-                                         reports=ReportSettings(flush_seconds=0)), lambda: True)
+    placer = PlacementLoop(state, api, Settings(placement=PlacementSettings(loss_debounce_seconds=0),
+                                                reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
     policy = {"action": "Evict", "threshold": 0.85, "minDurationSeconds": 60, "warmupSteps": 0,
               "window": {"steps": 20, "seconds": 0}}
     submit(api, state, make_job("slowpoke", 4, stragglerPolicy=policy))
@@ -640,12 +630,12 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monke
             placer.book.record(WorkerReport.model_validate({
                 "namespace": "default", "job": "slowpoke", "rank": r, "generation": 0, "step": step,
                 "samples": [[step, 1.3 if r == 2 else 1.0, 1.5]],
-                "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}), clock[0])
+                "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}), clock.wall)
 
     step = 0
     while not placer.book.directives(("default", "slowpoke")) and step < 400:
         report(step)
-        clock[0] += 1.5
+        clock.advance(1.5)
         if step % 4 == 0:
             run(placer.run_once())
         step += 1
@@ -672,25 +662,23 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined(monke
     assert not placer.book.directives(("default", "slowpoke")), "the request ends with the generation"
     # The quarantine of a straggler is timed (stragglerPolicy.quarantineSeconds, 3600 by default).
     until = api.objects["nodes"][("", slow_node)]["metadata"]["annotations"]["railyard.dev/quarantined-until"]
-    assert epoch(until, 0) == pytest.approx(clock[0] + 3600, abs=2)
+    assert epoch(until, 0) == pytest.approx(clock.wall + 3600, abs=2)
     state.apply_node("MODIFIED", api.objects["nodes"][("", slow_node)])
-    clock[0] += 3601
+    clock.advance(3601)
     run(placer.run_once())
     node = api.objects["nodes"][("", slow_node)]
     assert not [t for t in node["spec"].get("taints") or [] if t["key"] == "railyard.dev/unhealthy"]
     assert "railyard.dev/quarantined-until" not in (node["metadata"].get("annotations") or {})
 
 
-def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
-    import railyard.operator.placer as placer_module
-    from railyard.operator.progress import WorkerReport
-    from railyard.operator.settings import ReportSettings
+def test_a_straggler_under_report_only_is_never_evicted():
+    from railyard.operator.base.settings import ReportSettings
+    from railyard.operator.decide.reports import WorkerReport
 
-    clock = [1_800_000_000.0]
-    monkeypatch.setattr(placer_module.time, "time", lambda: clock[0])
+    clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
     state = synced(api)
-    placer = Placer(state, api, Settings(reports=ReportSettings(flush_seconds=0)), lambda: True)  # type: ignore[arg-type]
+    placer = PlacementLoop(state, api, Settings(reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
     submit(api, state, make_job("watched", 2, stragglerPolicy={"minDurationSeconds": 30, "warmupSteps": 0,
                                                                "window": {"seconds": 0}}))
     run(placer.run_once())
@@ -701,8 +689,8 @@ def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
         for r in range(2):
             placer.book.record(WorkerReport.model_validate({
                 "namespace": "default", "job": "watched", "rank": r, "generation": 0, "step": step,
-                "samples": [[step, 2.0 if r == 1 else 1.0, 2.1]]}), clock[0])
-        clock[0] += 2
+                "samples": [[step, 2.0 if r == 1 else 1.0, 2.1]]}), clock.wall)
+        clock.advance(2)
         if step % 10 == 0:
             run(placer.run_once())
     status = job_status(api, "watched")
@@ -712,7 +700,7 @@ def test_a_straggler_under_report_only_is_never_evicted(monkeypatch):
 
 # --- elastic resize -------------------------------------------------------------------------------
 
-def _running(api: FakeApi, state: ClusterState, placer: Placer) -> None:
+def _running(api: FakeApi, state: ClusterState, placer: PlacementLoop) -> None:
     """kube-scheduler binds what was released; the operator sees it and marks the gang Running."""
     run(placer.run_once())
     api.bind_released()
@@ -799,7 +787,7 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
     state = synced(api)
     # 2 request workers: at most 4 pods of placed gangs in flight; each gang here has 4.
-    placer = Placer(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)  # type: ignore[arg-type]
+    placer = PlacementLoop(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)
     for name in ("first", "second", "third"):
         submit(api, state, make_job(name, 4))
     run(placer.run_once())
@@ -813,7 +801,7 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
 def test_gangs_of_one_pass_go_smallest_first_and_none_overtakes_a_gang_of_an_earlier_pass():
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=14))
     state = synced(api)
-    placer = Placer(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)  # type: ignore[arg-type]
+    placer = PlacementLoop(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)
     # Budget 4 pods in flight. One pass places 6 (> budget) and 3 replicas; the next pass places 1 and 4.
     for name, replicas in (("a-six", 6), ("b-three", 3)):
         submit(api, state, make_job(name, replicas))
@@ -823,7 +811,7 @@ def test_gangs_of_one_pass_go_smallest_first_and_none_overtakes_a_gang_of_an_ear
         for name, replicas in (("c-one", 1), ("d-four", 4)):
             submit(api, state, make_job(name, replicas))
         await placer.run_once(wait=False)
-        await placer.materialised()
+        await placer.materialiser.drained()
 
     run(scenario())
     assert [placed_reason(api, n) for n in ("a-six", "b-three", "c-one", "d-four")] == ["Released"] * 4
@@ -847,7 +835,7 @@ def test_the_loop_places_what_arrives_while_earlier_gangs_wait_for_their_turn():
         submit(api, state, make_job("second", 4))
         await placer.run_once(wait=False)  # must not act on "first" (placed, no pods) a second time
         assert job_status(api, "second")["placement"]["ranks"]
-        await placer.materialised()
+        await placer.materialiser.drained()
 
     run(scenario())
     assert [placed_reason(api, n) for n in ("first", "second")] == ["Released"] * 2

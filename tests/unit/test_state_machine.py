@@ -17,13 +17,13 @@ from collections import Counter
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from railyard.operator import conditions as cond
-from railyard.operator.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
-from railyard.operator.placer import Placer
-from railyard.operator.settings import Settings
-from railyard.operator.state import KINDS, ClusterState
+from railyard.operator.act.loop import PlacementLoop
+from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
+from railyard.operator.base.settings import Settings
+from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.topology.nodes import parse_gpu_annotation, pinned_node
 
+from tests.support import status as cond
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
@@ -52,7 +52,7 @@ class OperatorUnderChaos(RuleBasedStateMachine):
             self.state.replace(kind, items, rv)
         self.pending = []
         self.api.log.clear()
-        self.placer = Placer(self.state, self.api, Settings(), lambda: True)  # type: ignore[arg-type]
+        self.placer = PlacementLoop(self.state, self.api, Settings(), lambda: True)
 
     def _collect(self) -> None:
         self.pending.extend(self.api.log)

@@ -86,7 +86,7 @@ def test_reports_over_http_carry_the_token_and_survive_refusals(tmp_path):
         token.write_text("tok-2\n")  # kubelet rotated the projected token
         assert reporter.progress(2, compute_seconds=1.1)
         assert reporter.directives == {"x": 1} and not reporter.stale
-        assert not reporter.progress(3) and reporter.stale  # 409: this rank's generation is over
+        assert not reporter.progress(3) and reporter.stale  # 409: this rank's attempt is over
         assert [auth for auth, _ in _Operator.seen] == ["Bearer tok-1", "Bearer tok-2", "Bearer tok-2"]
         assert [s[0] for s in _Operator.seen[1][1]["samples"]] == [1, 2], "nothing lost across the 503"
         _Operator.answers = [(429, {"reason": "rate_limited"}), (200, {"accepted": True})]

@@ -1,0 +1,46 @@
+"""Checkpoints from the ranks' reports: which step is committed (every rank of the attempt saved it),
+and the request that every rank save one step before an eviction or a resize. The request rides on
+the report answers (cache/progress.ProgressBook); it is answered once every rank reported that step
+saved, or at its timeout."""
+
+from __future__ import annotations
+
+from railyard.operator.act.context import Context
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job
+from railyard.operator.cache.memory import CheckpointRequest, JobMemory
+from railyard.operator.decide.policy import checkpoint_step
+from railyard.topology.api import CheckpointRecord
+
+
+class Checkpoints:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def committed(self, job: Job) -> CheckpointRecord | None:
+        """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports."""
+        recorded = job.status.last_checkpoint
+        world = len(job.placement.ranks) if job.placement is not None else 0
+        found = self.ctx.book.committed(job.key, job.restart_count, world)
+        if found is None or (recorded is not None and recorded.step >= found[0]):
+            return recorded
+        return CheckpointRecord(step=found[0], path=found[1], time=utc(self.ctx.clock.time()),
+                                restart_count=job.restart_count)
+
+    def ready(self, job: Job, memory: JobMemory, timeout: float, step_seconds: float | None) -> bool:
+        """Ask every rank to save one step (a pending request is reused); True once every rank of the
+        attempt reported that step saved, or after `timeout`."""
+        now = self.ctx.clock.time()
+        progress = self.ctx.book.jobs[job.key]
+        if memory.checkpoint is None:
+            step = checkpoint_step(progress.max_step, self.ctx.settings.reports.worker_interval_seconds, step_seconds)
+            memory.checkpoint = CheckpointRequest(step, now + timeout)
+            self.ctx.book.ask_checkpoint(job.key, step)
+            return False
+        world = len(job.placement.ranks) if job.placement is not None else 0
+        saved = self.ctx.book.committed(job.key, job.restart_count, world)
+        return (saved is not None and saved[0] >= memory.checkpoint.step) or now >= memory.checkpoint.deadline
+
+    def end(self, job: Job, memory: JobMemory) -> None:
+        memory.checkpoint = None
+        self.ctx.book.end_checkpoint_request(job.key)

@@ -1,0 +1,45 @@
+"""The parts every actor shares: the state, the API, settings, the clock, per-job memory, the
+report book, and the request limit (at most `api.workers` requests of the actors in flight)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from railyard.operator.base.clock import Clock
+from railyard.operator.base.settings import Settings
+from railyard.operator.cache.memory import Memories
+from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.kube.protocol import ClusterApi
+
+log = logging.getLogger("railyard.act")
+T = TypeVar("T")
+
+
+@dataclass
+class Context:
+    state: ClusterState
+    api: ClusterApi
+    settings: Settings
+    clock: Clock
+    book: ProgressBook = field(default_factory=ProgressBook)
+    memories: Memories = field(default_factory=Memories)
+    _limit: asyncio.Semaphore | None = field(default=None, repr=False)
+
+    async def limited(self, step: Awaitable[T]) -> T:
+        """Run one API call within the request limit."""
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self.settings.api.workers)
+        async with self._limit:
+            return await step
+
+    def crash_point(self, name: str) -> None:
+        """Fault injection for the crash-safety e2e test (RAILYARD_TEST_CRASH_AFTER)."""
+        if self.settings.crash_after == name:
+            log.warning("RAILYARD_TEST_CRASH_AFTER=%s: exiting now (fault injection)", name)
+            os._exit(17)

@@ -1,0 +1,62 @@
+"""The simple steps of a job's life: finish a recorded placement (resume), say a spec is invalid,
+roll a placement back, mark the gang Running, Succeeded or Failed, clean up a finished gang."""
+
+from __future__ import annotations
+
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import EventType
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.actions import Cleanup, Finish, Invalid, MarkRunning, Resume, Rollback
+
+
+class Lifecycle:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter,
+                 materialiser: Materialiser) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.events = events
+        self.pods = pods
+        self.materialiser = materialiser
+
+    def _now(self):
+        return utc(self.ctx.clock.time())
+
+    async def resume(self, job: Job, action: Resume) -> None:
+        if action.stale or action.force:  # an older placement first: it holds the GPUs
+            await self.pods.delete(job.key, action.stale, action.force)
+        self.materialiser.enqueue(job, action.missing)
+
+    async def invalid(self, job: Job, action: Invalid) -> None:
+        patch = transitions.invalid(job, action.reason, action.message, self._now())
+        if patch is None:
+            return
+        await self.events.warning(job, action.reason, action.message)
+        await self.writer.patch(job, patch)
+
+    async def rollback(self, job: Job, action: Rollback) -> None:
+        metrics.PLACEMENT_FAILURES.labels(action.reason).inc()
+        await self.pods.delete(job.key, action.pods, action.force)
+        now = self.ctx.clock.time()
+        until = utc(now + self.ctx.settings.placement.avoid_seconds)
+        patch = transitions.dropped(job, action.reason, action.message, utc(now), action.avoid, until)
+        await self.events.warning(job, action.reason, action.message)
+        await self.writer.patch(job, patch)
+
+    async def running(self, job: Job, action: MarkRunning) -> None:
+        await self.writer.patch(job, transitions.running(job, action.message, self._now()))
+
+    async def finish(self, job: Job, action: Finish) -> None:
+        patch = transitions.finished(job, action.succeeded, action.reason, action.message, self._now())
+        await self.events.post(job, EventType.NORMAL if action.succeeded else EventType.WARNING, action.reason,
+                               action.message)
+        await self.writer.patch(job, patch)
+
+    async def cleanup(self, job: Job, action: Cleanup) -> None:
+        await self.pods.delete(job.key, action.pods, action.force)

@@ -1,0 +1,190 @@
+"""The placement loop, on the leader only and only once the state has listed Nodes, Pods and
+TrainingJobs: each pass takes a snapshot, asks `assess` what every job needs next, hands each answer
+to the actor that owns it, flushes what the reports add up to, lifts expired quarantines, then runs
+the queue pass and publishes metrics. Jobs whose gang waits in the release line are left alone.
+
+The actors are built here, each with one job; the loop itself only dispatches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import assert_never
+
+from railyard.operator.act.attempts import Attempts
+from railyard.operator.act.checkpoints import Checkpoints
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.lifecycle import Lifecycle
+from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.observe import Observer
+from railyard.operator.act.placing import QueuePass, queued
+from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.progress import ReportFlusher
+from railyard.operator.act.quarantine import Quarantine
+from railyard.operator.act.recovery import Recovery
+from railyard.operator.act.resize import Resizer
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import Clock, SystemClock
+from railyard.operator.base.objects import Job
+from railyard.operator.base.settings import Settings
+from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.decide.actions import (
+    Action,
+    Cleanup,
+    Done,
+    Finish,
+    Invalid,
+    MarkRunning,
+    Queue,
+    Resize,
+    Restart,
+    Resume,
+    Rollback,
+    Wait,
+)
+from railyard.operator.decide.assess import assess
+from railyard.operator.decide.queue import QueuedJob
+from railyard.operator.kube.client import Fenced
+from railyard.operator.kube.protocol import ClusterApi
+
+log = logging.getLogger("railyard.loop")
+
+
+class PlacementLoop:
+    def __init__(self, state: ClusterState, api: ClusterApi, settings: Settings, is_leader: Callable[[], bool],
+                 book: ProgressBook | None = None, clock: Clock | None = None) -> None:
+        self.ctx = Context(state, api, settings, clock or SystemClock(), book if book is not None else ProgressBook())
+        self.is_leader = is_leader
+        self._wake = asyncio.Event()
+        ctx = self.ctx
+        self.writer = StatusWriter(ctx, self.wake)
+        self.events = Events(ctx)
+        self.pods = PodDeleter(ctx)
+        self.materialiser = Materialiser(ctx, self.writer, self.events, self.pods)
+        self.checkpoints = Checkpoints(ctx)
+        self.quarantine = Quarantine(ctx)
+        self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
+        self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser)
+        self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine)
+        self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
+        self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
+        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser)
+        self.observer = Observer(ctx)
+        self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
+        self.iterations = 0
+
+    @property
+    def state(self) -> ClusterState:
+        return self.ctx.state
+
+    @property
+    def book(self) -> ProgressBook:
+        return self.ctx.book
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.ctx.settings.placement.resync_seconds)
+            # Let a burst of events (200 jobs created at once, a heartbeat wave) land first, so one
+            # pass sees them all instead of one pass per event. While gangs are being materialised
+            # their pods' events wake the loop constantly: at most one pass a second then (each pass
+            # costs a snapshot and a look at every job; turning at every event doubled the operator's
+            # CPU in a burst and slowed the API server it shares cores with).
+            await asyncio.sleep(1.0 if self.materialiser.busy else 0.05)
+            self._wake.clear()
+            self.last_iteration = self.ctx.clock.monotonic()
+            leader = self.is_leader()
+            metrics.IS_LEADER.set(int(leader))
+            metrics.STATE_READY.set(int(self.state.ready))
+            if not leader:
+                self.materialiser.stop()
+            if not leader or not self.state.ready:
+                continue
+            started = time.perf_counter()
+            try:
+                await self.run_once(wait=False)
+            except Fenced:
+                log.info("leadership ended during an iteration; stopped writing")
+            except Exception:  # the loop must survive anything one iteration meets
+                log.exception("placement iteration failed; retrying")
+            metrics.ITERATION_SECONDS.observe(time.perf_counter() - started)
+            self.iterations += 1
+            self.last_iteration = self.ctx.clock.monotonic()
+
+    async def run_once(self, wait: bool = True) -> None:
+        """One pass over the jobs. Placed gangs are materialised in turn in the background; with
+        `wait` (tests, one-shot callers) this returns once they are through."""
+        if not self.state.ready:
+            return  # never decide on a partial view: a missing pod would look like free GPUs
+        await self._pass()
+        if wait:
+            await self.materialiser.drained()
+
+    def stop(self) -> None:
+        """Leadership ended or the process stops: drop the release line (the next leader finishes it)."""
+        self.materialiser.stop()
+
+    async def _pass(self) -> None:
+        ctx = self.ctx
+        now = ctx.clock.time()
+        state = ctx.state
+        snapshot = state.snapshot()
+        ctx.memories.retain(state.jobs.values())
+        waiting: list[QueuedJob] = []
+        work: list[Awaitable[None]] = []
+        placement = ctx.settings.placement
+        for key, job in list(state.jobs.items()):
+            if job.deleting or self.materialiser.pending(key):  # the latter: its gang's turn is pending
+                continue
+            if job.status_error is not None:
+                log.warning("job %s/%s: %s; leaving it alone", *key, job.status_error)
+                continue
+            try:
+                action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
+                                placement.force_delete_seconds, health=state.health)
+            except Exception:
+                log.exception("job %s/%s: cannot assess; skipping it this round", *key)
+                continue
+            if isinstance(action, Queue):
+                waiting.append(queued(job, action.request, now))
+            elif not isinstance(action, Wait | Done):
+                work.append(self.writer.guard(key, self.dispatch(job, action)))
+        await asyncio.gather(*work)
+        await self.reports.flush()
+        await self.quarantine.lift_expired(now)
+        state.prune_tombstones()
+        placed = await self.queue.run(waiting, snapshot, now)
+        self.observer.observe(state.snapshot() if placed else snapshot)
+
+    async def dispatch(self, job: Job, action: Action) -> None:
+        """Hand one decision to the actor that owns it."""
+        match action:
+            case Resume():
+                await self.lifecycle.resume(job, action)
+            case Restart():
+                await self.recovery.restart(job, action)
+            case Resize():
+                await self.resizer.resize(job, action)
+            case Cleanup():
+                await self.lifecycle.cleanup(job, action)
+            case Invalid():
+                await self.lifecycle.invalid(job, action)
+            case Rollback():
+                await self.lifecycle.rollback(job, action)
+            case MarkRunning():
+                await self.lifecycle.running(job, action)
+            case Finish():
+                await self.lifecycle.finish(job, action)
+            case Queue() | Wait() | Done():
+                pass
+            case _:
+                assert_never(action)

@@ -1,0 +1,175 @@
+"""Creates and releases gangs: the one way Railyard's pods come to exist. Every recorded placement —
+a first placement, a resumed one, a restart's new attempt, a resize, a shrink — joins the release
+line (release_line.py) and, when its turn comes, gets its headless Service and its gated, pinned pods,
+then all gates are removed at once and Placed becomes Released.
+
+Write-ahead protocol (crash points named as RAILYARD_TEST_CRASH_AFTER takes them):
+1. the placement (ranks, nodes, GPUs, a placement id) is in the job's status (written by the caller);
+2. Service and pods are created; a name conflict is ours only when the object carries this
+   placement's id or is owned by this job, else the placement is dropped (NameConflict) — "pods-created";
+3. every gate is removed, then Placed=Released — "released".
+A leader that starts later finds a job stuck between 1 and 3 (assess -> Resume) and finishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.release_line import ReleaseLine
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.base.objects import Job, Key
+from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.assess import REFUSED_PREFIX
+from railyard.operator.decide.builders import PodOptions, build_pod, build_service
+from railyard.operator.kube.client import ApiException, Fenced
+
+log = logging.getLogger("railyard.materialiser")
+
+
+class CreateRefused(Exception):
+    """The API server refused an object the placement needs; `reason` says how the job is marked."""
+
+    def __init__(self, reason: PlacedReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Materialiser:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.events = events
+        self.pods = pods
+        reports = ctx.settings.reports
+        self.options = PodOptions(ctx.settings.placement.master_port, reports.url or None, reports.audience)
+        self.line = ReleaseLine(2 * ctx.settings.api.workers)  # two pods in flight per request worker
+        self._waiting: dict[Key, asyncio.Task[None]] = {}  # gangs waiting for or in their turn
+
+    def pending(self, key: Key) -> bool:
+        """Its gang waits for or is in its turn: the loop leaves the job alone meanwhile."""
+        return key in self._waiting
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting)
+
+    def enqueue(self, job: Job, only: tuple[str, ...] | None = None) -> None:
+        """Join the line with the job's recorded placement; `only`: create just these pods (the rest
+        exist). When the turn comes, a job deleted or placed anew meanwhile is skipped."""
+        placement = job.placement
+        if placement is None or job.key in self._waiting:
+            return
+        placement_id, size = placement.id, len(placement.ranks)
+
+        async def step() -> None:
+            current = self.ctx.state.jobs.get(job.key)
+            if current is None or current.deleting or current.placement is None or \
+                    current.placement.id != placement_id:
+                return
+            await self.writer.guard(job.key, self.materialise(current, only))
+
+        async def in_turn() -> None:
+            try:
+                await self.line.run(size, step)
+            except Fenced:
+                log.info("job %s/%s: leadership ended before its gang was released", *job.key)
+            finally:
+                self._waiting.pop(job.key, None)
+                self.writer.wake()  # its next step (or a retry) belongs to the loop again
+
+        self._waiting[job.key] = asyncio.get_running_loop().create_task(in_turn())
+
+    async def drained(self) -> None:
+        """Until every gang waiting for or in its turn is through."""
+        while self._waiting:
+            await asyncio.gather(*list(self._waiting.values()), return_exceptions=True)
+
+    def stop(self) -> None:
+        """Leadership ended: the gangs not yet through are the next leader's (their placements are
+        recorded; it creates what is missing)."""
+        for task in self._waiting.values():
+            task.cancel()
+
+    async def materialise(self, job: Job, only: tuple[str, ...] | None) -> None:
+        """Create the Service and the (missing) pods, then release the whole gang at once."""
+        placement = job.placement
+        assert placement is not None
+        ranks = placement.ranks
+        try:
+            await self._create_owned("services", build_service(job), placement.id, job.uid)
+            pods = [build_pod(job, r.rank, r.node, r.gpus, len(ranks), placement.rail_aligned, placement.id,
+                              self.options)
+                    for r in ranks if only is None or r.pod in only]
+            await asyncio.gather(*(self.ctx.limited(self._create_owned("pods", p, placement.id, job.uid))
+                                   for p in pods))
+        except CreateRefused as refused:
+            await self._refuse(job, refused)
+            return
+        self.ctx.crash_point("pods-created")
+        gate = len(((job.body["spec"].get("template") or {}).get("spec") or {}).get("schedulingGates") or [])
+        released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod(job.namespace, r.pod or "", gate))
+                                          for r in ranks))
+        for pod in released:
+            if pod:
+                self.ctx.state.apply_pod("MODIFIED", pod)
+        self.ctx.crash_point("released")
+        now = self.ctx.clock.time()
+        current = self.writer.current(job)
+        if await self.writer.patch(current, transitions.released(current, utc(now))) is None:
+            return
+        created = job.created.timestamp() if job.created is not None else now
+        metrics.RELEASE_SECONDS.observe(max(0.0, now - created))
+        metrics.PLACEMENTS.inc()
+        metrics.TORS_SPANNED.observe(placement.tors)
+        await self.events.normal(job, PlacedReason.RELEASED, f"gang of {len(ranks)} released: "
+                                 f"{placement.tors} TORs, rail-aligned={placement.rail_aligned}", key=placement.id)
+
+    async def _create_owned(self, plural: str, body: dict, placement_id: str, owner_uid: str) -> None:
+        """Create, or accept an existing object only if it is ours (this placement's id, or owned by
+        this job). Someone else's object, or a body the API server refuses, stops the placement."""
+        try:
+            created, stored = await self.ctx.api.create(plural, body)
+        except ApiException as e:
+            if e.status in (400, 403, 422):
+                raise CreateRefused(PlacedReason.INVALID_SPEC, f"{REFUSED_PREFIX} {plural[:-1]} "
+                                    f"{body['metadata']['name']}: {_api_message(e)}") from None
+            raise
+        if stored is None:
+            return
+        if not created:
+            meta = stored.get("metadata") or {}
+            ours = (meta.get("annotations") or {}).get(ANNOTATION_PLACEMENT_ID) == placement_id or \
+                any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or [])
+            if not ours:
+                raise CreateRefused(PlacedReason.NAME_CONFLICT, f"{plural[:-1]} {meta.get('namespace')}/"
+                                    f"{meta.get('name')} already exists and does not belong to this job; rename the "
+                                    "job or delete it")
+        if plural == "pods":
+            self.ctx.state.apply_pod("ADDED", stored)
+
+    async def _refuse(self, job: Job, refused: CreateRefused) -> None:
+        """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
+        metrics.PLACEMENT_FAILURES.labels(refused.reason).inc()
+        placement_id = job.placement.id if job.placement is not None else ""
+        await self.pods.delete(job.key, [p.name for p in self.ctx.state.pods_of_placement(job.key, placement_id)])
+        current = self.writer.current(job)
+        now = utc(self.ctx.clock.time())
+        await self.writer.patch(current, transitions.dropped(current, refused.reason, refused.message, now))
+        await self.events.warning(job, refused.reason, refused.message)
+
+
+def _api_message(e: ApiException) -> str:
+    try:
+        return json.loads(e.body or "{}").get("message") or str(e.reason)
+    except ValueError:
+        return str(e.reason)

@@ -1,0 +1,64 @@
+"""Publishes what the state says as metrics after every pass: jobs by state, how long the oldest job
+has waited by the reason it waits, per-job series, quarantined nodes, free capacity. Every state and
+waiting reason is set on every pass (from the enums), so no series is left stale when its last job
+moves on."""
+
+from __future__ import annotations
+
+from railyard.operator.act.context import Context
+from railyard.operator.base import metrics
+from railyard.operator.base.keys import QUARANTINE_TAINT
+from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason
+from railyard.topology.model import Snapshot
+
+
+class Observer:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.job_series = metrics.JobSeries(ctx.settings.metrics.job_limit)
+
+    def observe(self, snapshot: Snapshot) -> None:
+        states = dict.fromkeys(JobState, 0)
+        oldest = dict.fromkeys(WAITING_REASONS, 0.0)
+        per_job: list[metrics.JobFigures] = []
+        now = self.ctx.clock.time()
+        for job in self.ctx.state.jobs.values():
+            state = job.state
+            states[state] += 1
+            status = job.status
+            checkpointed = None
+            if state == JobState.RUNNING:  # staleness counts from the start while nothing was saved yet
+                stamp = (status.last_checkpoint.time if status.last_checkpoint is not None else None) or \
+                    status.start_time
+                checkpointed = stamp.timestamp() if stamp is not None else None
+            spec = job.spec
+            per_job.append(metrics.JobFigures(
+                job.namespace, job.name, state, job.placement.tors if job.placement is not None else None,
+                status.replicas, job.restart_count, checkpointed,
+                spec.checkpoint.interval_seconds if spec is not None and spec.checkpoint is not None else None,
+                status.step_time.p50_seconds if state == JobState.RUNNING and status.step_time is not None else None,
+                len(status.stragglers or []) if job.straggler_policy is not None else None))
+            if state == JobState.QUEUED:
+                placed = job.condition(ConditionType.PLACED)
+                reason = _waiting_reason(placed.reason if placed is not None else None)
+                since = job.queued_since
+                waited = max(0.0, now - since.timestamp()) if since is not None else 0.0
+                oldest[reason] = max(oldest[reason], waited)
+        for state, count in states.items():
+            metrics.JOBS.labels(state).set(count)
+        for reason, waited in oldest.items():
+            metrics.OLDEST_WAIT.labels(reason).set(waited)
+        self.job_series.update(per_job)
+        metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values()
+                                          if any(t.get("key") == QUARANTINE_TAINT for t in h["spec"]["taints"])))
+        metrics.observe_capacity(snapshot)
+
+
+def _waiting_reason(reason: str | None) -> PlacedReason:
+    """A queued job's Placed reason; NEW before the first decision (or for a reason this version does
+    not write, such as one an older operator left)."""
+    try:
+        found = PlacedReason(reason) if reason else PlacedReason.NEW
+    except ValueError:
+        return PlacedReason.NEW
+    return found if found.waiting else PlacedReason.NEW

@@ -1,0 +1,133 @@
+"""One pass over the queued jobs: solve each in queue order on the snapshot (the capacity of those
+placed earlier in the pass taken), hold a starving job's domain for it, record every placement in
+status, then send the placed gangs to the release line — smaller gangs of this pass first (their
+capacity is taken already, so the order only decides who binds first), behind every gang of
+earlier passes. Unplaced jobs get Placed=False with the binding constraint, written only when that
+constraint changes (the queue rule itself is decide/queue.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job, Key
+from railyard.operator.base.reasons import ConditionType, PlacedReason
+from railyard.operator.decide import queue
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.queue import QueuedJob
+from railyard.topology.affinity import PodInfo, has_inter_pod_rules
+from railyard.topology.decision import decide, placed_pods, taken
+from railyard.topology.model import Snapshot
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import Decision
+
+
+def stable_key(message: str) -> str:
+    """The binding constraint of an Unschedulable message without its live counts and without the
+    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
+    condition and its Event change when the constraint changes, not every time a count moves."""
+    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
+
+
+def queued(job: Job, request: GangRequest, now: float) -> QueuedJob:
+    avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
+    since = job.queued_since
+    return QueuedJob(job.key, job.priority, since.timestamp() if since is not None else now, request, avoid)
+
+
+class QueuePass:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.events = events
+        self.materialiser = materialiser
+
+    def _reserving(self, key: Key) -> bool:
+        job = self.ctx.state.jobs.get(key)
+        placed = job.condition(ConditionType.PLACED) if job is not None else None
+        return placed is not None and placed.reason == PlacedReason.RESERVING
+
+    async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
+        """Place what fits; the number of gangs placed."""
+        state, settings = self.ctx.state, self.ctx.settings.placement
+        current = snapshot
+        placed: list[tuple[Job, Decision]] = []
+        unplaced: list[tuple[Job, Decision, bool]] = []
+        holding, ordered = queue.holder_first(queue.order(waiting), self._reserving)
+        holder = holding.key if holding is not None else None
+        reserved = queue.reserved_nodes(holding, current) if holding is not None else frozenset()
+        pods: list[PodInfo] | None = None  # existing and placed pods, read only for inter-pod rules
+        for candidate in ordered:
+            starving = queue.starving(candidate, now, settings.starvation_seconds)
+            job = state.jobs.get(candidate.key)
+            if job is None:
+                continue
+            memory = self.ctx.memories.recall(job)
+            if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
+                                       settings.retry_seconds) and not (starving and holder is None):
+                continue
+            view = current.without_nodes(reserved) if holder is not None and candidate.key != holder else current
+            view = view.without_nodes(candidate.avoid)
+            if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
+                pods = [*state.pod_infos(), *(p for _, earlier in placed for p in placed_pods(earlier))]
+            started = time.perf_counter()
+            decision = decide(view, candidate.request, pods or ())
+            metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
+            await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
+            job = state.jobs.get(candidate.key)
+            if job is None:
+                continue
+            if decision.placement is not None:
+                current = taken(current, decision)
+                if pods is not None:
+                    pods.extend(placed_pods(decision))
+                placed.append((job, decision))
+                memory.failure = None
+                if candidate.key == holder:  # the reservation served its purpose
+                    holder, reserved = None, frozenset()
+                continue
+            memory.failure = queue.Failure(state.usage.freed, job.generation, now)
+            if candidate.avoid:
+                decision = Decision(decision.request, None, f"{decision.reason}; avoiding nodes "
+                                    f"{', '.join(sorted(candidate.avoid))} after a bind failure")
+            if starving and holder is None:
+                holder, reserved = candidate.key, queue.reserved_nodes(candidate, current)
+            unplaced.append((job, decision, candidate.key == holder))
+        await asyncio.gather(*(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))
+        # Record every placement now (the next pass's snapshot holds them), then create and release
+        # the gangs in turn while the loop goes on placing what arrives meanwhile.
+        await asyncio.gather(*(self.writer.guard(j.key, self._record(j, d)) for j, d in placed))
+        for job, _ in sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0):
+            recorded = state.jobs.get(job.key)
+            if recorded is not None and recorded.placement is not None:
+                self.materialiser.enqueue(recorded)
+        metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
+        return len(placed)
+
+    async def _record(self, job: Job, decision: Decision) -> None:
+        assert decision.placement is not None
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
+        await self.writer.patch(job, patch)
+
+    async def _mark_unplaced(self, job: Job, decision: Decision, reserving: bool) -> None:
+        reason = PlacedReason.RESERVING if reserving else PlacedReason.UNSCHEDULABLE
+        message = decision.reason or "no placement"
+        if reserving:
+            message += "; waited past the starvation limit: its domain is reserved"
+        previous = job.condition(ConditionType.PLACED)
+        if previous is not None and previous.reason == reason and \
+                stable_key(previous.message) == stable_key(message):
+            return  # same binding constraint, only counts moved: no write, no Event
+        metrics.PLACEMENT_FAILURES.labels(reason).inc()
+        if await self.writer.patch(job, transitions.unplaced(job, reason, message,
+                                                             utc(self.ctx.clock.time()))) is not None:
+            await self.events.warning(job, reason, message, key=stable_key(message))
+

@@ -1,0 +1,221 @@
+"""Restarts a released gang whose nodes are lost, whose pod was disrupted or deleted, or whose
+training process failed: every healthy rank keeps its node, GPUs and rank; the lost ranks get
+replacements next to where they were (topology/replace.py); the whole gang restarts as a new attempt
+(NCCL communicators must be rebuilt); lost nodes are quarantined. Without a replacement the healthy
+ranks wait `replacementTimeoutSeconds`, then onNoReplacement applies (decide/policy.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from railyard.operator.act.attempts import Attempts
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.quarantine import Quarantine
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import ConditionStatus, ConditionType, EventReason, FinishReason, RecoveryReason
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.policy import NoReplacementStep, no_replacement_step, restart_delay
+from railyard.topology.api import UnhealthyNode
+from railyard.topology.elastic import choose_shrink, largest_valid
+from railyard.topology.faults import LossReason, NodeLoss
+from railyard.topology.model import GpuNode
+from railyard.topology.replace import RankSlot, solve_replacement
+from railyard.topology.timestamps import parse_time
+
+log = logging.getLogger("railyard.recovery")
+
+
+class Recovery:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
+                 quarantine: Quarantine) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.events = events
+        self.pods = pods
+        self.attempts = attempts
+        self.quarantine = quarantine
+
+    def models(self, names: Iterable[str]) -> dict[str, GpuNode] | None:
+        """The node models (usable now, or last seen usable) of these nodes; None if one is unknown."""
+        out: dict[str, GpuNode] = {}
+        for name in names:
+            model = self.ctx.state.nodes.get(name) or self.ctx.state.last_model.get(name)
+            if model is None:
+                return None
+            out[name] = model
+        return out
+
+    async def restart(self, job: Job, action: Restart) -> None:
+        """Debounced: losses close together make one restart; a process failure waits its backoff."""
+        memory = self.ctx.memories.recall(job)
+        mono = self.ctx.clock.monotonic()
+        if memory.losses_seen_at is None:
+            memory.losses_seen_at = mono
+        placement = self.ctx.settings.placement
+        delay = restart_delay(action, job.fault_policy, job.status.process_restarts, placement.loss_debounce_seconds,
+                              placement.not_ready_debounce_seconds)
+        wait = delay - (mono - memory.losses_seen_at)
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self.writer.wake)
+            return
+        memory.losses_seen_at = None
+        await self.restart_now(job, action)
+
+    async def restart_now(self, job: Job, action: Restart) -> None:
+        placement = job.placement
+        assert placement is not None
+        state = self.ctx.state
+        ranks = sorted(placement.ranks, key=lambda r: r.rank)
+        snapshot = state.snapshot()
+        # A node that became unusable since the decision (watch events land while we await) is lost too.
+        late = sorted({r.node for r in ranks if not snapshot.has_node(r.node)} - {loss.node for loss in action.losses})
+        excluded = state.excluded
+        losses = action.losses + tuple(
+            NodeLoss(n, LossReason.NODE_NOT_USABLE, f"node {n}: {excluded[n].reason if n in excluded else 'gone'}",
+                     None) for n in late)
+        lost_names = {loss.node for loss in losses}
+        keep = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node not in lost_names]
+        lost = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node in lost_names]
+        models = {n: state.last_model[n] for n in lost_names if n in state.last_model}
+        snapshot = snapshot.without_nodes(frozenset(lost_names))
+        started = time.perf_counter()
+        decision = solve_replacement(snapshot, action.request, keep, lost, models)
+        metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
+        now = utc(self.ctx.clock.time())
+        restart_count = job.restart_count + 1
+        known = {u.name: u for u in job.status.unhealthy_nodes}
+        unhealthy = _unhealthy(job, losses, known, now)
+        on_lost = tuple(p.name for p in state.job_pods(job.key) if (p.node_name or "") in lost_names)
+        everyone = tuple(p.name for p in state.job_pods(job.key) if not p.terminating)
+        for loss in losses:
+            if loss.node not in known:
+                await self.events.warning(job, EventReason.NODE_LOST, loss.message, key=f"{restart_count}/{loss.node}")
+        if not decision.found:
+            await self._no_replacement(job, action, losses, len(lost), decision.reason or "", unhealthy, everyone,
+                                       on_lost)
+            await self.quarantine.taint(losses)
+            return
+        metrics.RESTARTS.labels(action.reason).inc()
+        new_home = {r.rank: r for r in decision.replacements}
+        replicas = []
+        for r in ranks:
+            moved = new_home.get(r.rank)
+            node, gpus = (moved.new, moved.gpus) if moved else (r.node, tuple(r.gpus))
+            replicas.append((snapshot.node(node), gpus))
+        replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "same_tor": r.same_tor}
+                        for r in decision.replacements]
+        if losses:
+            message = (f"restart {restart_count}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
+                       f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
+        else:
+            message = f"restart {restart_count} on the same nodes: {action.message}"
+        record: dict[str, object] = {"lost_nodes": sorted(lost_names), "replacements": replacements, "moved_ranks": 0,
+                                     "detected_at": _detected(unhealthy, lost_names, now)}
+        if await self.attempts.record(job, action.reason, message, replicas, record, unhealthy,
+                                      counted=action.counted) is None:
+            return
+        if replacements:
+            await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(
+                f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['same_tor'] else ''}"
+                for r in replacements), key=str(restart_count))
+        await self.events.normal(job, EventReason.RESTART_ISSUED, message, key=str(restart_count))
+        straggling = job.straggler_policy if action.reason == LossReason.STRAGGLER else None
+        await self.quarantine.taint(losses, straggling.quarantine_seconds if straggling else 0)
+        await self.attempts.replace_pods(job, everyone, on_lost)
+
+    async def _no_replacement(self, job: Job, action: Restart, losses: Sequence[NodeLoss], lost: int, why: str,
+                              unhealthy: list[UnhealthyNode], everyone: tuple[str, ...],
+                              on_lost: tuple[str, ...]) -> None:
+        """No node fits a lost rank. Within replacementTimeoutSeconds the healthy ranks keep their
+        nodes (Degraded) and the search is retried as capacity frees; then onNoReplacement applies."""
+        policy = job.fault_policy
+        lost_names = sorted({loss.node for loss in losses})
+        message = f"no replacement for {lost} lost ranks: {why}"
+        degraded = job.condition(ConditionType.DEGRADED)
+        waiting_since = degraded.last_transition_time if degraded is not None and \
+            degraded.status == ConditionStatus.TRUE and degraded.reason == RecoveryReason.NO_REPLACEMENT else None
+        clock = self.ctx.clock.time()
+        waited = clock - waiting_since.timestamp() if waiting_since is not None else 0.0
+        now = utc(clock)
+        step = no_replacement_step(policy, waited)
+        if step is NoReplacementStep.WAIT:
+            if waiting_since is None or unhealthy != job.status.unhealthy_nodes:
+                patch = transitions.waiting_for_replacement(job, unhealthy, message,
+                                                            policy.replacement_timeout_seconds, now)
+                if await self.writer.patch(job, patch) is None:
+                    return
+                await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key="waiting")
+            retry = min(self.ctx.settings.placement.retry_seconds, policy.replacement_timeout_seconds - waited)
+            asyncio.get_running_loop().call_later(max(0.5, retry), self.writer.wake)
+            return
+        metrics.RESTARTS.labels(action.reason).inc()
+        restart_count = job.restart_count + 1
+        if step is NoReplacementStep.SHRINK and await self._shrink(job, action, lost_names, unhealthy, message):
+            await self.quarantine.taint(losses)
+            await self.attempts.replace_pods(job, everyone, on_lost)
+            return
+        if step is NoReplacementStep.FAIL:
+            patch = transitions.finished(job, False, FinishReason.NO_REPLACEMENT, message, now, unhealthy,
+                                         stop_running=False)
+        else:  # Requeue, or a Shrink that found no valid size: the whole gang is placed again
+            message += f"; re-queued after {policy.replacement_timeout_seconds}s"
+            patch = transitions.requeued(job, action.reason, lost_names, unhealthy, message,
+                                         self.attempts.checkpoints.committed(job), now)
+        if await self.writer.patch(job, patch) is not None:
+            await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key=f"final/{restart_count}")
+            await self.pods.delete(job.key, everyone, on_lost)
+
+    async def _shrink(self, job: Job, action: Restart, lost_names: list[str], unhealthy: list[UnhealthyNode],
+                      message: str) -> bool:
+        """onNoReplacement: Shrink — continue on the survivors (at least minReplicas, a valid size);
+        False when that is not possible (the caller requeues)."""
+        spec = job.spec
+        placement = job.placement
+        assert spec is not None and placement is not None
+        ranks = sorted(placement.ranks, key=lambda r: r.rank)
+        survivors = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node not in lost_names]
+        size = largest_valid(len(survivors), spec.effective_min_replicas, spec.gpus_per_replica, spec.parallelism)
+        models = self.models(s.node for s in survivors)
+        if size is None or models is None:
+            return False
+        kept = choose_shrink(survivors, models, len(survivors) - size)
+        replicas = [(models[s.node], s.gpus) for s in kept]
+        message = f"{message}; shrunk from {len(ranks)} to {size} replicas (onNoReplacement: Shrink)"
+        now = utc(self.ctx.clock.time())
+        record: dict[str, object] = {"lost_nodes": lost_names,
+                                     "moved_ranks": sum(1 for i, s in enumerate(kept) if s.rank != i),
+                                     "detected_at": _detected(unhealthy, set(lost_names), now)}
+        conditions = transitions.shrunk_conditions(job, message, now)
+        if await self.attempts.record(job, action.reason, message, replicas, record, unhealthy,
+                                      conditions=conditions) is None:
+            return False
+        await self.events.warning(job, EventReason.SHRUNK, message)
+        return True
+
+
+def _unhealthy(job: Job, losses: Sequence[NodeLoss], known: dict[str, UnhealthyNode],
+               now: datetime) -> list[UnhealthyNode]:
+    """The job's unhealthy nodes with these losses recorded; a node already recorded for the same
+    reason keeps when it was first seen (so waiting for a replacement writes nothing new)."""
+    lost = {loss.node for loss in losses}
+    out = [u for u in job.status.unhealthy_nodes if u.name not in lost]
+    for loss in losses:
+        before = known.get(loss.node)
+        since = parse_time(loss.since) or (before.since if before is not None and before.reason == loss.reason
+                                           else None) or now
+        out.append(UnhealthyNode(name=loss.node, reason=loss.reason, message=loss.message[:1024], since=since))
+    return out
+
+
+def _detected(unhealthy: list[UnhealthyNode], lost: set[str], now: datetime) -> datetime:
+    return min((u.since for u in unhealthy if u.name in lost and u.since is not None), default=now)

@@ -1,0 +1,55 @@
+"""Writes a job's status: a typed partial status (decide/status.py) sent as a conditional merge
+patch (409 if the job changed since it was read); the answer is applied to the state at once, so
+the state never lags behind what this replica wrote. Also the guard every per-job step runs in."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from railyard.operator.act.context import Context
+from railyard.operator.base.objects import Job, Key
+from railyard.operator.kube.client import ApiException, Fenced
+from railyard.topology.api import TrainingJobStatus
+
+log = logging.getLogger("railyard.writer")
+
+
+class StatusWriter:
+    def __init__(self, ctx: Context, wake: Any) -> None:
+        self.ctx = ctx
+        self.wake = wake
+
+    async def patch(self, job: Job, status: TrainingJobStatus) -> Job | None:
+        """The job as stored after the write; None when it is gone."""
+        body = status.as_patch()
+        body.setdefault("observedGeneration", job.generation)
+        updated = await self.ctx.api.patch_job_status(job.namespace, job.name, body, job.resource_version)
+        if updated is None:
+            return None
+        self.ctx.state.apply_job("MODIFIED", updated)
+        return self.ctx.state.jobs.get(job.key)
+
+    def current(self, job: Job) -> Job:
+        """The freshest version the state holds (a write earlier in this step may have replaced it)."""
+        return self.ctx.state.jobs.get(job.key) or job
+
+    async def guard(self, key: Key, step: Awaitable[Any]) -> None:
+        """Run one job's step: a conflict means re-read and decide again next pass; anything else is
+        logged and retried next pass. Leadership loss (Fenced) ends the whole pass."""
+        try:
+            await step
+        except Fenced:
+            raise
+        except ApiException as e:
+            if e.status == 409:  # someone wrote since we read: re-read, the next iteration re-decides
+                log.info("job %s/%s: conflict (%s); re-reading", *key, e.reason)
+                fresh = await self.ctx.api.get_job(*key)
+                if fresh is not None:
+                    self.ctx.state.apply_job("MODIFIED", fresh)
+                self.wake()
+                return
+            log.warning("job %s/%s: step failed (%s %s); will retry", *key, e.status, e.reason)
+        except Exception:
+            log.exception("job %s/%s: step failed; will retry", *key)

@@ -1,0 +1,111 @@
+"""Kopf wiring. Kopf runs the process: startup and cleanup, the liveness probe, the memo that carries
+the operator's parts. The cluster view comes from Railyard's own reflectors (see reflector.py for
+why not Kopf's watches); one background loop (act/loop.py) places, on the leader only.
+
+Nothing here writes to objects Railyard does not own: there are no resource handlers, so Kopf adds
+no finalizers or annotations to Pods and Nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import kopf
+from railyard.operator.act.loop import PlacementLoop
+from railyard.operator.base import metrics
+from railyard.operator.base.settings import Settings
+from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.kube.client import KubeApi
+from railyard.operator.kube.leader import LeaderElector
+from railyard.operator.kube.reflector import KINDS, Reflector, reflector_sink
+from railyard.operator.kube.report_server import ReportServer
+from railyard.topology.labels import scheme_for
+
+log = logging.getLogger("railyard.operator")
+
+
+def new_memo(settings: Settings | None = None) -> kopf.Memo:
+    return kopf.Memo(settings=settings or Settings())
+
+
+@kopf.on.startup()
+async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
+    config: Settings = memo.settings
+    settings.posting.level = logging.WARNING
+    # No Kopf resource handlers: nothing to discover, so no need to list CRDs and namespaces (RBAC).
+    settings.scanning.disabled = True
+    agent = f"railyard-operator/{config.leader.identity}"
+    api = KubeApi(workers=config.api.workers, user_agent=agent)
+    # The elector gets its own client and pool: lease renewal never waits behind placement writes.
+    leader = LeaderElector(KubeApi(workers=2, user_agent=agent, read_timeout=5), config.leader,
+                           on_elected=lambda: memo.loop.wake())
+    api.fence = leader.is_leader  # no write leaves this replica after its term ended
+    state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels))
+    book = ProgressBook()
+    loop_ = PlacementLoop(state, api, config, leader.is_leader, book)
+    reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
+                           leader.is_leader)
+    loop = asyncio.get_running_loop()
+    sink = reflector_sink(state, loop_.wake)
+    delays = {"pods": config.test_pod_watch_delay}
+    reflectors = [Reflector(KubeApi(workers=1, user_agent=agent, read_timeout=60), kind, sink, loop,
+                            delay_events=delays.get(kind, 0.0)) for kind in KINDS]
+    for r in reflectors:
+        r.start()
+    metrics.serve(config.metrics.port)
+    await reports.start()
+    memo.update(api=api, leader=leader, state=state, loop=loop_, reflectors=reflectors, reports=reports,
+                tasks=[asyncio.create_task(leader.run(), name="railyard-leader"),
+                       asyncio.create_task(loop_.run(), name="railyard-placer"),
+                       asyncio.create_task(_measure_lag(), name="railyard-lag")])
+    log.info("railyard operator started as %s", config.leader.identity)
+
+
+async def _measure_lag(period: float = 0.1) -> None:
+    """How late the event loop wakes a 100 ms timer: the cost of long synchronous steps."""
+    while True:
+        started = time.perf_counter()
+        await asyncio.sleep(period)
+        metrics.LOOP_LAG_SECONDS.observe(max(0.0, time.perf_counter() - started - period))
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("tasks", []):
+        task.cancel()
+    placement: PlacementLoop | None = memo.get("loop")
+    if placement is not None:
+        placement.stop()
+    for r in memo.get("reflectors", []):
+        r.stop()
+    reports: ReportServer | None = memo.get("reports")
+    if reports is not None:
+        await reports.stop()
+    leader: LeaderElector | None = memo.get("leader")
+    if leader is not None:
+        await leader.release()
+
+
+@kopf.on.probe(id="placementLoop")
+def placement_loop(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """Liveness: fails (HTTP 500) when the placement loop has not turned for `stall_seconds`."""
+    placement: PlacementLoop | None = memo.get("loop")
+    if placement is None:
+        return {"started": False}
+    idle = time.monotonic() - placement.last_iteration
+    if idle > memo.settings.health.stall_seconds:
+        raise kopf.PermanentError(f"placement loop stalled for {idle:.0f}s")
+    return {"idleSeconds": round(idle, 1), "iterations": placement.iterations}
+
+
+@kopf.on.probe(id="state")
+def state_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """Readiness facts: listed kinds, leadership."""
+    state: ClusterState | None = memo.get("state")
+    leader: LeaderElector | None = memo.get("leader")
+    return {"synced": sorted(state.synced) if state else [], "ready": bool(state and state.ready),
+            "leader": bool(leader and leader.is_leader())}

@@ -1,0 +1,146 @@
+"""Every state, condition and reason a TrainingJob can carry, as enums: metrics and alerts iterate
+them, so a new reason is covered everywhere by construction (a string literal once left a metric
+series stale: `railyard_queue_oldest_wait_seconds{reason="NoReplacement"}` was never reset).
+
+Loss reasons belong to the pure core (`railyard.topology.faults.LossReason`); a restart's reason is
+either one of those or one of `RestartReason`'s own.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from railyard.topology.faults import LossReason
+
+
+class ConditionType(StrEnum):
+    PLACED = "Placed"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    RESTARTING = "Restarting"  # a restart decided, until its attempt is released
+    DEGRADED = "Degraded"  # lost ranks without a replacement yet (waiting, or re-queued)
+    BELOW_DESIRED = "BelowDesired"  # an elastic job runs with fewer replicas than spec.replicas
+    STRAGGLING = "Straggling"  # a node slow for minDurationSeconds (Slow) or a whole TOR (Network)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class JobState(StrEnum):
+    """One word per job for metrics and the CLI (the first True of Succeeded, Failed, Running, Placed)."""
+
+    QUEUED = "Queued"
+    PLACED = "Placed"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class PlacedReason(StrEnum):
+    """The Placed condition's reasons. NEW is never written: a job the operator has not decided on yet."""
+
+    NEW = "New"
+    UNSCHEDULABLE = "Unschedulable"  # the message names the binding constraint per tier
+    RESERVING = "Reserving"  # starving: the domain it waits for is held for it
+    INVALID_SPEC = "InvalidSpec"  # names the field and value; holds nothing
+    NAME_CONFLICT = "NameConflict"  # a pod or Service of its name belongs to someone else
+    BIND_TIMEOUT = "BindTimeout"
+    NODE_LOST = "NodeLost"  # a node of an unreleased placement is gone
+    STALE_PODS = "StalePods"  # pods without a recorded placement
+    NO_REPLACEMENT = "NoReplacement"  # re-queued whole after lost ranks found no replacement
+    PLACING = "Placing"  # recorded, pods being created
+    RELEASED = "Released"
+
+    @property
+    def waiting(self) -> bool:
+        """A reason a job can carry while it waits for a placement."""
+        return self not in (PlacedReason.PLACING, PlacedReason.RELEASED)
+
+
+WAITING_REASONS: tuple[PlacedReason, ...] = tuple(r for r in PlacedReason if r.waiting)
+
+
+class RestartReason(StrEnum):
+    """Why a gang restarted that is not a node loss (those are LossReason)."""
+
+    POD_DISRUPTED = "PodDisrupted"  # evicted or preempted (DisruptionTarget)
+    POD_DELETED = "PodDeleted"  # deleted by someone else
+    PROCESS_FAILED = "ProcessFailed"  # the training process exited non-zero (counts against maxRestarts)
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+
+
+Cause = LossReason | RestartReason  # what a restart record and railyard_restarts_total{reason} name
+CAUSES: tuple[Cause, ...] = (*LossReason, *RestartReason)
+
+
+class FinishReason(StrEnum):
+    """Succeeded and Failed reasons (also set on Running=False when the job ends)."""
+
+    ALL_SUCCEEDED = "AllSucceeded"
+    NON_RETRYABLE_EXIT = "NonRetryableExit"
+    POD_FAILED = "PodFailed"
+    NO_REPLACEMENT = "NoReplacement"
+
+
+class RunningReason(StrEnum):
+    ALL_RUNNING = "AllRunning"
+    RESTARTING = "Restarting"  # Running=False while a new attempt is placed
+    NO_REPLACEMENT = "NoReplacement"  # Running=False: re-queued whole
+
+
+class RecoveryReason(StrEnum):
+    """Degraded and Restarting reasons (Restarting=True carries the restart's Cause)."""
+
+    NO_REPLACEMENT = "NoReplacement"  # Degraded=True while waiting for a replacement
+    REQUEUED = "Requeued"  # Degraded=True: placed again as a whole
+    SHRUNK = "Shrunk"  # Degraded=False: continued on the survivors
+    RECOVERED = "Recovered"  # Degraded=False: every rank has a node again
+    RELEASED = "Released"  # Restarting=False: the new attempt is released
+
+
+class SizeReason(StrEnum):
+    """BelowDesired reasons."""
+
+    SHRUNK = "Shrunk"
+    AT_DESIRED = "AtDesired"
+    NO_CAPACITY = "NoCapacity"
+
+
+class StragglingReason(StrEnum):
+    SLOW = "Slow"
+    NETWORK = "Network"
+    NO_STRAGGLERS = "NoStragglers"
+    RESTARTED = "Restarted"  # a new attempt is measured afresh
+
+
+class EventReason(StrEnum):
+    """Event reasons that are not also a condition reason."""
+
+    NODE_LOST = "NodeLost"
+    REPLACEMENT_CHOSEN = "ReplacementChosen"
+    RESTART_ISSUED = "RestartIssued"
+    RESIZED = "Resized"
+    SHRUNK = "Shrunk"
+    STRAGGLER_DETECTED = "StragglerDetected"
+
+
+Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason
+          | StragglingReason | EventReason)
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class StragglerMark(StrEnum):
+    """status.stragglers[].action: what the operator does about a flagged node."""
+
+    REPORTED = "Reported"
+    CHECKPOINT_REQUESTED = "CheckpointRequested"
+    EVICTED = "Evicted"

@@ -1,0 +1,136 @@
+"""Operator settings, one frozen pydantic model per concern (as Kopf groups its settings). Each field
+defaults to its RAILYARD_* environment variable when set; a malformed value stops the operator at
+start with an error naming the variable and the value (never a bare ValueError mid-run)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A RAILYARD_* variable that cannot be read."""
+
+
+def _env(name: str, default: T, parse: Callable[[str], T]) -> Callable[[], T]:
+    """A default factory reading RAILYARD_<name>."""
+
+    def read() -> T:
+        raw = os.environ.get(f"RAILYARD_{name}")
+        if raw is None or raw == "":
+            return default
+        try:
+            return parse(raw)
+        except ValueError:
+            raise SettingsError(f"RAILYARD_{name}={raw!r}: expected {type(default).__name__}") from None
+
+    return read
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _seconds(name: str, default: float) -> Any:
+    return Field(default_factory=_env(name, default, float), ge=0)
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LeaderSettings(_Settings):
+    namespace: str = Field(default_factory=_env("NAMESPACE", "railyard-system", str))
+    lease_name: str = "railyard-operator"
+    identity: str = Field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
+    lease_seconds: float = _seconds("LEASE_SECONDS", 15.0)
+    renew_seconds: float = _seconds("RENEW_SECONDS", 2.0)
+
+
+class PlacementSettings(_Settings):
+    label_preset: str = Field(default_factory=_env("LABEL_PRESET", "native", str))
+    # A topology definition (labels.parse_levels): `name=labelKey,...` top to bottom, optionally
+    # ending in `nvlink`; empty: the preset's spine/leaf/TOR levels.
+    topology_levels: str = Field(default_factory=_env("TOPOLOGY_LEVELS", "", str))
+    # A job waiting longer than this reserves the domain it waits for (docs/placement.md: queueing).
+    starvation_seconds: float = _seconds("STARVATION_SECONDS", 120.0)
+    # Released pods not bound within this long mean a lost race: the gang is re-planned.
+    bind_timeout_seconds: float = _seconds("BIND_TIMEOUT_SECONDS", 60.0)
+    resync_seconds: float = _seconds("RESYNC_SECONDS", 5.0)
+    # An unschedulable job is solved again when capacity is freed, or at the latest after this long.
+    retry_seconds: float = _seconds("RETRY_SECONDS", 30.0)
+    # A node where a released pod could not be bound is avoided by that job for this long.
+    avoid_seconds: float = _seconds("AVOID_SECONDS", 600.0)
+    # A pod Terminating this long on a node that is gone is deleted with gracePeriodSeconds 0.
+    force_delete_seconds: float = _seconds("FORCE_DELETE_SECONDS", 60.0)
+    # Taint a lost node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted.
+    quarantine: bool = Field(default_factory=_env("QUARANTINE", True, _bool))
+    # Node losses of one job within this window are handled as one restart.
+    loss_debounce_seconds: float = _seconds("LOSS_DEBOUNCE_SECONDS", 2.0)
+    # The same for losses seen only as NotReady (heartbeats): kubelets renew their lease every 10 s and
+    # the node controller checks every 5 s, so nodes that died together turn NotReady up to ~15 s apart.
+    not_ready_debounce_seconds: float = _seconds("NOT_READY_DEBOUNCE_SECONDS", 15.0)
+    master_port: int = 29500
+
+
+class ApiSettings(_Settings):
+    workers: int = Field(default_factory=_env("API_WORKERS", 24, int), ge=1)
+
+
+class MetricsSettings(_Settings):
+    port: int = Field(default_factory=_env("METRICS_PORT", 8080, int), ge=0)
+    # Per-job series are published for at most this many jobs (bounded cardinality).
+    job_limit: int = Field(default_factory=_env("JOB_METRICS_LIMIT", 2000, int), ge=0)
+
+
+class HealthSettings(_Settings):
+    port: int = Field(default_factory=_env("HEALTH_PORT", 8081, int), ge=0)
+    # Liveness fails when the placement loop has not completed a turn for this long.
+    stall_seconds: float = _seconds("STALL_SECONDS", 120.0)
+
+
+class ReportSettings(_Settings):
+    """The endpoint railyard.worker posts progress and checkpoint reports to."""
+
+    # Port the endpoint listens on (0: off).
+    port: int = Field(default_factory=_env("REPORT_PORT", 8090, int), ge=0)
+    # The URL pods are given (the chart sets the Service's); empty: pods get no reporting env or token.
+    url: str = Field(default_factory=_env("REPORT_URL", "", str))
+    audience: str = Field(default_factory=_env("REPORT_AUDIENCE", "railyard.dev", str))
+    # TLS for the endpoint (a mounted Secret); plain HTTP when unset.
+    tls_cert: str = Field(default_factory=_env("REPORT_TLS_CERT", "", str))
+    tls_key: str = Field(default_factory=_env("REPORT_TLS_KEY", "", str))
+    # Per pod: sustained reports per second (bursts of 10 allowed); more get HTTP 429.
+    rate_per_second: float = Field(default_factory=_env("REPORT_RATE", 2.0, float), gt=0)
+    # A job's status is written at most this often for report-derived fields (lastCheckpoint).
+    flush_seconds: float = _seconds("REPORT_FLUSH_SECONDS", 5.0)
+    # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request
+    # targets a step far enough ahead that every rank hears of it first.
+    worker_interval_seconds: float = 5.0
+    # How long an accepted token is trusted at most (never past its own expiry).
+    auth_cache_seconds: float = 3600.0
+
+
+class Settings(_Settings):
+    leader: LeaderSettings = Field(default_factory=LeaderSettings)
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    reports: ReportSettings = Field(default_factory=ReportSettings)
+    # Fault injection for e2e tests only: deliver pod watch events this many seconds late.
+    test_pod_watch_delay: float = _seconds("TEST_POD_WATCH_DELAY_SECONDS", 0.0)
+    # Fault injection for the crash-safety e2e test only: exit right after this step.
+    crash_after: str | None = Field(default_factory=lambda: os.environ.get("RAILYARD_TEST_CRASH_AFTER") or None)

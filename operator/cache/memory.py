@@ -1,0 +1,73 @@
+"""What the operator remembers about each job between passes that is not in the job's status (Kopf's
+per-object memory): one record per job, keyed by uid, recalled and forgotten as a unit.
+
+A job deleted and re-created under the same name is a new uid, so it starts with a blank record;
+records of jobs that are gone are dropped in one place (`Memories.retain`, once a pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from railyard.operator.base.objects import Job
+from railyard.operator.decide.queue import Failure
+from railyard.operator.decide.stragglers import StragglerTracker
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """Every rank was asked to save `step`; the request is answered when all did, or at `deadline`
+    (wall seconds). One request serves an eviction and a resize."""
+
+    step: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class GrowAttempt:
+    """A grow found no room: nothing is tried again until capacity is freed or the retry period ends."""
+
+    freed: int  # the state's capacity-freed counter then
+    at: float  # monotonic seconds
+
+
+@dataclass
+class JobMemory:
+    uid: str
+    failure: Failure | None = None  # why it did not fit last time (the queue's retry rule)
+    losses_seen_at: float | None = None  # monotonic: when its first unhandled loss was seen (debounce)
+    flushed_at: float = float("-inf")  # monotonic: report-derived status last written
+    checkpoint: CheckpointRequest | None = None
+    evicting: str | None = None  # the straggler to evict once the checkpoint is in
+    grow: GrowAttempt | None = None
+    # How long each node has been slow, for the current attempt only (restart count, tracker).
+    stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
+
+    def tracker(self, restart_count: int) -> StragglerTracker | None:
+        if self.stragglers is None or self.stragglers[0] != restart_count:
+            return None
+        return self.stragglers[1]
+
+
+class Memories:
+    def __init__(self) -> None:
+        self._by_uid: dict[str, JobMemory] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def recall(self, job: Job) -> JobMemory:
+        memory = self._by_uid.get(job.uid)
+        if memory is None:
+            memory = self._by_uid[job.uid] = JobMemory(job.uid)
+        return memory
+
+    def peek(self, job: Job) -> JobMemory | None:
+        return self._by_uid.get(job.uid)
+
+    def retain(self, jobs: Iterable[Job]) -> None:
+        """Forget every job that is not among these."""
+        alive = {job.uid for job in jobs}
+        for uid in [u for u in self._by_uid if u not in alive]:
+            del self._by_uid[uid]

@@ -1,0 +1,370 @@
+"""The operator's view of the cluster, fed by its reflectors (list, then watch) and by the responses
+to its own writes.
+
+Guarantees the placer stands on:
+- **Ordering.** An object is only ever replaced by a newer resourceVersion, so a late watch event
+  cannot undo a write whose response was already applied.
+- **Expectations by write response.** A pod the operator created or released is in the state from
+  the moment the API server answered; a lagging watch can never make it look deleted. A pod leaves
+  the state only when a DELETED event or a re-list says it is gone.
+- **Resync (Replace).** After a re-list (initial, or after 410 Gone), objects missing from the list
+  leave the state — unless the state already holds a newer version than the list (a write answered
+  after the list was cut).
+- **Tombstones.** A deleted object is remembered (uid, resourceVersion) for a while, so a write
+  response that arrives after the DELETED event never brings it back.
+- **Readiness.** `ready` only once Nodes, Pods and TrainingJobs have each been listed completely.
+- **Parsed once.** A TrainingJob is parsed (spec validated, status typed: base/objects.Job) when a
+  new version of it arrives, never on a read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from railyard.operator.base.clock import Clock, SystemClock
+from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
+from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
+from railyard.operator.cache.usage import Usage
+from railyard.topology.affinity import PodInfo
+from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
+from railyard.topology.model import Exclusion, GpuNode, Snapshot
+from railyard.topology.nodes import NodeError, PodUsage, node_from_object
+from railyard.topology.resources import pod_requests
+
+KINDS = ("nodes", "pods", "trainingjobs")  # what the reflectors list and watch
+TOMBSTONE_SECONDS = 600.0
+
+
+def _newer(candidate: int | None, held: int | None) -> bool:
+    """Whether an incoming version may replace the held one (equal versions are the same object)."""
+    return candidate is None or held is None or candidate >= held
+
+
+def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
+    """Everything node modelling reads; heartbeats change none of it, so they cost no re-modelling."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    conditions = tuple(sorted((c.get("type"), c.get("status"), c.get("lastTransitionTime"))
+                              for c in status.get("conditions") or []))
+    return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
+            (meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL),
+            tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
+            tuple(sorted((status.get("allocatable") or {}).items())), conditions)
+
+
+def _health(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the fault path reads of a Node (topology.faults.node_loss): taints, GPU allocatable,
+    conditions without heartbeat times."""
+    status = body.get("status") or {}
+    until = (body["metadata"].get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL)
+    return {"metadata": {"name": body["metadata"]["name"],
+                         "annotations": {ANNOTATION_QUARANTINED_UNTIL: until} if until else {}},
+            "spec": {"taints": list((body.get("spec") or {}).get("taints") or [])},
+            "status": {"allocatable": {k: v for k, v in (status.get("allocatable") or {}).items() if k == GPU_RESOURCE},
+                       "conditions": [{k: c.get(k) for k in ("type", "status", "lastTransitionTime", "message")}
+                                      for c in status.get("conditions") or []]}}
+
+
+class ClusterState:
+    def __init__(self, scheme: LabelScheme = NATIVE, clock: Clock | None = None) -> None:
+        self.scheme = scheme
+        self.clock = clock or SystemClock()
+        self.nodes: dict[str, GpuNode] = {}
+        self.excluded: dict[str, Exclusion] = {}
+        self.health: dict[str, dict[str, Any]] = {}  # per node, for the fault path (see _health)
+        self.last_model: dict[str, GpuNode] = {}  # last usable model per node: where a lost node was
+        self.pods: dict[Key, PodView] = {}
+        self.jobs: dict[Key, Job] = {}
+        self.usage = Usage()
+        self.synced: set[str] = set()
+        self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
+        self._pods_by_job: dict[Key, set[Key]] = {}
+        self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
+        self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
+        self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
+        self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
+        self._snapshot: Snapshot | None = None
+        self._nodes_sorted: tuple[GpuNode, ...] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.synced.issuperset(KINDS)
+
+    # --- events (watch, list, write responses) ---------------------------------------------------
+
+    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+        if self._predates_list(kind, body):
+            return
+        if kind == "pods":
+            self.apply_pod(event_type, body)
+        elif isinstance(body, PodView):
+            raise TypeError(f"a pod view delivered as {kind}")
+        elif kind == "nodes":
+            self.apply_node(event_type, body)
+        else:
+            self.apply_job(event_type, body)
+
+    def _predates_list(self, kind: str, body: Mapping[str, Any] | PodView) -> bool:
+        """An event at or before the last list's version, about an object this state does not hold:
+        the list already says that object was gone (a late or replayed event must not resurrect a
+        deleted job; for objects held, resourceVersion ordering already rejects old versions)."""
+        floor = self._listed_at.get(kind)
+        if isinstance(body, PodView):
+            rv, key = body.resource_version, body.key
+        else:
+            meta = body.get("metadata") or {}
+            rv = resource_version(body)
+            key = ("" if kind == "nodes" else str(meta.get("namespace") or ""), str(meta.get("name")))
+        if floor is None or rv is None or rv > floor:
+            return False
+        if kind == "nodes":
+            return key[1] not in self._node_meta
+        return key not in self.pods if kind == "pods" else key not in self.jobs
+
+    def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
+        stone = self._tombstones.get((kind, key))
+        if stone is None:
+            return False
+        uid, dead_at, _ = stone
+        if (body.get("metadata") or {}).get("uid") == uid or (rv is not None and dead_at is not None and rv <= dead_at):
+            return True
+        del self._tombstones[(kind, key)]  # a new object took the name
+        return False
+
+    def _bury(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> None:
+        self._tombstones[(kind, key)] = ((body.get("metadata") or {}).get("uid") or "", rv, self.clock.monotonic())
+
+    def prune_tombstones(self) -> None:
+        cutoff = self.clock.monotonic() - TOMBSTONE_SECONDS
+        for k in [k for k, (_, _, at) in self._tombstones.items() if at < cutoff]:
+            del self._tombstones[k]
+
+    def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        rv = resource_version(body)
+        held = self._node_meta.get(name)
+        if event_type == "DELETED":
+            if held is not None and not _newer(rv, held[0]):
+                return
+            self._drop_node(name)
+            self._bury("nodes", ("", name), body, rv)
+            return
+        if held is not None and not _newer(rv, held[0]):
+            return
+        if self._buried("nodes", ("", name), body, rv):
+            return
+        fingerprint = _node_fingerprint(body)
+        if held is not None and held[1] == fingerprint:
+            self._node_meta[name] = (rv, fingerprint)
+            return
+        self._drop_node(name)
+        self._node_meta[name] = (rv, fingerprint)
+        self.health[name] = _health(body)
+        try:
+            self.nodes[name] = self.last_model[name] = node_from_object(body, self.scheme)
+        except NodeError as e:
+            self.excluded[name] = Exclusion(name, str(e))
+        self.usage.freed += 1  # a new or changed node may offer what a waiting job needs
+        self._changed_nodes()
+
+    def _drop_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None or self.excluded.pop(name, None) is not None:
+            self._changed_nodes()
+        self._node_meta.pop(name, None)
+        self.health.pop(name, None)
+        self.usage.node_changed(name)
+
+    def _changed_nodes(self) -> None:
+        self._nodes_sorted = None
+        self._snapshot = None
+
+    def apply_pod(self, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+        view = body if isinstance(body, PodView) else pod_view(body)
+        key = view.key
+        held = self.pods.get(key)
+        if held is not None and not _newer(view.resource_version, held.resource_version):
+            return
+        raw = {"metadata": {"uid": view.uid}}
+        if event_type == "DELETED":
+            self._remove_pod(key)
+            self._bury("pods", key, raw, view.resource_version)
+            return
+        if self._buried("pods", key, raw, view.resource_version):
+            return
+        if held is not None and held.job_key != view.job_key:
+            self._remove_pod(key)
+        self.pods[key] = view
+        self.usage.set(("pod", key), view.usage)
+        if view.job_key:
+            self._pods_by_job.setdefault(view.job_key, set()).add(key)
+            self._sync_rank(view.job_key, view.name)
+        self._snapshot = None
+
+    def _remove_pod(self, key: Key) -> None:
+        view = self.pods.pop(key, None)
+        if view is None:
+            return
+        self.usage.set(("pod", key), None)
+        if view.job_key:
+            members = self._pods_by_job.get(view.job_key)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._pods_by_job[view.job_key]
+            self._sync_rank(view.job_key, view.name)
+        self._snapshot = None
+
+    def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        rv = resource_version(body)
+        current = self.jobs.get(key)
+        if current is not None and not _newer(rv, resource_version(current.body)):
+            return  # a late event must not undo a status the placer already wrote
+        if event_type == "DELETED":
+            self.jobs.pop(key, None)
+            self._bury("trainingjobs", key, body, rv)
+            self._refresh_reservation(key)
+            return
+        if self._buried("trainingjobs", key, body, rv):
+            return  # a write response for a job deleted meanwhile
+        if current is not None and rv is not None and rv == resource_version(current.body):
+            return  # the watch echoing a write whose answer is applied already: same object
+        self.jobs[key] = parse_job(_plain(body))
+        self._refresh_reservation(key)
+
+    def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView], list_rv: int | None) -> None:
+        """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished."""
+        seen: set[Key] = set()
+        self._listed_at.pop(kind, None)  # listed objects are applied whatever their version
+        for body in bodies:
+            self.apply(kind, "MODIFIED", body)
+            if isinstance(body, PodView):
+                seen.add(body.key)
+            else:
+                meta = body["metadata"]
+                seen.add((meta.get("namespace") or "", meta["name"]) if kind != "nodes" else ("", meta["name"]))
+        for key, held_rv in self._held(kind):
+            if key in seen:
+                continue
+            if list_rv is not None and held_rv is not None and held_rv > list_rv:
+                continue  # we know a version newer than the list: written after the list was cut
+            self._forget(kind, key)
+        if list_rv is not None:
+            self._listed_at[kind] = list_rv
+        self.synced.add(kind)
+
+    def _held(self, kind: str) -> list[tuple[Key, int | None]]:
+        if kind == "nodes":
+            return [(("", n), meta[0]) for n, meta in self._node_meta.items()]
+        if kind == "pods":
+            return [(k, v.resource_version) for k, v in self.pods.items()]
+        return [(k, resource_version(j.body)) for k, j in self.jobs.items()]
+
+    def _forget(self, kind: str, key: Key) -> None:
+        if kind == "nodes":
+            self._drop_node(key[1])
+        elif kind == "pods":
+            self._remove_pod(key)
+        else:
+            self.jobs.pop(key, None)
+            self._refresh_reservation(key)
+
+    # --- reservations: a recorded placement holds its GPUs before its pods exist -------------------
+
+    def _refresh_reservation(self, key: Key) -> None:
+        """Ranks of a live placement whose pod does not exist yet hold their node's GPUs and the
+        template's requests; once the rank's pod exists it holds them itself. Recomputed when the job
+        changes (the template's requests are parsed here, once); a pod event touches only its rank."""
+        job = self.jobs.get(key)
+        placement = job.placement if job is not None and not job.finished else None
+        plan: dict[str, tuple[int, PodUsage]] = {}
+        if job is not None and placement is not None:
+            try:
+                requests = pod_requests((job.body.get("spec", {}).get("template") or {}).get("spec") or {})
+            except ValueError:
+                requests = {}
+            requests = {k: v for k, v in requests.items() if k != GPU_RESOURCE}
+            for r in placement.ranks:
+                gpus = tuple(sorted(r.gpus))
+                plan[r.pod or ""] = (r.rank, PodUsage(r.node, gpus, len(gpus), requests))
+            self._plans[key] = (placement.id, plan)
+        else:
+            self._plans.pop(key, None)
+        planned = {rank for rank, _ in plan.values()}
+        for rank in self._reserved.get(key, set()) - planned:  # no longer planned: capacity freed
+            self.usage.set(("rank", key, rank), None)
+            self._reserved[key].discard(rank)
+        for pod_name in plan:
+            self._sync_rank(key, pod_name)
+        self._snapshot = None
+
+    def _sync_rank(self, key: Key, pod_name: str) -> None:
+        """The rank whose pod is `pod_name`: reserved while that pod (of this placement) is absent or
+        finished, handed over to the pod while it exists."""
+        entry = self._plans.get(key)
+        if entry is None or pod_name not in entry[1]:
+            return
+        placement_id, plan = entry
+        rank, usage = plan[pod_name]
+        pod = self.pods.get((key[0], pod_name))
+        reserved = self._reserved.setdefault(key, set())
+        if pod is not None and pod.placement_id == placement_id and not pod.finished:
+            if rank in reserved:
+                self.usage.set(("rank", key, rank), None, handover=True)
+                reserved.discard(rank)
+        else:
+            self.usage.set(("rank", key, rank), usage)
+            reserved.add(rank)
+        self._snapshot = None
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def job_pods(self, key: Key) -> list[PodView]:
+        return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
+
+    def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
+        return [p for p in self.job_pods(key) if p.placement_id == placement_id]
+
+    def pod_infos(self) -> list[PodInfo]:
+        """Pods on a node as the inter-pod rules of a template see them: live pods, and the ranks of
+        recorded placements whose pods do not exist yet (with the labels their pods will carry)."""
+        out = [PodInfo(p.namespace, p.labels, p.usage.node) for p in self.pods.values()
+               if p.usage is not None and not p.finished]
+        for key, ranks in self._reserved.items():
+            entry, job = self._plans.get(key), self.jobs.get(key)
+            if not ranks or entry is None or job is None:
+                continue
+            labels = job.request.pod_labels if job.request is not None else {}
+            out += [PodInfo(key[0], labels, usage.node) for rank, usage in entry[1].values() if rank in ranks]
+        return out
+
+    def snapshot(self) -> Snapshot:
+        """An immutable snapshot; cached until something it reads changes."""
+        if self._snapshot is None:
+            if self._nodes_sorted is None:
+                self._nodes_sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
+            used = {}
+            requested = {}
+            for node in self._nodes_sorted:
+                gpus = self.usage.gpus(node)
+                if gpus:
+                    used[node.name] = gpus
+                on_node = self.usage.requested(node.name)
+                if on_node:
+                    requested[node.name] = dict(on_node)
+            self._snapshot = Snapshot(self._nodes_sorted, used,
+                                      tuple(sorted(self.excluded.values(), key=lambda e: e.node)), requested,
+                                      self.scheme.levels)
+        return self._snapshot
+
+
+def _plain(value: Any) -> Any:
+    """Keep plain dicts (bodies may be read-only views)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

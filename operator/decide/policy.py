@@ -1,0 +1,93 @@
+"""The policy choices of the fault, resize and straggler paths, as pure functions (the actors carry
+them out): how long a restart waits, what happens when lost ranks find no replacement, when an
+elastic gang may grow, which straggler is evicted and what the Straggling condition says, when the
+step time is worth a status write, which step a checkpoint request asks for."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from railyard.operator.base.reasons import StragglingReason
+from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.stragglers import Scores, Straggler
+from railyard.topology.api import ElasticPolicy, FaultPolicy, OnNoReplacement, StepTime, StragglerPolicy
+from railyard.topology.faults import LossReason
+
+
+def restart_delay(action: Restart, policy: FaultPolicy, process_restarts: int, loss_debounce: float,
+                  not_ready_debounce: float) -> float:
+    """How long a restart waits after its first signal was seen. Losses close together (a switch, a
+    rack's power) make one restart: act only once the first one has been seen for the window. Nodes
+    that stopped at the same moment turn NotReady up to a lease renewal + a monitor period apart, so
+    heartbeat losses wait longer. A process failure waits its backoff."""
+    if action.counted:
+        return policy.backoff(process_restarts)
+    if action.losses and all(loss.reason == LossReason.NODE_NOT_READY for loss in action.losses):
+        return not_ready_debounce
+    return loss_debounce
+
+
+class NoReplacementStep(enum.Enum):
+    WAIT = "wait"  # healthy ranks keep their nodes; retried as capacity frees
+    SHRINK = "shrink"  # continue on the survivors (falls back to REQUEUE when no valid size is left)
+    FAIL = "fail"
+    REQUEUE = "requeue"  # place the whole gang again
+
+
+def no_replacement_step(policy: FaultPolicy, waited: float) -> NoReplacementStep:
+    if waited < policy.replacement_timeout_seconds:
+        return NoReplacementStep.WAIT
+    return {OnNoReplacement.SHRINK: NoReplacementStep.SHRINK, OnNoReplacement.FAIL: NoReplacementStep.FAIL,
+            OnNoReplacement.REQUEUE: NoReplacementStep.REQUEUE}[policy.on_no_replacement]
+
+
+@dataclass(frozen=True)
+class GrowRule:
+    allowed: bool
+    min_growth: int
+
+
+def grow_rule(user_asked: bool, since_last_attempt: float, policy: ElasticPolicy) -> GrowRule:
+    """A grow someone asked for (kubectl scale, an edit) goes at once by any amount; growing back by
+    itself waits cooldownSeconds after the gang's last attempt began and adds at least minGrowth."""
+    if user_asked:
+        return GrowRule(True, 1)
+    return GrowRule(since_last_attempt >= policy.cooldown_seconds, policy.min_growth)
+
+
+def eviction_choice(flagged: Sequence[Straggler], may_evict: bool) -> Straggler | None:
+    """The slowest persistent straggler, while the eviction budget allows."""
+    slow = [f for f in flagged if f.persistent]
+    if not slow or not may_evict:
+        return None
+    return min(slow, key=lambda f: f.score)
+
+
+def straggling(slow: Sequence[Straggler], scores: Scores, policy: StragglerPolicy) -> tuple[StragglingReason,
+                                                                                              str] | None:
+    """What the Straggling condition says while it is True, or None (no straggler)."""
+    if slow:
+        return StragglingReason.SLOW, (f"slow for {policy.min_duration_seconds}s or more: "
+                                       f"{', '.join(f.node for f in slow)} (scores in status.stragglers)")
+    if scores.network:
+        return StragglingReason.NETWORK, (f"every node of the job in TOR {', '.join(scores.network)} is slow: a "
+                                          "shared cause (network, power, cooling); no node is evicted")
+    return None
+
+
+def step_time_due(recorded: StepTime | None, p50: float, now: float) -> bool:
+    """Written when it changes materially (5 %) or once a minute: never a status write per report."""
+    if recorded is None or recorded.p50_seconds is None:
+        return True
+    updated = recorded.updated_at.timestamp() if recorded.updated_at is not None else 0.0
+    return abs(p50 - recorded.p50_seconds) > 0.05 * p50 or now - updated > 60
+
+
+def checkpoint_step(max_step: int, worker_interval: float, step_seconds: float | None) -> int:
+    """The step every rank is asked to save: far enough ahead that all of them hear of the request
+    (it rides on the report answers) before they reach it."""
+    margin = math.ceil(3 * worker_interval / max(step_seconds or 1.0, 0.001))
+    return max_step + margin + 2

@@ -1,0 +1,64 @@
+"""A worker's report (the body railyard.worker POSTs) and the check that it comes from the pod that
+runs the reported rank of the job's current attempt. Pure: the endpoint (kube/report_server.py)
+authenticates the token and hands both sides in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from railyard.operator.base.keys import LABEL_RESTART
+from railyard.operator.base.objects import Job, PodView
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class SavedCheckpoint(_Report):
+    step: int = Field(ge=0)
+    path: str = Field("", max_length=4096)
+
+
+class WorkerReport(_Report):
+    """The body a rank POSTs (railyard.worker.Reporter.payload)."""
+
+    namespace: str = Field(min_length=1, max_length=63)
+    job: str = Field(min_length=1, max_length=253)
+    rank: int = Field(ge=0)
+    # The gang's restart count the rank runs under ("generation" from workers of before 0.2).
+    restart_count: int = Field(ge=0, validation_alias=AliasChoices("restartCount", "generation", "restart_count"))
+    step: int | None = Field(None, ge=0)
+    # [step, compute seconds, step seconds]; -1 = not measured
+    samples: list[tuple[int, float, float]] = Field(default_factory=list, max_length=64)
+    checkpoints: list[SavedCheckpoint] = Field(default_factory=list, max_length=16)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int  # the HTTP status the endpoint answers
+    reason: str  # bounded: the metric label
+    message: str
+
+
+def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_uid: str,
+                 pod: PodView | None, job: Job | None) -> Refusal | None:
+    """Does this report come from the pod that runs `report.rank` of the job's current attempt?
+    `pod_*` is what the token says (TokenReview); `pod`/`job` what the operator's state holds."""
+    if pod_namespace != report.namespace:
+        return Refusal(403, "forbidden", f"token of namespace {pod_namespace!r} cannot report for namespace "
+                       f"{report.namespace!r}")
+    if pod is None or pod.uid != pod_uid:
+        return Refusal(403, "forbidden", f"pod {pod_namespace}/{pod_name} (uid {pod_uid}) is not a pod Railyard "
+                       "knows (deleted, or not yet seen)")
+    if pod.job != report.job or pod.rank != report.rank:
+        return Refusal(403, "forbidden", f"pod {pod_name} runs rank {pod.rank} of job {pod.job!r}, not rank "
+                       f"{report.rank} of job {report.job!r}")
+    if job is None:
+        return Refusal(404, "unknown_job", f"TrainingJob {report.namespace}/{report.job} not found")
+    current = job.restart_count
+    pod_restarts = pod.labels.get(LABEL_RESTART, "0")
+    if report.restart_count != current or pod_restarts != str(current):
+        return Refusal(409, "stale", f"restart count {report.restart_count} (pod {pod_name} of restart count "
+                       f"{pod_restarts}) is not the job's current restart count {current}")
+    return None

@@ -1,0 +1,242 @@
+"""Status transitions: each a pure function from the job as read (and the time) to the partial status
+to write, a `TrainingJobStatus` whose set fields are the merge patch (None deletes). The writer
+(act/writer.py) sends it conditionally and applies the answer to the state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import (
+    Cause,
+    ConditionStatus,
+    ConditionType,
+    FinishReason,
+    PlacedReason,
+    Reason,
+    RecoveryReason,
+    RunningReason,
+    SizeReason,
+    StragglingReason,
+)
+from railyard.operator.decide.builders import placement_status, selector
+from railyard.operator.decide.conditions import is_true, set_condition, unchanged
+from railyard.topology.api import (
+    AvoidNode,
+    CheckpointRecord,
+    Condition,
+    RestartRecord,
+    StepTime,
+    StragglerRecord,
+    TrainingJobStatus,
+    UnhealthyNode,
+)
+from railyard.topology.solver import Placement
+
+TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+
+
+def _set(job: Job, conditions: list[Condition], type_: ConditionType, status: ConditionStatus, reason: Reason,
+         message: str, now: datetime) -> list[Condition]:
+    return set_condition(conditions, type_, status, reason, message, job.generation, now)
+
+
+def below_desired(job: Job, conditions: list[Condition], placed: int, now: datetime) -> list[Condition]:
+    """BelowDesired=True while an elastic job runs with fewer replicas than spec.replicas."""
+    desired = job.desired_replicas or placed
+    if placed < desired:
+        return _set(job, conditions, ConditionType.BELOW_DESIRED, TRUE, SizeReason.SHRUNK,
+                    f"{placed} of {desired} replicas placed", now)
+    if is_true(conditions, ConditionType.BELOW_DESIRED):
+        return _set(job, conditions, ConditionType.BELOW_DESIRED, FALSE, SizeReason.AT_DESIRED,
+                    f"{placed} replicas placed", now)
+    return conditions
+
+
+# --- placing ------------------------------------------------------------------------------------------
+
+def placing(job: Job, placement: Placement, placement_id: str, now: datetime) -> TrainingJobStatus:
+    """Record the placement: from then on its GPUs are taken (here and for a successor)."""
+    message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
+               f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
+    conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.PLACING, message, now)
+    return TrainingJobStatus(
+        placement=placement_status(placement, job.name, placement_id, job.restart_count, job.desired_replicas),
+        replicas=len(placement.replicas), selector=selector(job.name), queued_since=job.queued_since,
+        conditions=below_desired(job, conditions, len(placement.replicas), now))
+
+
+def unplaced(job: Job, reason: PlacedReason, message: str, now: datetime) -> TrainingJobStatus:
+    return TrainingJobStatus(queued_since=job.queued_since,
+                             conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE, reason, message, now))
+
+
+def released(job: Job, now: datetime) -> TrainingJobStatus:
+    """The whole gang is ungated: Placed=Released (the Placing message kept); a restart is over."""
+    placed = job.condition(ConditionType.PLACED)
+    conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.RELEASED,
+                      placed.message if placed is not None else "", now)
+    patch: dict[str, object] = {}
+    if is_true(conditions, ConditionType.RESTARTING):
+        conditions = _set(job, conditions, ConditionType.RESTARTING, FALSE, RecoveryReason.RELEASED,
+                          f"restart {job.restart_count} released", now)
+        patch["last_restart"] = RestartRecord(released_at=now)
+    if is_true(conditions, ConditionType.DEGRADED):
+        conditions = _set(job, conditions, ConditionType.DEGRADED, FALSE, RecoveryReason.RECOVERED,
+                          "every rank has a node again", now)
+    return TrainingJobStatus(conditions=conditions, **patch)
+
+
+def dropped(job: Job, reason: PlacedReason, message: str, now: datetime,
+            avoid: Sequence[str] = (), avoid_until: datetime | None = None) -> TrainingJobStatus:
+    """The placement is gone (refused, rolled back): its GPUs go back, the job waits again."""
+    fields: dict[str, object] = {}
+    if avoid:
+        kept = [a for a in job.status.avoid_nodes if a.node not in avoid]
+        fields["avoid_nodes"] = kept + [AvoidNode(node=n, reason=reason, until=avoid_until) for n in avoid]
+    return TrainingJobStatus(placement=None, replicas=0,
+                             conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE, reason, message, now),
+                             **fields)
+
+
+def invalid(job: Job, reason: PlacedReason, message: str, now: datetime) -> TrainingJobStatus | None:
+    """None when the job says so already."""
+    if unchanged(job.conditions, ConditionType.PLACED, reason, message):
+        return None
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE, reason, message, now))
+
+
+# --- lifecycle ----------------------------------------------------------------------------------------
+
+def running(job: Job, message: str, now: datetime) -> TrainingJobStatus:
+    return TrainingJobStatus(start_time=job.status.start_time or now,
+                             conditions=_set(job, job.conditions, ConditionType.RUNNING, TRUE,
+                                             RunningReason.ALL_RUNNING, message, now))
+
+
+def finished(job: Job, succeeded: bool, reason: FinishReason, message: str, now: datetime,
+             unhealthy: list[UnhealthyNode] | None = None, stop_running: bool = True) -> TrainingJobStatus:
+    """Succeeded or Failed; Running=False with the same reason (`stop_running`)."""
+    type_ = ConditionType.SUCCEEDED if succeeded else ConditionType.FAILED
+    conditions = _set(job, job.conditions, type_, TRUE, reason, message, now)
+    if stop_running and any(c.type == ConditionType.RUNNING for c in conditions):
+        conditions = _set(job, conditions, ConditionType.RUNNING, FALSE, reason, message, now)
+    fields: dict[str, object] = {} if unhealthy is None else {"unhealthy_nodes": unhealthy}
+    return TrainingJobStatus(completion_time=now, conditions=conditions, **fields)
+
+
+# --- restarts -----------------------------------------------------------------------------------------
+
+def resume_point(checkpoint: CheckpointRecord | None) -> dict[str, object]:
+    """The resume point a restart records (builders pass it to every rank of the new attempt)."""
+    if checkpoint is None:
+        return {"resume_step": None, "resume_checkpoint": None}
+    return {"resume_step": checkpoint.step, "resume_checkpoint": checkpoint.path or ""}
+
+
+def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, placement_id: str, now: datetime,
+                record: dict[str, object], checkpoint: CheckpointRecord | None, counted: bool = False,
+                unhealthy: list[UnhealthyNode] | None = None,
+                conditions: list[Condition] | None = None) -> TrainingJobStatus:
+    """A new attempt of the gang (write-ahead: an operator killed after this finishes it, see assess ->
+    Resume): its placement in rank order, the restart record with the resume point, the conditions."""
+    restart_count = job.restart_count + 1
+    current = job.placement
+    conditions = _set(job, job.conditions if conditions is None else conditions, ConditionType.PLACED, TRUE,
+                      PlacedReason.PLACING, message, now)
+    if any(c.type == ConditionType.RUNNING for c in conditions):
+        conditions = _set(job, conditions, ConditionType.RUNNING, FALSE, RunningReason.RESTARTING, message, now)
+    conditions = _set(job, conditions, ConditionType.RESTARTING, TRUE, cause, message, now)
+    if is_true(conditions, ConditionType.STRAGGLING):  # a new attempt is measured afresh
+        conditions = _set(job, conditions, ConditionType.STRAGGLING, FALSE, StragglingReason.RESTARTED, message,
+                          now)
+    conditions = below_desired(job, conditions, len(placement.replicas), now)
+    restart = {"reason": cause, "lost_nodes": [], "replacements": [], "moved_ranks": 0,
+               "previous_replicas": len(current.ranks) if current is not None else 0, "detected_at": now,
+               **record, "decided_at": now, "released_at": None, **resume_point(checkpoint)}
+    fields: dict[str, object] = {}
+    if unhealthy is not None:
+        fields["unhealthy_nodes"] = unhealthy
+    if checkpoint is not None:
+        fields["last_checkpoint"] = checkpoint
+    return TrainingJobStatus(
+        placement=placement_status(placement, job.name, placement_id, restart_count,
+                                   job.desired_replicas or len(placement.replicas)),
+        replicas=len(placement.replicas), restart_count=restart_count,
+        process_restarts=job.status.process_restarts + (1 if counted else 0), stragglers=None,
+        last_restart=RestartRecord(**restart), conditions=conditions, **fields)
+
+
+def waiting_for_replacement(job: Job, unhealthy: list[UnhealthyNode], message: str, timeout: int,
+                            now: datetime) -> TrainingJobStatus:
+    conditions = _set(job, job.conditions, ConditionType.DEGRADED, TRUE, RecoveryReason.NO_REPLACEMENT,
+                      f"{message}; waiting up to {timeout}s", now)
+    return TrainingJobStatus(unhealthy_nodes=unhealthy, conditions=conditions)
+
+
+def requeued(job: Job, cause: Cause, lost_names: list[str], unhealthy: list[UnhealthyNode], message: str,
+             checkpoint: CheckpointRecord | None, now: datetime) -> TrainingJobStatus:
+    """No replacement within the timeout: the whole gang is placed again, as a new attempt."""
+    conditions = _set(job, job.conditions, ConditionType.PLACED, FALSE, PlacedReason.NO_REPLACEMENT, message, now)
+    if any(c.type == ConditionType.RUNNING for c in conditions):
+        conditions = _set(job, conditions, ConditionType.RUNNING, FALSE, RunningReason.NO_REPLACEMENT, message, now)
+    conditions = _set(job, conditions, ConditionType.RESTARTING, TRUE, cause, message, now)
+    conditions = _set(job, conditions, ConditionType.DEGRADED, TRUE, RecoveryReason.REQUEUED, message, now)
+    current = job.placement
+    detected = min((u.since for u in unhealthy if u.name in lost_names and u.since is not None), default=now)
+    restart = RestartRecord(reason=cause, lost_nodes=lost_names, replacements=[],
+                            moved_ranks=len(current.ranks) if current is not None else 0, detected_at=detected,
+                            decided_at=now, released_at=None, **resume_point(checkpoint))
+    fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
+    return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1,
+                             unhealthy_nodes=unhealthy, last_restart=restart, conditions=conditions,
+                             **fields)
+
+
+def no_room_to_grow(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:
+    if unchanged(job.conditions, ConditionType.BELOW_DESIRED, SizeReason.NO_CAPACITY, message):
+        return None
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.BELOW_DESIRED, TRUE,
+                                             SizeReason.NO_CAPACITY, message, now))
+
+
+def shrunk_conditions(job: Job, message: str, now: datetime) -> list[Condition]:
+    return _set(job, job.conditions, ConditionType.DEGRADED, FALSE, RecoveryReason.SHRUNK, message, now)
+
+
+# --- what the reports add up to ----------------------------------------------------------------------
+
+def straggling_conditions(job: Job, verdict: tuple[StragglingReason, str] | None,
+                          now: datetime) -> list[Condition] | None:
+    """The Straggling condition for this verdict, or None when it says so already."""
+    current = job.condition(ConditionType.STRAGGLING)
+    if verdict is not None:
+        reason, message = verdict
+        if unchanged(job.conditions, ConditionType.STRAGGLING, reason, message):
+            return None
+        return _set(job, job.conditions, ConditionType.STRAGGLING, TRUE, reason, message, now)
+    if current is not None and current.status == TRUE:
+        return _set(job, job.conditions, ConditionType.STRAGGLING, FALSE, StragglingReason.NO_STRAGGLERS,
+                    "every node within the threshold", now)
+    return None
+
+
+def step_time(p50: float, p90: float | None, samples: int, now: datetime) -> StepTime:
+    return StepTime(p50_seconds=round(p50, 4), p90_seconds=round(p90 or p50, 4), samples=samples, updated_at=now)
+
+
+def stragglers_changed(before: list[StragglerRecord] | None, after: list[StragglerRecord]) -> bool:
+    """Compared without the score, which moves with every report."""
+    def shape(records: list[StragglerRecord]) -> list[tuple[object, ...]]:
+        return [(r.node, tuple(r.ranks), r.since, r.action) for r in records]
+    return shape(before or []) != shape(after)
+
+
+def unhealthy_record(job: Job, lost: set[str], losses: Sequence[tuple[str, str, str, datetime | None]],
+                     now: datetime) -> list[UnhealthyNode]:
+    """The job's unhealthy nodes with these losses (node, reason, message, since) recorded anew."""
+    kept = [u for u in job.status.unhealthy_nodes if u.name not in lost]
+    return kept + [UnhealthyNode(name=node, reason=reason, message=message[:1024], since=since or now)
+                   for node, reason, message, since in losses]
+

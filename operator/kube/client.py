@@ -1,0 +1,329 @@
+"""The operator's one client module: every Kubernetes API call goes through here (an import-linter
+contract keeps the `kubernetes` package out of every other operator module).
+
+- Requests are plain JSON over the official client's connection pool: the generated models'
+  (de)serialisation costs more CPU than the request itself at hundreds of pods a second.
+- Every call has a timeout; nothing can hang the placement loop or the lease renewal.
+- Writes are fenced: when a fence is set (the leader's term), a write is refused *right before it
+  is sent* once the term has ended, so a replica that was frozen past its lease writes nothing.
+- Each write returns the object the API server stored, so the caller can apply it to the state at
+  once instead of waiting for the watch to echo it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from railyard.operator.base import metrics
+from railyard.operator.base.keys import FIELD_MANAGER, SCHEDULING_GATE
+from railyard.topology.api import GROUP, PLURAL, VERSION
+
+log = logging.getLogger("railyard.api")
+
+__all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+CONNECT_TIMEOUT = 5.0
+
+
+class Fenced(RuntimeError):
+    """A write refused because this replica's leadership term has ended."""
+
+
+def load_config(kubeconfig: str | None = None, pool: int = 64) -> client.ApiClient:
+    try:
+        if kubeconfig:
+            raise config.ConfigException("explicit kubeconfig")
+        config.load_incluster_config()
+    except config.ConfigException:
+        # Read $KUBECONFIG now: the client captures it at import time, which may be too early.
+        config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def _resource_of(path: str) -> str:
+    """The resource a path names, for bounded metric labels ("pods", "trainingjobs/status", ...)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        rest = parts[i + 2:] if len(parts) > i + 2 else ["namespaces"]
+    else:
+        rest = parts[2:] if parts and parts[0] == "api" else parts[3:]
+    if not rest:
+        return "unknown"
+    return rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+
+
+class KubeApi:
+    def __init__(self, workers: int = 24, api_client: client.ApiClient | None = None,
+                 read_timeout: float = 30.0, user_agent: str | None = None, kubeconfig: str | None = None) -> None:
+        self.api = api_client or load_config(kubeconfig, pool=max(16, workers + 8))
+        if user_agent:
+            self.api.user_agent = user_agent
+        self.read_timeout = read_timeout
+        self.fence: Callable[[], bool] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railyard-api")
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+
+    # --- raw requests ---------------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+              query: list[tuple[str, str]] | None = None, timeout: float | None = None, stream: bool = False):
+        _, url, headers, payload, _ = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"])
+        if method in WRITE_VERBS and self.fence is not None:
+            # Checked as the last step before sending. A process frozen right after this check still
+            # sends on waking (the window every lease-based fence has); the User-Agent says when the
+            # check passed, so the API server's audit log can tell such a write from a stale decision.
+            checked = time.time()
+            if not self.fence():
+                metrics.FENCED_WRITES.inc()
+                raise Fenced(f"{method} {path}: leadership term ended; write not sent")
+            headers["User-Agent"] = f"{self.api.user_agent} fence-checked/{checked:.3f}"
+        metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
+        return self.api.call_api(method, url, header_params=headers, body=payload,
+                                 _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                query: list[tuple[str, str]] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        response = self._send(method, path, body, content_type, query, timeout)
+        data = response.read()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
+        return json.loads(data) if data else {}
+
+    def list_all(self, path: str, query: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+        """Every item of a collection, page by page (synchronous: for the CLI)."""
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        while True:
+            page = self.request("GET", path, query=[*(query or []), ("limit", "500"),
+                                                    *([("continue", cont)] if cont else [])], timeout=60)
+            items.extend(page.get("items") or [])
+            cont = page["metadata"].get("continue")
+            if not cont:
+                return items
+
+    # --- list + watch (the reflector's transport; runs on the reflector's own thread) ----------------
+
+    def list_page(self, path: str, limit: int, cont: str | None, timeout: float = 60.0) -> dict[str, Any]:
+        query = [("limit", str(limit))] + ([("continue", cont)] if cont else [])
+        return self.request("GET", path, query=query, timeout=timeout)
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        """Watch events (parsed JSON lines) from `resource_version`; ends when the server closes the
+        stream. The read timeout exceeds the server's so an idle watch ends by the server's choice."""
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        response = self._send("GET", path, query=query, timeout=timeout_seconds + 30)
+        raw = response.response
+        try:
+            if response.status >= 400:
+                data = raw.read()
+                raise ApiException(status=response.status, reason=response.reason,
+                                   body=data.decode(errors="replace"))
+            pending = b""
+            for chunk in raw.stream(65536, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            raw.release_conn()
+
+    # --- TrainingJobs -----------------------------------------------------------------------------
+
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any],
+                               resource_version: str | None = None) -> dict[str, Any] | None:
+        """Merge-patch the status. With `resource_version` the write is conditional: a 409 (someone
+        wrote since we read) propagates so the caller re-reads and re-decides. None: job deleted."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            return await self.run(self.request, "PATCH", path, body, "application/merge-patch+json",
+                                  [("fieldManager", FIELD_MANAGER)])
+        except ApiException as e:
+            if e.status == 404:
+                return None  # deleted meanwhile
+            raise
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+            return await self.run(self.request, "GET", path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # --- pods, services, events ---------------------------------------------------------------------
+
+    async def create(self, plural: str, body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+        """(True, stored object) when created; (False, the existing object) on a name conflict, so the
+        caller can tell its own earlier creation from someone else's object."""
+        ns, name = body["metadata"]["namespace"], body["metadata"].get("name")
+        path = f"/api/v1/namespaces/{ns}/{plural}"
+        try:
+            return True, await self.run(self.request, "POST", path, body, query=[("fieldManager", FIELD_MANAGER)])
+        except ApiException as e:
+            if e.status != 409 or not name:
+                raise
+        try:
+            return False, await self.run(self.request, "GET", f"{path}/{name}")
+        except ApiException as e:
+            if e.status == 404:
+                return False, None  # deleted between the two calls: the next iteration retries
+            raise
+
+    async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None:
+        """Remove Railyard's scheduling gate: a JSON patch guarded by a test of the gate's name, so a
+        pod whose gates changed is re-read instead of losing someone else's gate. Returns the pod."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        for _ in range(3):
+            patch = [{"op": "test", "path": f"/spec/schedulingGates/{gate_index}/name", "value": SCHEDULING_GATE},
+                     {"op": "remove", "path": f"/spec/schedulingGates/{gate_index}"}]
+            try:
+                return await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                                      [("fieldManager", FIELD_MANAGER)])
+            except ApiException as e:
+                if e.status != 422:
+                    raise
+            pod = await self.run(self.request, "GET", path)
+            gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+            if SCHEDULING_GATE not in gates:
+                return pod  # already released
+            gate_index = gates.index(SCHEDULING_GATE)
+        raise RuntimeError(f"pod {namespace}/{name}: could not remove scheduling gate {SCHEDULING_GATE}")
+
+    async def delete_pod(self, namespace: str, name: str, uid: str | None = None,
+                         grace_seconds: int | None = None) -> None:
+        """Delete with the pod's own grace period (SIGTERM lets a trainer save), unless told otherwise;
+        a uid precondition never deletes a successor that took the same name."""
+        body: dict[str, Any] = {}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.run(self.request, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body or None)
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+
+    async def post_event(self, event: dict[str, Any], existing: bool = False) -> None:
+        """Create an Event, or bump the count of the one with the same name (kube's aggregation)."""
+        ns, name = event["metadata"]["namespace"], event["metadata"]["name"]
+        path = f"/api/v1/namespaces/{ns}/events"
+        try:
+            if existing:
+                patch = {"count": event["count"], "lastTimestamp": event["lastTimestamp"],
+                         "message": event["message"]}
+                try:
+                    await self.run(self.request, "PATCH", f"{path}/{name}", patch, "application/merge-patch+json")
+                    return
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+            await self.run(self.request, "POST", path, event)
+        except (ApiException, Fenced) as e:  # events are best effort
+            detail = e.body if isinstance(e, ApiException) and e.body else ""
+            log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
+
+    async def taint_node(self, name: str, taint: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
+        """Add a taint (and annotations) unless the node already has a taint with that key. False: the
+        node is gone."""
+        def ops(node: dict[str, Any]) -> list[dict[str, Any]]:
+            taints = (node.get("spec") or {}).get("taints")
+            if any(t.get("key") == taint["key"] for t in taints or []):
+                return []
+            add = {"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None else \
+                {"op": "add", "path": "/spec/taints", "value": [taint]}
+            return [add, *_annotation_ops(node, annotations or {})]
+
+        return await self._patch_node(name, ops, f"add taint {taint['key']}")
+
+    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
+        """Remove the taint with this key and the annotation. False: the node is gone."""
+        def ops(node: dict[str, Any]) -> list[dict[str, Any]]:
+            taints = (node.get("spec") or {}).get("taints") or []
+            out = [{"op": "remove", "path": f"/spec/taints/{i}"} for i in reversed(range(len(taints)))
+                   if taints[i].get("key") == taint_key]
+            if annotation in ((node.get("metadata") or {}).get("annotations") or {}):
+                out.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(annotation)}"})
+            return out
+
+        return await self._patch_node(name, ops, f"remove taint {taint_key}")
+
+    async def _patch_node(self, name: str, ops: Callable[[dict[str, Any]], list[dict[str, Any]]], what: str) -> bool:
+        """Read the node, build a JSON patch from it and send it guarded by the node's resourceVersion
+        (no other writer's change is lost), re-reading on a conflict. An empty patch: nothing to do."""
+        path = f"/api/v1/nodes/{name}"
+        for _ in range(3):
+            try:
+                node = await self.run(self.request, "GET", path)
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+            changes = ops(node)
+            if not changes:
+                return True
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
+                     *changes]
+            try:
+                await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                               [("fieldManager", FIELD_MANAGER)])
+                return True
+            except ApiException as e:
+                if e.status not in (409, 422):
+                    raise
+        raise RuntimeError(f"node {name}: could not {what} (kept changing)")
+
+    # --- authentication (the report endpoint) -------------------------------------------------------
+
+    async def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """TokenReview: the API server says whose token this is (status.user) for these audiences.
+        Call it on a client without a fence (it changes nothing)."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token, "audiences": audiences}}
+        path = "/apis/authentication.k8s.io/v1/tokenreviews"
+        return (await self.run(self.request, "POST", path, body)).get("status") or {}
+
+    # --- Leases (used by the elector on its own KubeApi, never queued behind placement) ------------
+
+    def lease_path(self, namespace: str, name: str | None = None) -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        return f"{base}/{name}" if name else base
+
+
+def _pointer(key: str) -> str:
+    """A JSON-pointer path segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _annotation_ops(node: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
+    if not annotations:
+        return []
+    if (node.get("metadata") or {}).get("annotations") is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v} for k, v in annotations.items()]
+

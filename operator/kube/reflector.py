@@ -1,0 +1,144 @@
+"""List-then-watch reflectors (client-go's Reflector, in small): one thread per resource reads the
+API server, the state is changed only on the event loop.
+
+Why not Kopf's watch streams: Kopf re-lists after a watch restart but never says which objects
+vanished meanwhile, and never says when the initial listing is complete; the placer needs both
+(Replace semantics, and "place nothing before Nodes, Pods and TrainingJobs are listed"). Parsing
+and slimming happen on the reflector's thread, so the event loop only applies small views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from railyard.operator.base import metrics
+from railyard.operator.base.objects import pod_view
+from railyard.operator.cache.state import KINDS, ClusterState
+from railyard.operator.kube.client import ApiException
+from railyard.topology.api import GROUP, PLURAL, VERSION
+
+log = logging.getLogger("railyard.reflector")
+
+PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "trainingjobs": f"/apis/{GROUP}/{VERSION}/{PLURAL}"}
+TRANSFORMS: dict[str, Callable[[dict[str, Any]], Any]] = {"pods": pod_view}
+
+
+class ListWatch(Protocol):
+    """What a reflector reads through (kube/client.KubeApi)."""
+
+    def list_page(self, path: str, limit: int, cont: str | None, timeout: float = 60.0) -> dict[str, Any]: ...
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): re-list."""
+
+
+Sink = Callable[[str, str, Any, int | None], None]  # (kind, event type | "REPLACE", object(s), list rv)
+
+
+class Reflector:
+    def __init__(self, api: ListWatch, kind: str, sink: Sink, loop: asyncio.AbstractEventLoop,
+                 page_size: int = 500, watch_seconds: int = 300, delay_events: float = 0.0) -> None:
+        self.api = api
+        self.kind = kind
+        self.path = PATHS[kind]
+        self.transform = TRANSFORMS.get(kind, lambda body: body)
+        self.sink = sink
+        self.loop = loop
+        self.page_size = page_size
+        self.watch_seconds = watch_seconds
+        self.delay_events = delay_events  # fault injection for tests: a lagging watch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lists = 0
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"railyard-reflector-{self.kind}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the current request (watches end within `watch_seconds` at the latest)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                rv = self._list()
+                backoff = 0.5
+                while not self._stop.is_set():
+                    rv = self._watch(rv)
+            except Expired:
+                log.info("%s: watch expired; re-listing", self.kind)
+            except Exception as e:
+                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.kind, e, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _list(self) -> str:
+        items: list[Any] = []
+        cont: str | None = None
+        list_rv = ""
+        while True:
+            try:
+                page = self.api.list_page(self.path, self.page_size, cont)
+            except ApiException as e:
+                if e.status == 410:  # continue token expired: start the list again
+                    items, cont, list_rv = [], None, ""
+                    continue
+                raise
+            list_rv = list_rv or page["metadata"]["resourceVersion"]
+            items.extend(self.transform(obj) for obj in page.get("items") or [])
+            cont = page["metadata"].get("continue")
+            if not cont:
+                break
+        self.lists += 1
+        metrics.RELISTS.labels(self.kind).inc()
+        self._deliver("REPLACE", items, int(list_rv) if list_rv.isdigit() else None)
+        return list_rv
+
+    def _watch(self, rv: str) -> str:
+        for event in self.api.watch(self.path, rv, self.watch_seconds):
+            if self._stop.is_set():
+                break
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Expired()
+                raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+            if kind == "BOOKMARK" or not kind:
+                continue
+            self._deliver(kind, self.transform(obj), None, self.delay_events)
+        return rv
+
+    def _deliver(self, kind: str, payload: Any, list_rv: int | None, delay: float = 0.0) -> None:
+        if delay > 0:
+            self.loop.call_soon_threadsafe(self.loop.call_later, delay, self.sink, self.kind, kind, payload, list_rv)
+        else:
+            self.loop.call_soon_threadsafe(self.sink, self.kind, kind, payload, list_rv)
+
+
+def reflector_sink(state: ClusterState, on_change: Callable[[], None]) -> Sink:
+    """Apply one delivery to the state (on the event loop) and wake the placer."""
+    def sink(kind: str, event_type: str, payload: Any, list_rv: int | None) -> None:
+        try:
+            if event_type == "REPLACE":
+                state.replace(kind, payload, list_rv)
+            else:
+                state.apply(kind, event_type, payload)
+                metrics.WATCH_EVENTS.labels(kind).inc()
+        except Exception:  # one malformed object must not stop the stream
+            log.exception("%s: cannot apply %s", kind, event_type)
+        on_change()
+    return sink
+
+
+__all__ = ["KINDS", "Reflector", "reflector_sink"]

@@ -1,0 +1,49 @@
+"""The metrics published after every pass follow the jobs: every waiting reason a job can carry is
+set while a job waits for it and back to 0 once no job does (a reason missing from the reset once left
+`railyard_queue_oldest_wait_seconds{reason="NoReplacement"}` firing the pending alert for ever)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+from railyard.operator.act.context import Context
+from railyard.operator.act.observe import Observer
+from railyard.operator.base.reasons import WAITING_REASONS, JobState, PlacedReason
+from railyard.operator.base.settings import Settings
+from railyard.operator.cache.state import ClusterState
+from railyard.topology.timestamps import epoch
+
+from tests.support.clock import ManualClock
+from tests.support.fakeapi import FakeApi
+from tests.support.jobs import make_job
+
+CREATED = "2027-01-15T08:00:00Z"  # the clock below reads one hour later
+
+
+def _job(name: str, reason: PlacedReason | None, status: str = "False", rv: int = 10) -> dict:
+    body = make_job(name, 1)
+    body["metadata"].update(namespace="default", uid=f"u-{name}", resourceVersion=str(rv), creationTimestamp=CREATED)
+    if reason is not None:
+        body["status"] = {"conditions": [{"type": "Placed", "status": status, "reason": reason,
+                                          "message": "m", "lastTransitionTime": CREATED}]}
+    return body
+
+
+def _wait(reason: PlacedReason) -> float | None:
+    return REGISTRY.get_sample_value("railyard_queue_oldest_wait_seconds", {"reason": reason})
+
+
+@pytest.mark.parametrize("reason", WAITING_REASONS, ids=str)
+def test_every_waiting_reason_is_published_then_reset_when_the_job_is_placed(reason: PlacedReason):
+    state = ClusterState()
+    clock = ManualClock(wall=epoch(CREATED, 0) + 3600)
+    observer = Observer(Context(state, FakeApi([]), Settings(), clock))
+    state.apply_job("ADDED", _job("waiter", None if reason == PlacedReason.NEW else reason))
+    observer.observe(state.snapshot())
+    assert _wait(reason) == pytest.approx(3600), f"a job waiting as {reason} is published"
+    assert all(_wait(r) == 0 for r in WAITING_REASONS if r != reason)
+    state.apply_job("MODIFIED", _job("waiter", PlacedReason.RELEASED, "True", rv=11))
+    observer.observe(state.snapshot())
+    assert {r: _wait(r) for r in WAITING_REASONS} == dict.fromkeys(WAITING_REASONS, 0.0)
+    assert REGISTRY.get_sample_value("railyard_jobs", {"state": JobState.PLACED}) == 1
+    assert REGISTRY.get_sample_value("railyard_jobs", {"state": JobState.QUEUED}) == 0

@@ -1,0 +1,73 @@
+"""The release line that orders gang materialisation: strict order, a pod budget, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from railyard.operator.act.release_line import ReleaseLine
+
+
+def _gangs(queue: ReleaseLine, sizes: list[int], log: list[str], hold: dict[int, asyncio.Event]) -> list:
+    async def gang(i: int, size: int) -> None:
+        async def step() -> None:
+            log.append(f"start {i}")
+            await hold[i].wait()
+            log.append(f"end {i}")
+        await queue.run(size, step)
+    return [gang(i, size) for i, size in enumerate(sizes)]
+
+
+def test_gangs_start_in_order_within_the_budget_and_a_large_one_is_not_overtaken():
+    async def scenario() -> list[str]:
+        queue = ReleaseLine(budget=4)
+        log: list[str] = []
+        hold = {i: asyncio.Event() for i in range(4)}
+        tasks = [asyncio.create_task(c) for c in _gangs(queue, [3, 6, 1, 1], log, hold)]
+        await asyncio.sleep(0)
+        assert log == ["start 0"], "gang 1 (6 > budget 4) waits for nothing in flight; 2 and 3 wait behind it"
+        assert queue.in_flight == 3 and queue.waiting == 3
+        hold[0].set()
+        await asyncio.sleep(0.01)
+        assert log[-1] == "start 1" and queue.in_flight == 6, "alone, over the budget"
+        hold[1].set()
+        await asyncio.sleep(0.01)
+        assert log[-2:] == ["start 2", "start 3"], "both fit together"
+        hold[2].set()
+        hold[3].set()
+        await asyncio.gather(*tasks)
+        assert queue.in_flight == 0 and queue.waiting == 0
+        return log
+
+    log = asyncio.run(scenario())
+    assert log.index("start 2") > log.index("end 1")
+
+
+@pytest.mark.parametrize("line_moves_first", [False, True])
+def test_a_cancelled_waiter_does_not_block_the_line_and_a_failing_step_frees_its_pods(line_moves_first: bool):
+    async def scenario() -> None:
+        queue = ReleaseLine(budget=2)
+        log: list[str] = []
+        hold = {i: asyncio.Event() for i in range(3)}
+        tasks = [asyncio.create_task(c) for c in _gangs(queue, [2, 2, 2], log, hold)]
+        await asyncio.sleep(0)
+        # Gang 1 waits behind gang 0 and is cancelled; with line_moves_first, gang 0 finishes and
+        # moves the line before gang 1 sees its cancellation (it must not count as in flight).
+        if line_moves_first:
+            hold[0].set()
+            tasks[1].cancel()
+        else:
+            tasks[1].cancel()
+            hold[0].set()
+        await asyncio.sleep(0.01)
+        assert log == ["start 0", "end 0", "start 2"] and queue.in_flight == 2
+
+        async def boom() -> None:
+            raise RuntimeError("refused")
+        hold[2].set()
+        await asyncio.gather(tasks[0], tasks[2])
+        with pytest.raises(RuntimeError):
+            await queue.run(2, boom)
+        assert queue.in_flight == 0 and queue.waiting == 0
+
+    asyncio.run(scenario())

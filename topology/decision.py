@@ -1,0 +1,54 @@
+"""The one placement decision, made the same way by the operator and by the offline planner: the
+template's inter-pod rules (anti-affinity, topology spread) are evaluated against the pods that
+exist or are placed, then `solver.solve` places the gang on the snapshot; a placed gang's GPUs and
+requests are then taken from the snapshot for whoever comes next."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from railyard.topology.affinity import NodeLimits, PodInfo, has_inter_pod_rules, node_limits
+from railyard.topology.model import Snapshot
+from railyard.topology.nodes import pod_usage
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import Decision, solve
+
+
+def decide(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo] = ()) -> Decision:
+    """Where the gang goes on this snapshot, or why it cannot go. `pods` are read only when the
+    template has inter-pod rules (rare: they cost a pass over every pod)."""
+    return solve(snapshot, request, inter_pod_limits(snapshot, request, pods))
+
+
+def inter_pod_limits(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo]) -> NodeLimits | None:
+    """The nodes the template's inter-pod rules exclude and the per-node caps; None without rules."""
+    if not has_inter_pod_rules(request.pod_spec):
+        return None
+    return node_limits(request.pod_spec, request.namespace, request.pod_labels, pods, snapshot.nodes)
+
+
+def taken(snapshot: Snapshot, decision: Decision) -> Snapshot:
+    """The snapshot with a placed gang's GPUs and per-replica requests in use."""
+    if decision.placement is None:
+        return snapshot
+    return snapshot.allocate(decision.placement.allocations, decision.request.resources)
+
+
+def placed_pods(decision: Decision) -> Sequence[PodInfo]:
+    """A placed gang's replicas as the inter-pod rules of later gangs see them."""
+    if decision.placement is None:
+        return ()
+    request = decision.request
+    return tuple(PodInfo(request.namespace, request.pod_labels, r.node) for r in decision.placement.replicas)
+
+
+def pod_infos(pods: Iterable[Mapping[str, Any]]) -> list[PodInfo]:
+    """Pod objects that hold a node (bound or pinned, not finished), as inter-pod rules see them."""
+    out = []
+    for pod in pods:
+        usage = pod_usage(pod)
+        if usage is not None:
+            meta = pod.get("metadata") or {}
+            out.append(PodInfo(meta.get("namespace") or "default", meta.get("labels") or {}, usage.node))
+    return out
