@@ -30,7 +30,7 @@ def main() -> None:
         for generation, size in enumerate((96, 160, 128), start=1):
             t0 = time.monotonic()
             api.request("PATCH", f"{JOBS}/elastic/scale", {"spec": {"replicas": size}}, "application/merge-patch+json")
-            pods = [f"elastic-g{generation}-{r}" for r in range(size)]
+            pods = [f"elastic.p{generation}-{r}" for r in range(size)]
             wait(lambda p=pods: all(n in watch.released for n in p), 600, f"{size} released", interval=0.1)
             released = max(watch.released[p] for p in pods) - t0
             wait(lambda p=pods: all(n in watch.bound for n in p), 600, f"{size} bound", interval=0.1)

@@ -60,7 +60,7 @@ def main() -> None:
             watch = PodWatch()
             api.request("POST", JOBS, body)
             wait(lambda n=name, r=replicas, w=watch: sum(1 for p in w.bound if p.startswith(f"{n}-")
-                                                         and "-g1-" not in p) >= r, 300, f"{name} bound", interval=0.2)
+                                                         and ".p1-" not in p) >= r, 300, f"{name} bound", interval=0.2)
             job = api.request("GET", f"{JOBS}/{name}")
             ranks = sorted(job["status"]["placement"]["ranks"], key=lambda r: r["rank"])
             before = {r["rank"]: r["node"] for r in ranks}
@@ -70,7 +70,7 @@ def main() -> None:
             t0 = time.monotonic()
             for node in victims:
                 set_taint(api, node, True)
-            new = [f"{name}-g1-{r}" for r in range(replicas)]
+            new = [f"{name}.p1-{r}" for r in range(replicas)]
             wait(lambda n=new, w=watch: all(p in w.released for p in n), 600, f"{name} released again", interval=0.1)
             released = max(watch.released[p] for p in new) - t0
             wait(lambda n=new, w=watch: all(p in w.bound for p in n), 600, f"{name} bound again", interval=0.1)

@@ -233,6 +233,9 @@ def _components() -> list[Component]:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={PORTS['kube-apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
+            # As production clusters run it: owning an object with blockOwnerDeletion needs update on
+            # the owner's finalizers (the chart grants trainingjobs/finalizers).
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
@@ -292,9 +295,10 @@ clientConnection:
 leaderElection:
   leaderElect: false
 """)
-    # kwok's upstream stages (copied by the build) plus Railyard's own in hack/kwok-stages/.
-    stage_files = sorted((binary("kwok").parent / "stages").glob("*.yaml")) + sorted(
-        (HACK / "kwok-stages").glob("*.yaml"))
+    # kwok's upstream stages (copied by the build) plus Railyard's own in hack/kwok-stages/; pod
+    # deletion is Railyard's (railyard-termination.yaml: graceful for the pods that ask).
+    stage_files = sorted(f for f in (binary("kwok").parent / "stages").glob("*.yaml") if f.name != "pod-delete.yaml")
+    stage_files += sorted((HACK / "kwok-stages").glob("*.yaml"))
     if keep_job_pods:  # `make compare`: Job-owned pods run forever, like everyone else's
         stage_files = [f for f in stage_files if f.name != "pod-complete.yaml"]
     # Explicit parallelism: a config file bypasses kwok's defaults (zero leases workers fails start).

@@ -11,12 +11,22 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.commgraph import ModelHints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.levels import DEFAULT_LEVELS, NODE, check_name
 from railyard.topology.nodes import pod_gpu_request
+from railyard.topology.template import template_problem
 
 GROUP = "railyard.dev"
 VERSION = "v1alpha1"
@@ -178,9 +188,9 @@ class TrainingJobSpec(_Model):
                 f"need minReplicas <= replicas <= maxReplicas, got minReplicas={low}, "
                 f"replicas={self.replicas}, maxReplicas={high}"
             )
-        containers = (self.template.get("spec") or {}).get("containers")
-        if not isinstance(containers, list) or not containers:
-            raise ValueError("template.spec.containers must list at least one container")
+        problem = template_problem(self.template)
+        if problem:
+            raise ValueError(problem)
         for field_path, value in _gpu_values(self.template):
             if isinstance(value, bool) or not _WHOLE.match(str(value)):
                 raise ValueError(f"{field_path}={value!r}: must be a whole, non-negative number of GPUs")
@@ -247,8 +257,49 @@ class DomainCount(_Model):
     count: int
 
 
+PACKED_FIELD = "packedRanks"  # written instead of `ranks` for large placements (see PlacementStatus)
+PACK_ABOVE = 1024  # placements of more ranks are written packed (a 16,384-rank list would pass 1 MiB)
+
+
+def _gpu_ranges(gpus: list[int]) -> str:
+    """[0, 1, 2, 3, 6] -> "0-3,6"."""
+    out: list[str] = []
+    for gpu in sorted(gpus):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == gpu - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{gpu}"
+        elif out and "-" not in out[-1] and int(out[-1]) == gpu - 1:
+            out[-1] = f"{out[-1]}-{gpu}"
+        else:
+            out.append(str(gpu))
+    return ",".join(out)
+
+
+def _parse_ranges(text: str) -> list[int]:
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def pack_ranks(ranks: list[RankPlacement]) -> str:
+    """`node:gpus` per rank in rank order, `;`-separated, GPUs as ranges ("gpu-0007:0-7;gpu-0012:0-7")."""
+    return ";".join(f"{r.node}:{_gpu_ranges(r.gpus)}" for r in sorted(ranks, key=lambda r: r.rank))
+
+
+def unpack_ranks(packed: str) -> list[RankPlacement]:
+    out = []
+    for rank, entry in enumerate(filter(None, packed.split(";"))):
+        node, _, gpus = entry.rpartition(":")
+        out.append(RankPlacement(rank=rank, node=node, gpus=_parse_ranges(gpus)))
+    return out
+
+
 class PlacementStatus(_Model):
     id: str = ""  # one placement; its pods carry it in railyard.dev/placement-id
+    # Which placement of the job this is (0 for the first): its pods are named after it, so no pod
+    # of one placement ever takes the name of a pod of another (a Terminating one included).
+    serial: int = 0
     ranks: list[RankPlacement] = []
     tors: int = 0
     leaves: int = 0
@@ -256,6 +307,22 @@ class PlacementStatus(_Model):
     domains: list[DomainCount] = []
     rail_aligned: bool = Field(False, alias="railAligned")
     desired_replicas: int | None = Field(None, alias="desiredReplicas")  # spec.replicas when it was decided
+    released_at: Timestamp | None = Field(None, alias="releasedAt")  # when the whole gang was ungated
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpack(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get(PACKED_FIELD) and not data.get("ranks"):
+            return {**{k: v for k, v in data.items() if k != PACKED_FIELD}, "ranks": unpack_ranks(data[PACKED_FIELD])}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _pack(self, handler: Any) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if len(self.ranks) > PACK_ABOVE and "ranks" in out:
+            del out["ranks"]
+            out[PACKED_FIELD] = pack_ranks(self.ranks)
+        return out
 
 
 class UnhealthyNode(_Model):
@@ -272,6 +339,12 @@ class ReplacementRecord(_Model):
     same_tor: bool = Field(False, alias="sameTor")
 
 
+class QuarantineRecord(_Model):
+    node: str
+    reason: str
+    until: Timestamp | None = None
+
+
 class RestartRecord(_Model):
     reason: str | None = None
     lost_nodes: list[str] = Field(default_factory=list, alias="lostNodes")
@@ -283,6 +356,7 @@ class RestartRecord(_Model):
     resume_step: int | None = Field(None, alias="resumeStep")
     resume_checkpoint: str | None = Field(None, alias="resumeCheckpoint")
     previous_replicas: int | None = Field(None, alias="previousReplicas")
+    quarantine: list[QuarantineRecord] = []  # taints this restart decided (a successor applies them)
 
 
 class StepTime(_Model):
@@ -328,6 +402,7 @@ class TrainingJobStatus(_Model):
     start_time: Timestamp | None = Field(None, alias="startTime")
     completion_time: Timestamp | None = Field(None, alias="completionTime")
     restart_count: int = Field(0, alias="restartCount")  # the gang's attempts so far
+    placements: int = 0  # placements recorded so far (the next one's serial)
     process_restarts: int = Field(0, alias="processRestarts")  # what faultPolicy.maxRestarts bounds
     unhealthy_nodes: list[UnhealthyNode] = Field(default_factory=list, alias="unhealthyNodes")
     last_restart: RestartRecord | None = Field(None, alias="lastRestart")

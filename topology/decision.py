@@ -21,6 +21,13 @@ def decide(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo] = (
     return solve(snapshot, request, inter_pod_limits(snapshot, request, pods))
 
 
+def never_fits(snapshot: Snapshot, request: GangRequest) -> Decision | None:
+    """None when the gang fits this cluster with nothing else on it; else that empty cluster's reason
+    (a selector matching no node, more GPUs than exist): such a job must never hold a reservation."""
+    decision = solve(snapshot.emptied(), request)
+    return None if decision.placed else decision
+
+
 def inter_pod_limits(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo]) -> NodeLimits | None:
     """The nodes the template's inter-pod rules exclude and the per-node caps; None without rules."""
     if not has_inter_pod_rules(request.pod_spec):

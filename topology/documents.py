@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 from railyard.topology.api import TrainingJob
 from railyard.topology.levels import DEFAULT_LEVELS, LevelError, Levels
+from railyard.topology.template import shown_value
 
 
 class InputError(ValueError):
@@ -67,8 +68,11 @@ def format_validation(error: ValidationError) -> str:
     for err in error.errors():
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
+        if loc and msg.startswith(f"{loc}."):  # a validator that names the field itself
+            parts.append(msg)
+            continue
         value = err.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        shown = "" if isinstance(value, dict) or err["type"].startswith("value_error") else shown_value(value)
         parts.append(f"{loc}: {msg}{shown}" if loc else msg)
     return "; ".join(parts)
 

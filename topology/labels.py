@@ -29,6 +29,12 @@ ANNOTATION_GPUS = "railyard.dev/gpus"
 # The labels every replica pod carries, which inter-pod rules (anti-affinity, spread) match against.
 LABEL_JOB = "railyard.dev/job-name"
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflow Trainer convention
+# Railyard's quarantine (NoSchedule, value = the loss reason): no job is placed on such a node, whatever
+# its tolerations; the operator lifts it at railyard.dev/quarantined-until.
+QUARANTINE_TAINT = "railyard.dev/unhealthy"
+ANNOTATION_QUARANTINED_UNTIL = "railyard.dev/quarantined-until"
+# Kubernetes' non-graceful node shutdown taint: no kubelet will answer for the node's pods.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 
 
 @dataclass(frozen=True)

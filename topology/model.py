@@ -99,6 +99,12 @@ class Snapshot:
     def __repr__(self) -> str:
         return f"Snapshot({len(self.nodes)} nodes, {self.free_gpus} free GPUs, {len(self.excluded)} excluded)"
 
+    def emptied(self) -> Snapshot:
+        """The same nodes with nothing in use: can a gang ever fit this cluster?"""
+        empty = Snapshot(self.nodes, None, self.excluded, None, self.levels)
+        empty.memo = self.memo  # node-only results hold for it too
+        return empty
+
     def node(self, name: str) -> GpuNode:
         return self._by_name[name]
 

@@ -6,7 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, LabelScheme
+from railyard.topology.faults import DEFAULT_FAULT_CONDITIONS
+from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, QUARANTINE_TAINT, LabelScheme
+from railyard.topology.levels import Levels
 from railyard.topology.model import Exclusion, GpuNode, Snapshot, Taint
 from railyard.topology.quantity import parse_count, parse_milli
 from railyard.topology.resources import pod_requests
@@ -89,6 +91,13 @@ def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> G
         raise NodeError("cordoned (spec.unschedulable)")
     if not _is_ready(node):
         raise NodeError("not Ready")
+    # Whatever a job tolerates: a quarantined node or one whose GPUs report a fault takes no new ranks.
+    for taint in spec.get("taints") or []:
+        if taint.get("key") == QUARANTINE_TAINT:
+            raise NodeError(f"quarantined ({QUARANTINE_TAINT}={taint.get('value') or ''})")
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in DEFAULT_FAULT_CONDITIONS and condition.get("status") == "True":
+            raise NodeError(f"GPU fault (condition {condition['type']})")
     count = _gpu_count(node, labels, scheme)
     upper, spine, leaf, tor = _domains(name, labels, scheme)
     half = max(1, count // 2)
@@ -217,6 +226,32 @@ def model_nodes(
     return nodes, excluded
 
 
+def ambiguous_domains(nodes: Iterable[GpuNode], levels: Levels) -> dict[str, str]:
+    """Nodes whose domain id at some network level is also used under another parent (a TOR id under
+    two leaves): the solver takes ids as unique, so the nodes under the parent with fewer of them are
+    excluded, naming the clash (qualify the ids, or fix the labels). Node -> reason."""
+    nodes = list(nodes)
+    parents: dict[tuple[int, str], dict[str, list[str]]] = {}
+    for node in nodes:
+        path = node.network_path
+        for i in range(1, len(path)):
+            parents.setdefault((i, path[i]), {}).setdefault(path[i - 1], []).append(node.name)
+    out: dict[str, str] = {}
+    for (i, domain), under in sorted(parents.items()):
+        if len(under) < 2:
+            continue
+        keep = max(under, key=lambda parent: (len(under[parent]), parent))
+        names = levels.network
+        level = names[i] if i < len(names) else f"level {i}"
+        parent_level = names[i - 1] if i - 1 < len(names) else f"level {i - 1}"
+        for parent, members in under.items():
+            if parent != keep:
+                for name in members:
+                    out.setdefault(name, f"{level} id {domain!r} is also under {parent_level} {keep!r} (it is under "
+                                         f"{parent!r} here): domain ids must be unique")
+    return out
+
+
 def gpus_in_use(gpu_count: int, usages: Iterable[PodUsage]) -> frozenset[int]:
     """The GPU indices held on one node: the indices pods name, then for every GPU a pod holds beyond
     those (pods that name none, or fewer than they request) the lowest free indices."""
@@ -263,6 +298,10 @@ def build_snapshot(
 ) -> Snapshot:
     """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold."""
     nodes, excluded = model_nodes(node_objects, scheme)
+    clashes = ambiguous_domains(nodes, scheme.levels)
+    if clashes:
+        nodes = [n for n in nodes if n.name not in clashes]
+        excluded = sorted([*excluded, *(Exclusion(n, why) for n, why in clashes.items())], key=lambda e: e.node)
     pods = list(pod_objects)
     return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods), tuple(excluded),
                     requested_resources(pods), scheme.levels)

@@ -3,32 +3,39 @@ roll a placement back, mark the gang Running, Succeeded or Failed, clean up a fi
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.quarantine import Quarantine
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
-from railyard.operator.base.reasons import EventType
+from railyard.operator.base.reasons import ConditionType, EventType
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Cleanup, Finish, Invalid, MarkRunning, Resume, Rollback
 
 
 class Lifecycle:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter,
-                 materialiser: Materialiser) -> None:
+                 materialiser: Materialiser, quarantine: Quarantine) -> None:
         self.ctx = ctx
         self.writer = writer
         self.events = events
         self.pods = pods
         self.materialiser = materialiser
+        self.quarantine = quarantine
 
-    def _now(self):
+    def _now(self) -> datetime:
         return utc(self.ctx.clock.time())
 
     async def resume(self, job: Job, action: Resume) -> None:
+        restart = job.status.last_restart
+        if job.is_true(ConditionType.RESTARTING) and restart is not None and restart.quarantine:
+            await self.quarantine.apply(restart.quarantine)  # the write-ahead record's: idempotent
         if action.stale or action.force:  # an older placement first: it holds the GPUs
             await self.pods.delete(job.key, action.stale, action.force)
         self.materialiser.enqueue(job, action.missing)

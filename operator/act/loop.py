@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import assert_never
 
 from railyard.operator.act.attempts import Attempts
+from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
+from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.lifecycle import Lifecycle
 from railyard.operator.act.materialiser import Materialiser
@@ -29,8 +31,9 @@ from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.resize import Resizer
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
-from railyard.operator.base.clock import Clock, SystemClock
+from railyard.operator.base.clock import Clock
 from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
@@ -48,7 +51,7 @@ from railyard.operator.decide.actions import (
     Rollback,
     Wait,
 )
-from railyard.operator.decide.assess import assess
+from railyard.operator.decide.assess import Seen, assess
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
@@ -58,23 +61,32 @@ log = logging.getLogger("railyard.loop")
 
 class PlacementLoop:
     def __init__(self, state: ClusterState, api: ClusterApi, settings: Settings, is_leader: Callable[[], bool],
-                 book: ProgressBook | None = None, clock: Clock | None = None) -> None:
-        self.ctx = Context(state, api, settings, clock or SystemClock(), book if book is not None else ProgressBook())
+                 book: ProgressBook | None = None, clock: Clock | None = None,
+                 catch_up: Callable[[], Awaitable[None]] | None = None) -> None:
+        # One clock for the state's observations and the actors' timing (the state's, unless given).
+        self.ctx = Context(state, api, settings, clock or state.clock, book if book is not None else ProgressBook())
         self.is_leader = is_leader
+        # A replica that becomes leader first brings its view past a fresh quorum read (kube/reflector).
+        self.catch_up = catch_up
+        self._caught_up = False
         self._wake = asyncio.Event()
         ctx = self.ctx
         self.writer = StatusWriter(ctx, self.wake)
         self.events = Events(ctx)
         self.pods = PodDeleter(ctx)
+        self.breaker = Breaker(ctx, self.writer)
+        self.errors = JobErrors(ctx, self.writer, self.events)
+        self.writer.on_error = self.errors.report
         self.materialiser = Materialiser(ctx, self.writer, self.events, self.pods)
         self.checkpoints = Checkpoints(ctx)
-        self.quarantine = Quarantine(ctx)
+        self.quarantine = Quarantine(ctx, self.breaker)
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
-        self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser)
-        self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine)
+        self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
+        self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
+                                 self.breaker)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
         self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
-        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser)
+        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors)
         self.observer = Observer(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
@@ -107,8 +119,16 @@ class PlacementLoop:
             metrics.STATE_READY.set(int(self.state.ready))
             if not leader:
                 self.materialiser.stop()
+                self._caught_up = False
             if not leader or not self.state.ready:
                 continue
+            if not self._caught_up and self.catch_up is not None:
+                try:
+                    await self.catch_up()
+                except Exception:
+                    log.exception("could not catch up with the API server; not placing yet")
+                    continue
+            self._caught_up = True
             started = time.perf_counter()
             try:
                 await self.run_once(wait=False)
@@ -142,28 +162,53 @@ class PlacementLoop:
         waiting: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement
+        # While the breaker holds, nothing is forced: pods on dark nodes may be running still.
+        force_after = float("inf") if self.breaker.evaluate().tripped else placement.force_delete_seconds
         for key, job in list(state.jobs.items()):
             if job.deleting or self.materialiser.pending(key):  # the latter: its gang's turn is pending
                 continue
+            if self.errors.resting(job):
+                continue
             if job.status_error is not None:
-                log.warning("job %s/%s: %s; leaving it alone", *key, job.status_error)
+                work.append(self.errors.report(job, "status", ValueError(job.status_error)))
                 continue
             try:
                 action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
-                                placement.force_delete_seconds, health=state.health)
-            except Exception:
-                log.exception("job %s/%s: cannot assess; skipping it this round", *key)
+                                force_after, health=state.health, seen=self._seen(job))
+            except Exception as e:  # one job's trouble is that job's: the pass goes on
+                work.append(self.errors.report(job, "assess", e))
                 continue
             if isinstance(action, Queue):
                 waiting.append(queued(job, action.request, now))
-            elif not isinstance(action, Wait | Done):
-                work.append(self.writer.guard(key, self.dispatch(job, action)))
+            elif isinstance(action, Wait | Done):
+                work.append(self.errors.cleared(job))
+            else:
+                work.append(self._step(job, action))
         await asyncio.gather(*work)
+        await self.breaker.mark()
         await self.reports.flush()
         await self.quarantine.lift_expired(now)
         state.prune_tombstones()
         placed = await self.queue.run(waiting, snapshot, now)
         self.observer.observe(state.snapshot() if placed else snapshot)
+
+    async def _step(self, job: Job, action: Action) -> None:
+        if await self.writer.guard(job.key, self.dispatch(job, action)):
+            await self.errors.cleared(job)
+
+    def _seen(self, job: Job) -> Seen:
+        """What this operator observed of the job, on its monotonic clock."""
+        mono = self.ctx.clock.monotonic()
+        memory = self.ctx.memories.recall(job)
+        placement = job.placement
+        placed = job.condition(ConditionType.PLACED)
+        if placement is not None and placed is not None and placed.reason == PlacedReason.RELEASED and \
+                (memory.released is None or memory.released[0] != placement.id):
+            memory.released = (placement.id, mono)  # released by a predecessor: seen now
+        released = memory.released[1] if memory.released is not None and placement is not None and \
+            memory.released[0] == placement.id else None
+        bound, terminating = self.ctx.state.pod_times(job.key)
+        return Seen(mono, released, bound, terminating)
 
     async def dispatch(self, job: Job, action: Action) -> None:
         """Hand one decision to the actor that owns it."""

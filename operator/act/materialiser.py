@@ -33,6 +33,7 @@ from railyard.operator.decide.builders import PodOptions, build_pod, build_servi
 from railyard.operator.kube.client import ApiException, Fenced
 
 log = logging.getLogger("railyard.materialiser")
+QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)
 
 
 class CreateRefused(Exception):
@@ -108,7 +109,7 @@ class Materialiser:
         try:
             await self._create_owned("services", build_service(job), placement.id, job.uid)
             pods = [build_pod(job, r.rank, r.node, r.gpus, len(ranks), placement.rail_aligned, placement.id,
-                              self.options)
+                              self.options, r.pod)
                     for r in ranks if only is None or r.pod in only]
             await asyncio.gather(*(self.ctx.limited(self._create_owned("pods", p, placement.id, job.uid))
                                    for p in pods))
@@ -127,6 +128,7 @@ class Materialiser:
         current = self.writer.current(job)
         if await self.writer.patch(current, transitions.released(current, utc(now))) is None:
             return
+        self.ctx.memories.recall(job).released = (placement.id, self.ctx.clock.monotonic())
         created = job.created.timestamp() if job.created is not None else now
         metrics.RELEASE_SECONDS.observe(max(0.0, now - created))
         metrics.PLACEMENTS.inc()
@@ -140,9 +142,13 @@ class Materialiser:
         try:
             created, stored = await self.ctx.api.create(plural, body)
         except ApiException as e:
+            message = _api_message(e)
+            if e.status == 403 and "exceeded quota" in message:  # a ResourceQuota: retried, not the spec's fault
+                raise CreateRefused(PlacedReason.QUOTA_EXCEEDED, f"{plural[:-1]} {body['metadata']['name']}: "
+                                    f"{message}; retried in {QUOTA_RETRY_SECONDS:.0f}s") from None
             if e.status in (400, 403, 422):
                 raise CreateRefused(PlacedReason.INVALID_SPEC, f"{REFUSED_PREFIX} {plural[:-1]} "
-                                    f"{body['metadata']['name']}: {_api_message(e)}") from None
+                                    f"{body['metadata']['name']}: {message}") from None
             raise
         if stored is None:
             return

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from railyard.operator.act.context import Context
 from railyard.operator.base import metrics
-from railyard.operator.base.keys import QUARANTINE_TAINT
-from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason
+from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason, RecoveryReason
 from railyard.topology.model import Snapshot
 
 
@@ -49,8 +48,10 @@ class Observer:
         for reason, waited in oldest.items():
             metrics.OLDEST_WAIT.labels(reason).set(waited)
         self.job_series.update(per_job)
-        metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values()
-                                          if any(t.get("key") == QUARANTINE_TAINT for t in h["spec"]["taints"])))
+        metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values() if h.quarantined))
+        metrics.INFRA_RESTARTS_CAPPED.set(sum(1 for job in self.ctx.state.jobs.values() if (
+            (c := job.condition(ConditionType.DEGRADED)) is not None and c.status == "True"
+            and c.reason == RecoveryReason.RESTART_CAP)))
         metrics.observe_capacity(snapshot)
 
 

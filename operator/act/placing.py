@@ -13,6 +13,7 @@ import time
 import uuid
 
 from railyard.operator.act.context import Context
+from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.writer import StatusWriter
@@ -24,7 +25,7 @@ from railyard.operator.decide import queue
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.queue import QueuedJob
 from railyard.topology.affinity import PodInfo, has_inter_pod_rules
-from railyard.topology.decision import decide, placed_pods, taken
+from railyard.topology.decision import decide, never_fits, placed_pods, taken
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision
@@ -44,43 +45,97 @@ def queued(job: Job, request: GangRequest, now: float) -> QueuedJob:
 
 
 class QueuePass:
-    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser) -> None:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
+                 errors: JobErrors) -> None:
         self.ctx = ctx
         self.writer = writer
         self.events = events
         self.materialiser = materialiser
+        self.errors = errors
 
-    def _reserving(self, key: Key) -> bool:
-        job = self.ctx.state.jobs.get(key)
-        placed = job.condition(ConditionType.PLACED) if job is not None else None
-        return placed is not None and placed.reason == PlacedReason.RESERVING
+    def _holding(self, ordered: list[QueuedJob], mono: float) -> tuple[QueuedJob | None, list[QueuedJob]]:
+        """The job holding the reservation (it goes first), unless its time box ran out: then it
+        gives the reservation up and the next starving job may take it."""
+        state = self.ctx.state
+
+        def reserving(key: Key) -> bool:
+            job = state.jobs.get(key)
+            placed = job.condition(ConditionType.PLACED) if job is not None else None
+            return placed is not None and placed.reason == PlacedReason.RESERVING
+
+        holding, ordered = queue.holder_first(ordered, reserving)
+        if holding is None:
+            return None, ordered
+        job = state.jobs[holding.key]
+        memory = self.ctx.memories.recall(job)
+        if memory.reserved_at is None:
+            memory.reserved_at = mono  # held before this operator started: its box starts now
+        if mono - memory.reserved_at > self.ctx.settings.placement.reservation_seconds:
+            memory.reserved_at, memory.reservation_ended = None, mono
+            return None, ordered
+        return holding, ordered
+
+    def _fits_empty(self, job: Job, request: GangRequest, snapshot: Snapshot) -> Decision | None:
+        """None when the gang fits the cluster with nothing else on it; else the empty cluster's reason."""
+        memory = self.ctx.memories.recall(job)
+        epoch = self.ctx.state.node_epoch
+        if memory.fits_empty is None or memory.fits_empty[0] != epoch:
+            memory.fits_empty = (epoch, never_fits(snapshot, request))
+        return memory.fits_empty[1]
+
+    def _next_holder(self, starving: list[QueuedJob], snapshot: Snapshot) -> Key | None:
+        """Of the starving jobs that can fit at all, the one whose last reservation is the oldest
+        (never reserved first), then queue order: reservations rotate."""
+        best: tuple[float, int, Key] | None = None
+        for index, candidate in enumerate(starving):
+            job = self.ctx.state.jobs.get(candidate.key)
+            if job is None or self._fits_empty(job, candidate.request, snapshot) is not None:
+                continue
+            memory = self.ctx.memories.recall(job)
+            rank = (memory.reservation_ended if memory.reservation_ended is not None else float("-inf"), index,
+                    candidate.key)
+            if best is None or rank < best:
+                best = rank
+        return best[2] if best is not None else None
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""
         state, settings = self.ctx.state, self.ctx.settings.placement
+        mono = self.ctx.clock.monotonic()
         current = snapshot
         placed: list[tuple[Job, Decision]] = []
         unplaced: list[tuple[Job, Decision, bool]] = []
-        holding, ordered = queue.holder_first(queue.order(waiting), self._reserving)
+        holding, ordered = self._holding(queue.order(waiting), mono)
         holder = holding.key if holding is not None else None
         reserved = queue.reserved_nodes(holding, current) if holding is not None else frozenset()
+        starving = [j for j in ordered if queue.starving(j, now, settings.starvation_seconds)]
+        next_holder = self._next_holder(starving, snapshot) if holder is None and starving else None
         pods: list[PodInfo] | None = None  # existing and placed pods, read only for inter-pod rules
+        deadline = time.perf_counter() + settings.solve_budget_seconds
         for candidate in ordered:
-            starving = queue.starving(candidate, now, settings.starvation_seconds)
+            if time.perf_counter() > deadline:  # the rest waits for the next pass (the loop turns again)
+                self.writer.wake()
+                break
             job = state.jobs.get(candidate.key)
             if job is None:
                 continue
             memory = self.ctx.memories.recall(job)
+            may_hold = holder is None and candidate.key == next_holder
             if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
-                                       settings.retry_seconds) and not (starving and holder is None):
+                                       settings.retry_seconds) and not may_hold:
                 continue
             view = current.without_nodes(reserved) if holder is not None and candidate.key != holder else current
             view = view.without_nodes(candidate.avoid)
             if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
                 pods = [*state.pod_infos(), *(p for _, earlier in placed for p in placed_pods(earlier))]
             started = time.perf_counter()
-            decision = decide(view, candidate.request, pods or ())
-            metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
+            try:
+                decision = decide(view, candidate.request, pods or ())
+            except Exception as e:  # one job's trouble is that job's: the pass goes on
+                await self.errors.report(job, "solve", e)
+                continue
+            finally:
+                metrics.SOLVE_SECONDS.observe(time.perf_counter() - started)
             await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
             job = state.jobs.get(candidate.key)
             if job is None:
@@ -92,14 +147,19 @@ class QueuePass:
                 placed.append((job, decision))
                 memory.failure = None
                 if candidate.key == holder:  # the reservation served its purpose
-                    holder, reserved = None, frozenset()
+                    holder, reserved, memory.reserved_at = None, frozenset(), None
                 continue
             memory.failure = queue.Failure(state.usage.freed, job.generation, now)
-            if candidate.avoid:
+            never = self._fits_empty(job, candidate.request, snapshot)
+            if never is not None:
+                decision = Decision(decision.request, None, f"can never fit this cluster, even with nothing else "
+                                    f"on it: {never.reason}")
+            elif candidate.avoid:
                 decision = Decision(decision.request, None, f"{decision.reason}; avoiding nodes "
                                     f"{', '.join(sorted(candidate.avoid))} after a bind failure")
-            if starving and holder is None:
+            if may_hold and never is None:
                 holder, reserved = candidate.key, queue.reserved_nodes(candidate, current)
+                memory.reserved_at = mono
             unplaced.append((job, decision, candidate.key == holder))
         await asyncio.gather(*(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))
         # Record every placement now (the next pass's snapshot holds them), then create and release
@@ -109,6 +169,7 @@ class QueuePass:
             recorded = state.jobs.get(job.key)
             if recorded is not None and recorded.placement is not None:
                 self.materialiser.enqueue(recorded)
+                await self.errors.cleared(recorded)
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         return len(placed)
 

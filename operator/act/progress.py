@@ -26,6 +26,8 @@ from railyard.topology.api import StragglerAction, StragglerPolicy, StragglerRec
 from railyard.topology.faults import LossReason, NodeLoss
 from railyard.topology.rank_order import pipeline_stage
 
+STRAGGLERS_KEPT = 16  # status.stragglers: the slowest nodes (the CRD allows 64)
+
 
 def straggler_restart(job: Job, straggler: Straggler) -> Restart:
     assert job.request is not None
@@ -49,7 +51,7 @@ class ReportFlusher:
         state, book = self.ctx.state, self.ctx.book
         book.forget(set(state.jobs))
         mono, now = self.ctx.clock.monotonic(), self.ctx.clock.time()
-        writes: list[Awaitable[None]] = []
+        writes: list[Awaitable[object]] = []
         persistent = 0
         for key in list(book.jobs):
             job = state.jobs.get(key)
@@ -119,8 +121,9 @@ class ReportFlusher:
         stamp = utc(now)
         if scores.step_p50 is not None and rules.step_time_due(job.status.step_time, scores.step_p50, now):
             fields["step_time"] = transitions.step_time(scores.step_p50, scores.step_p90, scores.samples, stamp)
+        worst = sorted(flagged, key=lambda f: (f.score, f.node))[:STRAGGLERS_KEPT]
         stragglers = [StragglerRecord(node=f.node, ranks=list(f.ranks), score=round(f.score, 2), since=utc(f.since),
-                                      action=mark[f.node]) for f in flagged]
+                                      action=mark[f.node]) for f in sorted(worst, key=lambda f: f.node)]
         if transitions.stragglers_changed(job.status.stragglers, stragglers):
             fields["stragglers"] = stragglers
         conditions = transitions.straggling_conditions(job, rules.straggling(slow, scores, policy), stamp)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from railyard.operator.act.attempts import Attempts
+from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.pods import PodDeleter
@@ -24,8 +25,14 @@ from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, EventReason, FinishReason, RecoveryReason
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Restart
-from railyard.operator.decide.policy import NoReplacementStep, no_replacement_step, restart_delay
-from railyard.topology.api import UnhealthyNode
+from railyard.operator.decide.policy import (
+    NoReplacementStep,
+    force_delete,
+    infra_backoff,
+    no_replacement_step,
+    restart_delay,
+)
+from railyard.topology.api import QuarantineRecord, UnhealthyNode
 from railyard.topology.elastic import choose_shrink, largest_valid
 from railyard.topology.faults import LossReason, NodeLoss
 from railyard.topology.model import GpuNode
@@ -33,12 +40,14 @@ from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.timestamps import parse_time
 
 log = logging.getLogger("railyard.recovery")
+UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent others (the CRD allows 64)
 
 
 class Recovery:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
-                 quarantine: Quarantine) -> None:
+                 quarantine: Quarantine, breaker: Breaker) -> None:
         self.ctx = ctx
+        self.breaker = breaker
         self.writer = writer
         self.events = events
         self.pods = pods
@@ -56,7 +65,11 @@ class Recovery:
         return out
 
     async def restart(self, job: Job, action: Restart) -> None:
-        """Debounced: losses close together make one restart; a process failure waits its backoff."""
+        """Debounced: losses close together make one restart; a process failure waits its backoff;
+        infrastructure restarts of one job back off and are capped per hour; while the circuit breaker
+        holds, NotReady losses wait."""
+        if self.breaker.tripped and any(loss.reason == LossReason.NODE_NOT_READY for loss in action.losses):
+            return  # a partition, not a fault: the breaker marks the job and lifts the hold when it clears
         memory = self.ctx.memories.recall(job)
         mono = self.ctx.clock.monotonic()
         if memory.losses_seen_at is None:
@@ -65,13 +78,35 @@ class Recovery:
         delay = restart_delay(action, job.fault_policy, job.status.process_restarts, placement.loss_debounce_seconds,
                               placement.not_ready_debounce_seconds)
         wait = delay - (mono - memory.losses_seen_at)
+        if not action.counted:
+            recent = [t for t in memory.infra_restarts if mono - t < 3600]
+            memory.infra_restarts = recent
+            if len(recent) >= placement.infra_restarts_per_hour:
+                await self._capped(job, len(recent), 3600 - (mono - recent[0]))
+                return
+            if recent:
+                backoff = infra_backoff(len(recent), placement.infra_backoff_seconds,
+                                        placement.infra_backoff_max_seconds)
+                wait = max(wait, backoff - (mono - recent[-1]))
         if wait > 0:
             asyncio.get_running_loop().call_later(wait, self.writer.wake)
             return
         memory.losses_seen_at = None
-        await self.restart_now(job, action)
+        if await self.restart_now(job, action) and not action.counted:
+            memory.infra_restarts.append(mono)
 
-    async def restart_now(self, job: Job, action: Restart) -> None:
+    async def _capped(self, job: Job, count: int, retry: float) -> None:
+        """Too many infrastructure restarts this hour: the gang waits (Degraded=RestartCap) and an alert
+        fires; none of it counts against maxRestarts."""
+        message = (f"{count} infrastructure restarts in the last hour (RAILYARD_INFRA_RESTARTS_PER_HOUR); the next "
+                   "waits until the oldest is an hour old")
+        asyncio.get_running_loop().call_later(max(1.0, retry), self.writer.wake)
+        patch = transitions.restart_capped(job, message, utc(self.ctx.clock.time()))
+        if patch is not None and await self.writer.patch(job, patch) is not None:
+            await self.events.warning(job, RecoveryReason.RESTART_CAP, message)
+
+    async def restart_now(self, job: Job, action: Restart) -> bool:
+        """True when the gang restarted (or was re-queued or failed); False while it waits."""
         placement = job.placement
         assert placement is not None
         state = self.ctx.state
@@ -91,20 +126,25 @@ class Recovery:
         started = time.perf_counter()
         decision = solve_replacement(snapshot, action.request, keep, lost, models)
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
-        now = utc(self.ctx.clock.time())
+        wall = self.ctx.clock.time()
+        now = utc(wall)
         restart_count = job.restart_count + 1
         known = {u.name: u for u in job.status.unhealthy_nodes}
-        unhealthy = _unhealthy(job, losses, known, now)
-        on_lost = tuple(p.name for p in state.job_pods(job.key) if (p.node_name or "") in lost_names)
+        unhealthy = _unhealthy(job, losses, known, wall)
+        unreachable = {loss.node for loss in losses if not self.breaker.tripped
+                       and force_delete(loss, self.ctx.settings.placement.force_delete_seconds)}
+        on_lost = tuple(p.name for p in state.job_pods(job.key) if (p.node_name or "") in unreachable)
         everyone = tuple(p.name for p in state.job_pods(job.key) if not p.terminating)
         for loss in losses:
             if loss.node not in known:
                 await self.events.warning(job, EventReason.NODE_LOST, loss.message, key=f"{restart_count}/{loss.node}")
+        straggling = job.straggler_policy if action.reason == LossReason.STRAGGLER else None
+        quarantine = self.quarantine.plan(losses, straggling.quarantine_seconds if straggling else None)
         if not decision.found:
-            await self._no_replacement(job, action, losses, len(lost), decision.reason or "", unhealthy, everyone,
-                                       on_lost)
-            await self.quarantine.taint(losses)
-            return
+            ended = await self._no_replacement(job, action, losses, len(lost), decision.reason or "", unhealthy,
+                                               everyone, on_lost, quarantine)
+            await self.quarantine.apply(quarantine)
+            return ended
         metrics.RESTARTS.labels(action.reason).inc()
         new_home = {r.rank: r for r in decision.replacements}
         replicas = []
@@ -120,24 +160,25 @@ class Recovery:
         else:
             message = f"restart {restart_count} on the same nodes: {action.message}"
         record: dict[str, object] = {"lost_nodes": sorted(lost_names), "replacements": replacements, "moved_ranks": 0,
-                                     "detected_at": _detected(unhealthy, lost_names, now)}
+                                     "detected_at": _detected(unhealthy, lost_names, now), "quarantine": quarantine}
         if await self.attempts.record(job, action.reason, message, replicas, record, unhealthy,
                                       counted=action.counted) is None:
-            return
+            return False
         if replacements:
             await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['same_tor'] else ''}"
                 for r in replacements), key=str(restart_count))
         await self.events.normal(job, EventReason.RESTART_ISSUED, message, key=str(restart_count))
-        straggling = job.straggler_policy if action.reason == LossReason.STRAGGLER else None
-        await self.quarantine.taint(losses, straggling.quarantine_seconds if straggling else 0)
+        await self.quarantine.apply(quarantine)
         await self.attempts.replace_pods(job, everyone, on_lost)
+        return True
 
     async def _no_replacement(self, job: Job, action: Restart, losses: Sequence[NodeLoss], lost: int, why: str,
-                              unhealthy: list[UnhealthyNode], everyone: tuple[str, ...],
-                              on_lost: tuple[str, ...]) -> None:
+                              unhealthy: list[UnhealthyNode], everyone: tuple[str, ...], on_lost: tuple[str, ...],
+                              quarantine: list[QuarantineRecord]) -> bool:
         """No node fits a lost rank. Within replacementTimeoutSeconds the healthy ranks keep their
-        nodes (Degraded) and the search is retried as capacity frees; then onNoReplacement applies."""
+        nodes (Degraded) and the search is retried as capacity frees; then onNoReplacement applies.
+        True once it applied (the gang shrank, was re-queued or failed)."""
         policy = job.fault_policy
         lost_names = sorted({loss.node for loss in losses})
         message = f"no replacement for {lost} lost ranks: {why}"
@@ -153,17 +194,18 @@ class Recovery:
                 patch = transitions.waiting_for_replacement(job, unhealthy, message,
                                                             policy.replacement_timeout_seconds, now)
                 if await self.writer.patch(job, patch) is None:
-                    return
+                    return False
                 await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key="waiting")
             retry = min(self.ctx.settings.placement.retry_seconds, policy.replacement_timeout_seconds - waited)
             asyncio.get_running_loop().call_later(max(0.5, retry), self.writer.wake)
-            return
+            return False
         metrics.RESTARTS.labels(action.reason).inc()
         restart_count = job.restart_count + 1
-        if step is NoReplacementStep.SHRINK and await self._shrink(job, action, lost_names, unhealthy, message):
-            await self.quarantine.taint(losses)
+        if step is NoReplacementStep.SHRINK and await self._shrink(job, action, lost_names, unhealthy, message,
+                                                                   quarantine):
+            await self.quarantine.apply(quarantine)
             await self.attempts.replace_pods(job, everyone, on_lost)
-            return
+            return True
         if step is NoReplacementStep.FAIL:
             patch = transitions.finished(job, False, FinishReason.NO_REPLACEMENT, message, now, unhealthy,
                                          stop_running=False)
@@ -171,12 +213,14 @@ class Recovery:
             message += f"; re-queued after {policy.replacement_timeout_seconds}s"
             patch = transitions.requeued(job, action.reason, lost_names, unhealthy, message,
                                          self.attempts.checkpoints.committed(job), now)
-        if await self.writer.patch(job, patch) is not None:
-            await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key=f"final/{restart_count}")
-            await self.pods.delete(job.key, everyone, on_lost)
+        if await self.writer.patch(job, patch) is None:
+            return False
+        await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key=f"final/{restart_count}")
+        await self.pods.delete(job.key, everyone, on_lost)
+        return True
 
     async def _shrink(self, job: Job, action: Restart, lost_names: list[str], unhealthy: list[UnhealthyNode],
-                      message: str) -> bool:
+                      message: str, quarantine: list[QuarantineRecord]) -> bool:
         """onNoReplacement: Shrink — continue on the survivors (at least minReplicas, a valid size);
         False when that is not possible (the caller requeues)."""
         spec = job.spec
@@ -194,7 +238,8 @@ class Recovery:
         now = utc(self.ctx.clock.time())
         record: dict[str, object] = {"lost_nodes": lost_names,
                                      "moved_ranks": sum(1 for i, s in enumerate(kept) if s.rank != i),
-                                     "detected_at": _detected(unhealthy, set(lost_names), now)}
+                                     "detected_at": _detected(unhealthy, set(lost_names), now),
+                                     "quarantine": quarantine}
         conditions = transitions.shrunk_conditions(job, message, now)
         if await self.attempts.record(job, action.reason, message, replicas, record, unhealthy,
                                       conditions=conditions) is None:
@@ -204,17 +249,20 @@ class Recovery:
 
 
 def _unhealthy(job: Job, losses: Sequence[NodeLoss], known: dict[str, UnhealthyNode],
-               now: datetime) -> list[UnhealthyNode]:
-    """The job's unhealthy nodes with these losses recorded; a node already recorded for the same
-    reason keeps when it was first seen (so waiting for a replacement writes nothing new)."""
+               wall: float) -> list[UnhealthyNode]:
+    """The job's unhealthy nodes with these losses recorded (since: when the signal was first seen); a
+    node already recorded for the same reason keeps its first sighting (so waiting for a replacement
+    writes nothing new). Bounded: current losses, then the most recent others (UNHEALTHY_KEPT)."""
     lost = {loss.node for loss in losses}
-    out = [u for u in job.status.unhealthy_nodes if u.name not in lost]
+    current = []
     for loss in losses:
         before = known.get(loss.node)
         since = parse_time(loss.since) or (before.since if before is not None and before.reason == loss.reason
-                                           else None) or now
-        out.append(UnhealthyNode(name=loss.node, reason=loss.reason, message=loss.message[:1024], since=since))
-    return out
+                                           else None) or utc(wall - loss.observed_for)
+        current.append(UnhealthyNode(name=loss.node, reason=loss.reason, message=loss.message[:1024], since=since))
+    earlier = sorted((u for u in job.status.unhealthy_nodes if u.name not in lost),
+                     key=lambda u: u.since.timestamp() if u.since is not None else 0.0, reverse=True)
+    return (current + earlier)[:max(UNHEALTHY_KEPT, len(current))]
 
 
 def _detected(unhealthy: list[UnhealthyNode], lost: set[str], now: datetime) -> datetime:

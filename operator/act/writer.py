@@ -5,7 +5,7 @@ the state never lags behind what this replica wrote. Also the guard every per-jo
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from railyard.operator.act.context import Context
@@ -17,9 +17,11 @@ log = logging.getLogger("railyard.writer")
 
 
 class StatusWriter:
-    def __init__(self, ctx: Context, wake: Any) -> None:
+    def __init__(self, ctx: Context, wake: Callable[[], None]) -> None:
         self.ctx = ctx
         self.wake = wake
+        # Told of an unexpected error in a job's step (act/errors.JobErrors.report), once the loop is built.
+        self.on_error: Callable[[Job, str, BaseException], Awaitable[None]] | None = None
 
     async def patch(self, job: Job, status: TrainingJobStatus) -> Job | None:
         """The job as stored after the write; None when it is gone."""
@@ -35,11 +37,13 @@ class StatusWriter:
         """The freshest version the state holds (a write earlier in this step may have replaced it)."""
         return self.ctx.state.jobs.get(job.key) or job
 
-    async def guard(self, key: Key, step: Awaitable[Any]) -> None:
-        """Run one job's step: a conflict means re-read and decide again next pass; anything else is
-        logged and retried next pass. Leadership loss (Fenced) ends the whole pass."""
+    async def guard(self, key: Key, step: Awaitable[Any], stage: str = "act") -> bool:
+        """Run one job's step; True when it went through. A conflict means re-read and decide again next
+        pass; a refused write or any other error is reported on the job (and it backs off); leadership
+        loss (Fenced) ends the whole pass."""
         try:
             await step
+            return True
         except Fenced:
             raise
         except ApiException as e:
@@ -49,7 +53,18 @@ class StatusWriter:
                 if fresh is not None:
                     self.ctx.state.apply_job("MODIFIED", fresh)
                 self.wake()
-                return
-            log.warning("job %s/%s: step failed (%s %s); will retry", *key, e.status, e.reason)
-        except Exception:
-            log.exception("job %s/%s: step failed; will retry", *key)
+                return False
+            if e.status is not None and e.status >= 500:  # the API server's trouble: retried next pass
+                log.warning("job %s/%s: step failed (%s %s); will retry", *key, e.status, e.reason)
+                return False
+            await self._report(key, stage, e)
+        except Exception as e:
+            await self._report(key, stage, e)
+        return False
+
+    async def _report(self, key: Key, stage: str, error: BaseException) -> None:
+        job = self.ctx.state.jobs.get(key)
+        if job is None or self.on_error is None:
+            log.error("job %s/%s: %s failed", *key, stage, exc_info=error)
+            return
+        await self.on_error(job, stage, error)

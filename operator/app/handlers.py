@@ -40,27 +40,36 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     settings.scanning.disabled = True
     agent = f"railyard-operator/{config.leader.identity}"
     api = KubeApi(workers=config.api.workers, user_agent=agent)
-    # The elector gets its own client and pool: lease renewal never waits behind placement writes.
+    loop = asyncio.get_running_loop()
+    sink_target: list[PlacementLoop] = []  # the loop, once built: what reflectors and the elector wake
+    # The elector has its own client, pool, thread and event loop: renewal never waits behind
+    # placement writes or a long solve on this loop.
     leader = LeaderElector(KubeApi(workers=2, user_agent=agent, read_timeout=5), config.leader,
-                           on_elected=lambda: memo.loop.wake())
+                           on_elected=lambda: loop.call_soon_threadsafe(lambda: sink_target[0].wake()))
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
     state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels))
     book = ProgressBook()
-    loop_ = PlacementLoop(state, api, config, leader.is_leader, book)
+    delays = {"pods": config.test_pod_watch_delay}
+    reflectors = [Reflector(KubeApi(workers=1, user_agent=agent, read_timeout=60), kind,
+                            reflector_sink(state, lambda: sink_target[0].wake()), loop,
+                            delay_events=delays.get(kind, 0.0)) for kind in KINDS]
+
+    async def catch_up() -> None:
+        """A new leader's view passes a fresh quorum read of every kind before it places."""
+        how = await asyncio.gather(*(loop.run_in_executor(None, r.catch_up) for r in reflectors))
+        log.info("caught up before placing: %s", dict(zip(KINDS, how, strict=True)))
+
+    loop_ = PlacementLoop(state, api, config, leader.is_leader, book, catch_up=catch_up)
+    sink_target.append(loop_)
     reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
                            leader.is_leader)
-    loop = asyncio.get_running_loop()
-    sink = reflector_sink(state, loop_.wake)
-    delays = {"pods": config.test_pod_watch_delay}
-    reflectors = [Reflector(KubeApi(workers=1, user_agent=agent, read_timeout=60), kind, sink, loop,
-                            delay_events=delays.get(kind, 0.0)) for kind in KINDS]
     for r in reflectors:
         r.start()
+    leader.start()
     metrics.serve(config.metrics.port)
     await reports.start()
     memo.update(api=api, leader=leader, state=state, loop=loop_, reflectors=reflectors, reports=reports,
-                tasks=[asyncio.create_task(leader.run(), name="railyard-leader"),
-                       asyncio.create_task(loop_.run(), name="railyard-placer"),
+                tasks=[asyncio.create_task(loop_.run(), name="railyard-placer"),
                        asyncio.create_task(_measure_lag(), name="railyard-lag")])
     log.info("railyard operator started as %s", config.leader.identity)
 
@@ -86,7 +95,13 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if reports is not None:
         await reports.stop()
     leader: LeaderElector | None = memo.get("leader")
+    api: KubeApi | None = memo.get("api")
     if leader is not None:
+        leader.stop()
+        if api is not None:  # what this replica sent lands before a successor may start
+            left = await api.drain(10.0)
+            if left:
+                log.warning("%d writes still in flight after 10 s; releasing the Lease anyway (fenced)", left)
         await leader.release()
 
 

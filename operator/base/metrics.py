@@ -152,3 +152,8 @@ REPORTS = Counter("railyard_worker_reports", "Reports from railyard.worker, by r
 RESIZE_SECONDS = Histogram("railyard_resize_decision_seconds", "Time to choose the replicas a resize keeps or adds",
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 RESTARTS = Counter("railyard_restarts", "Gang restarts after lost nodes, by the first loss's reason", ["reason"])
+PARTITION = Gauge("railyard_partition", "1 while the circuit breaker holds the fault path (many ranked nodes dark)")
+UNREADY_RANKED_NODES = Gauge("railyard_unready_ranked_nodes", "Nodes holding Railyard ranks that are NotReady")
+INFRA_RESTARTS_CAPPED = Gauge("railyard_infra_restarts_capped_jobs",
+                              "Jobs whose infrastructure restarts hit the hourly cap (they wait, Degraded)")
+JOB_ERRORS = Counter("railyard_job_errors", "Unexpected errors handling one job (the pass went on)", ["stage"])

@@ -35,6 +35,13 @@ from railyard.topology.timestamps import parse_time
 Key = tuple[str, str]
 
 
+def pod_name(job_name: str, rank: int, serial: int = 0) -> str:
+    """`<job>-<rank>` for the job's first placement, `<job>.p<serial>-<rank>` for every later one (a
+    restart, a re-placement): a pod stuck Terminating never blocks its successor's name, and job names
+    hold no dots, so no pod of one job can take the name of another job's. Hostnames stay `<job>-<rank>`."""
+    return f"{job_name}-{rank}" if serial == 0 else f"{job_name}.p{serial}-{rank}"
+
+
 def resource_version(obj: Mapping[str, Any]) -> int | None:
     """resourceVersions are etcd revisions on every upstream API server: comparable as integers.
     None when a server hands out something else (then ordering checks are skipped)."""
@@ -262,6 +269,12 @@ def parse_job(body: Mapping[str, Any]) -> Job:
         status = TrainingJobStatus.model_validate(raw_status)
     except ValidationError as e:
         status, status_error = TrainingJobStatus(), f"status: {format_validation(e)}"
+    placement = status.placement
+    if placement is not None and any(r.pod is None for r in placement.ranks):  # a packed placement
+        name = str((body.get("metadata") or {}).get("name") or "")
+        ranks = [r if r.pod else r.model_copy(update={"pod": pod_name(name, r.rank, placement.serial)})
+                 for r in placement.ranks]
+        status = status.model_copy(update={"placement": placement.model_copy(update={"ranks": ranks})})
     model: TrainingJob | None = None
     request: GangRequest | None = None
     invalid: str | None = None

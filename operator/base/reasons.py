@@ -22,6 +22,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"  # lost ranks without a replacement yet (waiting, or re-queued)
     BELOW_DESIRED = "BelowDesired"  # an elastic job runs with fewer replicas than spec.replicas
     STRAGGLING = "Straggling"  # a node slow for minDurationSeconds (Slow) or a whole TOR (Network)
+    STALLED = "Stalled"  # the operator keeps failing on this placed job (kstatus' convention); retried
 
 
 class ConditionStatus(StrEnum):
@@ -52,6 +53,8 @@ class PlacedReason(StrEnum):
     NODE_LOST = "NodeLost"  # a node of an unreleased placement is gone
     STALE_PODS = "StalePods"  # pods without a recorded placement
     NO_REPLACEMENT = "NoReplacement"  # re-queued whole after lost ranks found no replacement
+    QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused its pods: retried with backoff
+    INTERNAL_ERROR = "InternalError"  # the operator failed on this job (its log says how); retried
     PLACING = "Placing"  # recorded, pods being created
     RELEASED = "Released"
 
@@ -101,6 +104,8 @@ class RecoveryReason(StrEnum):
     SHRUNK = "Shrunk"  # Degraded=False: continued on the survivors
     RECOVERED = "Recovered"  # Degraded=False: every rank has a node again
     RELEASED = "Released"  # Restarting=False: the new attempt is released
+    PARTITION = "Partition"  # Degraded=True: many nodes went dark together; the fault path holds still
+    RESTART_CAP = "RestartCap"  # Degraded=True: infrastructure restarts hit the hourly cap
 
 
 class SizeReason(StrEnum):
@@ -109,6 +114,11 @@ class SizeReason(StrEnum):
     SHRUNK = "Shrunk"
     AT_DESIRED = "AtDesired"
     NO_CAPACITY = "NoCapacity"
+
+
+class StalledReason(StrEnum):
+    INTERNAL_ERROR = "InternalError"
+    RECOVERED = "Recovered"
 
 
 class StragglingReason(StrEnum):
@@ -130,7 +140,7 @@ class EventReason(StrEnum):
 
 
 Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason
-          | StragglingReason | EventReason)
+          | StragglingReason | StalledReason | EventReason)
 
 
 class EventType(StrEnum):

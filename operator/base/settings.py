@@ -52,7 +52,10 @@ class _Settings(BaseModel):
 
 
 class LeaderSettings(_Settings):
-    namespace: str = Field(default_factory=_env("NAMESPACE", "railyard-system", str))
+    # The Lease's namespace: RAILYARD_LEASE_NAMESPACE (the chart: one for every release), else the
+    # operator's own (RAILYARD_NAMESPACE).
+    namespace: str = Field(default_factory=lambda: _env("LEASE_NAMESPACE", _env("NAMESPACE", "railyard-system",
+                                                                                str)(), str)())
     lease_name: str = "railyard-operator"
     identity: str = Field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     lease_seconds: float = _seconds("LEASE_SECONDS", 15.0)
@@ -75,13 +78,29 @@ class PlacementSettings(_Settings):
     avoid_seconds: float = _seconds("AVOID_SECONDS", 600.0)
     # A pod Terminating this long on a node that is gone is deleted with gracePeriodSeconds 0.
     force_delete_seconds: float = _seconds("FORCE_DELETE_SECONDS", 60.0)
-    # Taint a lost node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted.
+    # Taint a failed node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted,
+    # for this long (a GPU-fault quarantine also while the fault condition is True).
     quarantine: bool = Field(default_factory=_env("QUARANTINE", True, _bool))
+    quarantine_seconds: float = _seconds("QUARANTINE_SECONDS", 3600.0)
     # Node losses of one job within this window are handled as one restart.
     loss_debounce_seconds: float = _seconds("LOSS_DEBOUNCE_SECONDS", 2.0)
     # The same for losses seen only as NotReady (heartbeats): kubelets renew their lease every 10 s and
     # the node controller checks every 5 s, so nodes that died together turn NotReady up to ~15 s apart.
     not_ready_debounce_seconds: float = _seconds("NOT_READY_DEBOUNCE_SECONDS", 15.0)
+    # Circuit breaker: more than this share (and at least min nodes) of the nodes holding ranks, or all of
+    # at least min nodes of one leaf, turning NotReady within the window is a partition, not a fault.
+    breaker_window_seconds: float = _seconds("BREAKER_WINDOW_SECONDS", 60.0)
+    breaker_share: float = Field(default_factory=_env("BREAKER_SHARE", 0.10, float), ge=0, le=1)
+    breaker_min_nodes: int = Field(default_factory=_env("BREAKER_MIN_NODES", 3, int), ge=1)
+    # Starving jobs hold a reservation at most this long, then the next starving job gets it.
+    reservation_seconds: float = _seconds("RESERVATION_SECONDS", 600.0)
+    # Infrastructure restarts (node loss, disruption, deletion) of one job back off from this, doubling up to
+    # the max, and at most this many an hour (then the job waits, Degraded=RestartCap).
+    infra_backoff_seconds: float = _seconds("INFRA_BACKOFF_SECONDS", 10.0)
+    infra_backoff_max_seconds: float = _seconds("INFRA_BACKOFF_MAX_SECONDS", 300.0)
+    infra_restarts_per_hour: int = Field(default_factory=_env("INFRA_RESTARTS_PER_HOUR", 20, int), ge=1)
+    # Time budget of one pass's solves: what does not fit in it waits for the next pass.
+    solve_budget_seconds: float = _seconds("SOLVE_BUDGET_SECONDS", 2.0)
     master_port: int = 29500
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from railyard.operator.base.objects import Job
 from railyard.operator.decide.queue import Failure
 from railyard.operator.decide.stragglers import StragglerTracker
+from railyard.topology.solver import Decision
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,13 @@ class JobMemory:
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     grow: GrowAttempt | None = None
+    released: tuple[str, float] | None = None  # (placement id, monotonic): when its release was seen
+    infra_restarts: list[float] = field(default_factory=list)  # monotonic times, the last hour's
+    reserved_at: float | None = None  # monotonic: when it took the starvation reservation
+    reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
+    fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
+    backoff_until: float = 0.0  # monotonic: left alone until then (repeated errors on this job)
+    errors: int = 0  # consecutive errors handling it
     # How long each node has been slow, for the current attempt only (restart count, tracker).
     stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
 

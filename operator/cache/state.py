@@ -27,9 +27,10 @@ from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
 from railyard.operator.cache.usage import Usage
 from railyard.topology.affinity import PodInfo
+from railyard.topology.faults import NodeHealth, read_health
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.nodes import NodeError, PodUsage, node_from_object
+from railyard.topology.nodes import NodeError, PodUsage, ambiguous_domains, node_from_object
 from railyard.topology.resources import pod_requests
 
 KINDS = ("nodes", "pods", "trainingjobs")  # what the reflectors list and watch
@@ -54,31 +55,22 @@ def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
             tuple(sorted((status.get("allocatable") or {}).items())), conditions)
 
 
-def _health(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What the fault path reads of a Node (topology.faults.node_loss): taints, GPU allocatable,
-    conditions without heartbeat times."""
-    status = body.get("status") or {}
-    until = (body["metadata"].get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL)
-    return {"metadata": {"name": body["metadata"]["name"],
-                         "annotations": {ANNOTATION_QUARANTINED_UNTIL: until} if until else {}},
-            "spec": {"taints": list((body.get("spec") or {}).get("taints") or [])},
-            "status": {"allocatable": {k: v for k, v in (status.get("allocatable") or {}).items() if k == GPU_RESOURCE},
-                       "conditions": [{k: c.get(k) for k in ("type", "status", "lastTransitionTime", "message")}
-                                      for c in status.get("conditions") or []]}}
-
-
 class ClusterState:
     def __init__(self, scheme: LabelScheme = NATIVE, clock: Clock | None = None) -> None:
         self.scheme = scheme
         self.clock = clock or SystemClock()
         self.nodes: dict[str, GpuNode] = {}
         self.excluded: dict[str, Exclusion] = {}
-        self.health: dict[str, dict[str, Any]] = {}  # per node, for the fault path (see _health)
+        self.health: dict[str, NodeHealth] = {}  # per node, for the fault path (topology/faults.py)
         self.last_model: dict[str, GpuNode] = {}  # last usable model per node: where a lost node was
         self.pods: dict[Key, PodView] = {}
+        # pod -> (first seen bound, first seen Terminating), monotonic: timeouts run from what was observed
+        self._pod_seen: dict[Key, tuple[float | None, float | None]] = {}
         self.jobs: dict[Key, Job] = {}
         self.usage = Usage()
         self.synced: set[str] = set()
+        self.node_epoch = 0  # bumps whenever the set of usable nodes or a node's model changes
+        self.resets = 0  # kinds dropped because a list went back in time (etcd restore)
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
         self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
@@ -87,6 +79,7 @@ class ClusterState:
         self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
         self._snapshot: Snapshot | None = None
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
+        self._clashes: tuple[Exclusion, ...] = ()  # nodes whose domain ids clash (nodes.ambiguous_domains)
 
     @property
     def ready(self) -> bool:
@@ -159,9 +152,10 @@ class ClusterState:
         if held is not None and held[1] == fingerprint:
             self._node_meta[name] = (rv, fingerprint)
             return
+        previous = self.health.get(name)
         self._drop_node(name)
         self._node_meta[name] = (rv, fingerprint)
-        self.health[name] = _health(body)
+        self.health[name] = read_health(body, ANNOTATION_QUARANTINED_UNTIL).observed(previous, self.clock.monotonic())
         try:
             self.nodes[name] = self.last_model[name] = node_from_object(body, self.scheme)
         except NodeError as e:
@@ -177,6 +171,7 @@ class ClusterState:
         self.usage.node_changed(name)
 
     def _changed_nodes(self) -> None:
+        self.node_epoch += 1
         self._nodes_sorted = None
         self._snapshot = None
 
@@ -196,6 +191,11 @@ class ClusterState:
         if held is not None and held.job_key != view.job_key:
             self._remove_pod(key)
         self.pods[key] = view
+        if view.node_name or view.terminating:
+            bound, terminating = self._pod_seen.get(key, (None, None))
+            now = self.clock.monotonic()
+            self._pod_seen[key] = (bound if bound is not None or not view.node_name else now,
+                                   terminating if terminating is not None or not view.terminating else now)
         self.usage.set(("pod", key), view.usage)
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
@@ -204,6 +204,7 @@ class ClusterState:
 
     def _remove_pod(self, key: Key) -> None:
         view = self.pods.pop(key, None)
+        self._pod_seen.pop(key, None)
         if view is None:
             return
         self.usage.set(("pod", key), None)
@@ -236,8 +237,16 @@ class ClusterState:
         self._refresh_reservation(key)
 
     def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView], list_rv: int | None) -> None:
-        """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished."""
+        """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished. A
+        list older than the last one (the store went back: an etcd restore) resets the kind first: the
+        versions held would otherwise reject every object the restored store holds."""
         seen: set[Key] = set()
+        previous = self._listed_at.get(kind)
+        if list_rv is not None and previous is not None and list_rv < previous:
+            self.resets += 1
+            for key, _ in self._held(kind):
+                self._forget(kind, key)
+            self._tombstones = {k: v for k, v in self._tombstones.items() if k[0] != kind}
         self._listed_at.pop(kind, None)  # listed objects are applied whatever their version
         for body in bodies:
             self.apply(kind, "MODIFIED", body)
@@ -325,6 +334,18 @@ class ClusterState:
     def job_pods(self, key: Key) -> list[PodView]:
         return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
 
+    def pod_times(self, key: Key) -> tuple[dict[str, float], dict[str, float]]:
+        """The job's pods by name: when each was first seen bound, and first seen Terminating."""
+        bound: dict[str, float] = {}
+        terminating: dict[str, float] = {}
+        for pod in self._pods_by_job.get(key, ()):
+            first_bound, first_terminating = self._pod_seen.get(pod, (None, None))
+            if first_bound is not None:
+                bound[pod[1]] = first_bound
+            if first_terminating is not None:
+                terminating[pod[1]] = first_terminating
+        return bound, terminating
+
     def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
         return [p for p in self.job_pods(key) if p.placement_id == placement_id]
 
@@ -345,7 +366,10 @@ class ClusterState:
         """An immutable snapshot; cached until something it reads changes."""
         if self._snapshot is None:
             if self._nodes_sorted is None:
-                self._nodes_sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
+                models = sorted(self.nodes.values(), key=lambda n: n.name)
+                clashes = ambiguous_domains(models, self.scheme.levels)
+                self._nodes_sorted = tuple(n for n in models if n.name not in clashes)
+                self._clashes = tuple(Exclusion(n, why) for n, why in sorted(clashes.items()))
             used = {}
             requested = {}
             for node in self._nodes_sorted:
@@ -355,9 +379,8 @@ class ClusterState:
                 on_node = self.usage.requested(node.name)
                 if on_node:
                     requested[node.name] = dict(on_node)
-            self._snapshot = Snapshot(self._nodes_sorted, used,
-                                      tuple(sorted(self.excluded.values(), key=lambda e: e.node)), requested,
-                                      self.scheme.levels)
+            excluded = sorted([*self.excluded.values(), *self._clashes], key=lambda e: e.node)
+            self._snapshot = Snapshot(self._nodes_sorted, used, tuple(excluded), requested, self.scheme.levels)
         return self._snapshot
 
 

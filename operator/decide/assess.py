@@ -1,14 +1,20 @@
-"""What a TrainingJob needs next: a pure function of the job, its pods, the snapshot and the time.
+"""What a TrainingJob needs next: a pure function of the job, its pods, the snapshot, the nodes'
+health and the time.
 
 Order of the questions, each answered only when the ones before it are not:
 finished (clean up) -> spec invalid -> no placement (queue, or roll back stray pods) -> placement
-not released (resume, or roll back when a node is gone) -> released: node loss, disruption, deleted
-pod, failed pod, success, bind timeout, running, resize, interrupted release.
+not released (resume, or roll back when a node is gone) -> released: node loss, a rank's pod evicted
+from a cordoned node (drain), disruption, deleted pod, failed pod, success, bind timeout, running,
+resize, interrupted release.
+
+Times: `now` is the wall clock (compared only with timestamps this operator wrote); grace periods and
+timeouts run on the operator's monotonic clock from when it first observed the signal (`Seen`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from railyard.operator.base.objects import Job, PodView
@@ -28,7 +34,7 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.topology.api import PlacementStatus
-from railyard.topology.faults import NodeLoss, node_loss
+from railyard.topology.faults import LossReason, NodeHealth, NodeLoss, node_loss
 from railyard.topology.levels import LevelError
 from railyard.topology.model import Snapshot
 from railyard.topology.timestamps import epoch
@@ -36,26 +42,45 @@ from railyard.topology.timestamps import epoch
 REFUSED_PREFIX = "the API server refused"  # an InvalidSpec from a create the API server refused
 
 
+@dataclass(frozen=True)
+class Seen:
+    """When this operator first observed a job's signals (monotonic seconds), and the time now."""
+
+    now: float
+    released: float | None = None  # the current placement's release
+    bound: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen bound
+    terminating: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen Terminating
+
+
 def seconds_since(timestamp: str | None, now: float) -> float:
     return now - epoch(timestamp, now)
 
 
-def _stuck(pods: Sequence[PodView], snapshot: Snapshot, now: float, force_after: float) -> tuple[str, ...]:
+def _node_of(pod: PodView) -> str | None:
+    return pod.node_name or (pod.usage.node if pod.usage else None)
+
+
+def _stuck(pods: Sequence[PodView], snapshot: Snapshot, now: float, force_after: float,
+           seen: Seen | None) -> tuple[str, ...]:
     """Pods Terminating for longer than `force_after` on a node that is gone or not Ready: no kubelet
     will ever confirm their deletion, so only a forced delete frees the name (and their GPUs)."""
     out = []
     for p in pods:
-        if not p.terminating or seconds_since(p.deleted_at, now) < force_after:
+        if not p.terminating:
             continue
-        node = p.node_name or (p.usage.node if p.usage else None)
+        since = seen.terminating.get(p.name) if seen is not None else None
+        waited = seen.now - since if seen is not None and since is not None else seconds_since(p.deleted_at, now)
+        if waited < force_after:
+            continue
+        node = _node_of(p)
         if node is None or not snapshot.has_node(node):
             out.append(p.name)
     return tuple(out)
 
 
 def node_losses(placement: PlacementStatus, tolerations: Sequence[Mapping[str, Any]],
-                health: Mapping[str, Mapping[str, Any]], now: float, grace: float) -> tuple[NodeLoss, ...]:
-    """The placement's nodes whose ranks count as lost now (see topology.faults)."""
+                health: Mapping[str, NodeHealth], now: float, grace: float) -> tuple[NodeLoss, ...]:
+    """The placement's nodes whose ranks count as lost now (see topology.faults; `now` monotonic)."""
     held: dict[str, int] = {}
     for r in placement.ranks:
         held[r.node] = held.get(r.node, 0) + len(r.gpus)
@@ -63,11 +88,20 @@ def node_losses(placement: PlacementStatus, tolerations: Sequence[Mapping[str, A
     return tuple(loss for loss in losses if loss is not None)
 
 
+def _drained(job_pods: Sequence[str], placement: PlacementStatus, health: Mapping[str, NodeHealth],
+             why: str) -> tuple[NodeLoss, ...]:
+    """Ranks whose pod was evicted or deleted on a cordoned node: that is a drain, and the node is
+    not the rank's home any more (it is replaced, never pinned back)."""
+    nodes = {r.node for r in placement.ranks if (r.pod or "") in job_pods}
+    return tuple(NodeLoss(n, LossReason.DRAINED, f"node {n} is cordoned and its rank's pod {why}", None)
+                 for n in sorted(nodes) if (h := health.get(n)) is not None and h.unschedulable)
+
+
 def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
            force_after: float = 60.0, conflict_retry: float = 30.0,
-           health: Mapping[str, Mapping[str, Any]] | None = None) -> Action:
+           health: Mapping[str, NodeHealth] | None = None, seen: Seen | None = None) -> Action:
     generation = job.generation
-    force = _stuck(pods, snapshot, now, force_after)
+    force = _stuck(pods, snapshot, now, force_after, seen)
     if job.finished:
         alive = tuple(p.name for p in pods if not p.finished and not p.terminating)
         return Cleanup(alive, force) if alive or force else Done()
@@ -89,9 +123,9 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
         if placed is not None and placed.reason == PlacedReason.INVALID_SPEC and \
                 placed.observed_generation == generation and placed.message.startswith(REFUSED_PREFIX):
             return Wait()  # the API server refused its pods; holds nothing until the spec changes
-        if placed is not None and placed.reason == PlacedReason.NAME_CONFLICT and \
+        if placed is not None and placed.reason in (PlacedReason.NAME_CONFLICT, PlacedReason.QUOTA_EXCEEDED) and \
                 _since(placed.last_transition_time, now) < conflict_retry:
-            return Wait()
+            return Wait()  # retried after a while: someone else's object, or a namespace quota now full
         return Queue(request)
     mine = {p.name: p for p in pods if p.placement_id == placement.id}
     stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
@@ -106,22 +140,30 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
         return Resume(tuple(sorted(set(wanted) - set(mine))), stale, force)
     # Released: watch the gang. A lost node comes first: its pods may fail or vanish as a consequence,
     # which is an infrastructure restart, not a failure of the job.
+    mono = seen.now if seen is not None else now
     if health is not None:
         tolerations = list(request.pod_spec.get("tolerations") or [])
-        losses = node_losses(placement, tolerations, health, now, spec.fault_policy.node_loss_grace_seconds)
+        losses = node_losses(placement, tolerations, health, mono, spec.fault_policy.node_loss_grace_seconds)
         if losses:
             return Restart(losses[0].reason, "; ".join(loss.message for loss in losses), request, losses)
     # A pod evicted or preempted (DisruptionTarget), or deleted by someone else, is an infrastructure
-    # restart on the same nodes: not the training process's fault. "Gone" only after the pod was
-    # observed and then deleted (DELETED event or a re-list): the state holds every pod from the
-    # moment its creation was answered.
+    # restart: not the training process's fault. On a cordoned node that is a drain: the rank moves.
+    # "Gone" only after the pod was observed and then deleted (DELETED event or a re-list): the state
+    # holds every pod from the moment its creation was answered.
     disrupted = [p for p in wanted if p in mine and mine[p].disruption]
+    gone = [p for p in wanted if p not in mine]
+    deleting = [p for p in wanted if p in mine and mine[p].terminating]  # a rank on its way out: the gang's over
+    if disrupted or gone or deleting:
+        drained = _drained([*disrupted, *gone, *deleting], placement, health or {}, "was evicted or deleted")
+        if drained:
+            return Restart(LossReason.DRAINED, "; ".join(d.message for d in drained), request, drained)
     if disrupted:
         pod = mine[disrupted[0]]
         return Restart(RestartReason.POD_DISRUPTED, f"pod {pod.name} was disrupted: {pod.disruption}", request)
-    gone = [p for p in wanted if p not in mine]
-    if gone:
-        return Restart(RestartReason.POD_DELETED, f"pod {gone[0]} of the gang was deleted", request)
+    if gone or deleting:
+        name = (gone or deleting)[0]
+        what = "deleted" if gone else "being deleted"
+        return Restart(RestartReason.POD_DELETED, f"pod {name} of the gang was {what}", request)
     failed = [p for p in wanted if mine[p].phase == "Failed"]
     if failed:
         pod = mine[failed[0]]
@@ -140,16 +182,14 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     if all(ph == "Succeeded" for ph in phases):
         return Finish(True, FinishReason.ALL_SUCCEEDED, f"all {len(wanted)} replicas succeeded")
     unbound = [p for p in wanted if not mine[p].node_name]
-    # Bind progress counts: kube-scheduler binds a 1,024-pod gang for a while on a busy cluster; only a
-    # gang where nothing was bound for bind_timeout is re-planned.
-    released_at = placed.last_transition_time.timestamp() if placed.last_transition_time else now
-    last_progress = max([released_at] + [epoch(mine[p].scheduled_at, 0) for p in wanted if mine[p].scheduled_at])
-    if unbound and not any(mine[p].gated for p in wanted) and now - last_progress > bind_timeout:
-        nodes = tuple(sorted({wanted[p].node for p in unbound}))
-        return Rollback(PlacedReason.BIND_TIMEOUT,
-                        f"{len(unbound)} pods not bound {bind_timeout:.0f}s after release (e.g. {unbound[0]} on "
-                        f"{wanted[unbound[0]].node}); re-planning the gang without nodes {', '.join(nodes)}",
-                        tuple(mine) + stale, force, nodes)
+    if unbound and not any(mine[p].gated for p in wanted):
+        stalled = _stalled(unbound, wanted, pods, placement, placed.last_transition_time, now, seen, bind_timeout)
+        if stalled:
+            nodes = tuple(sorted({wanted[p].node for p in stalled}))
+            return Rollback(PlacedReason.BIND_TIMEOUT,
+                            f"{len(stalled)} pods not bound {bind_timeout:.0f}s after release (e.g. {stalled[0]} on "
+                            f"{wanted[stalled[0]].node}); re-planning the gang without nodes {', '.join(nodes)}",
+                            tuple(mine) + stale, force, nodes)
     running = all(ph == "Running" for ph in phases)
     if running and not job.is_true(ConditionType.RUNNING):
         return MarkRunning(f"all {len(wanted)} replicas running")
@@ -162,6 +202,28 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     if force:
         return Cleanup(force=force)
     return Wait()
+
+
+def _stalled(unbound: list[str], wanted: Mapping[str, Any], pods: Sequence[PodView], placement: PlacementStatus,
+             placed_at: Any, now: float, seen: Seen | None, bind_timeout: float) -> list[str]:
+    """Unbound ranks with no bind progress of the gang for `bind_timeout` since its release. A rank
+    whose node still holds a Terminating pod of the job waits for its predecessor (a checkpoint on
+    SIGTERM takes minutes), it is not stalled. Bind progress counts: kube-scheduler binds a 1,024-pod
+    gang for a while on a busy cluster; only a gang where nothing was bound for the timeout is
+    re-planned."""
+    predecessors = {_node_of(p) for p in pods if p.terminating and p.placement_id != placement.id}
+    candidates = [p for p in unbound if wanted[p].node not in predecessors]
+    if not candidates:
+        return []
+    if seen is not None:  # observed on the monotonic clock
+        start = seen.released if seen.released is not None else seen.now
+        last = max([start, *(seen.bound[p] for p in wanted if p in seen.bound)])
+        idle = seen.now - last
+    else:  # timestamps only (a one-shot caller without observations)
+        start = placed_at.timestamp() if placed_at is not None else now
+        idle = now - max([start] + [epoch(p.scheduled_at, 0) for p in pods if p.placement_id == placement.id
+                                    and p.scheduled_at])
+    return candidates if idle > bind_timeout else []
 
 
 def _since(stamp: Any, now: float) -> float:

@@ -16,7 +16,7 @@ from railyard.operator.base.keys import (
     LABEL_RESTART,
     SCHEDULING_GATE,
 )
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, pod_name
 from railyard.topology.api import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
 from railyard.topology.request import job_pod_labels
 from railyard.topology.solver import Placement
@@ -34,12 +34,6 @@ class PodOptions:
     report_url: str | None = None  # the operator's report endpoint; None: no reporting env, no token
     report_audience: str = "railyard.dev"
     token_seconds: int = 3600  # kubelet refreshes a projected token at 80 % of its life
-
-
-def pod_name(job_name: str, rank: int, restart_count: int = 0) -> str:
-    """`<job>-<rank>`; from the first restart on `<job>-g<restart count>-<rank>`, so a pod stuck
-    Terminating on a lost node never blocks its successor's name. The hostname stays `<job>-<rank>`."""
-    return f"{job_name}-{rank}" if restart_count == 0 else f"{job_name}-g{restart_count}-{rank}"
 
 
 def service_name(job_name: str) -> str:
@@ -60,12 +54,11 @@ def pod_labels(job: Job) -> dict[str, str]:
     return job_pod_labels(job.name, (job.body.get("spec") or {}).get("template") or {})
 
 
-def placement_status(placement: Placement, job_name: str, placement_id: str, restart_count: int = 0,
+def placement_status(placement: Placement, job_name: str, placement_id: str, serial: int = 0,
                      desired_replicas: int | None = None) -> PlacementStatus:
     return PlacementStatus(
-        id=placement_id,
-        ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus), pod=pod_name(job_name, r.rank,
-                                                                                        restart_count))
+        id=placement_id, serial=serial,
+        ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus), pod=pod_name(job_name, r.rank, serial))
                for r in placement.replicas],
         tors=placement.tors, leaves=placement.leaves, spines=placement.spines,
         domains=[DomainCount(level=level, count=count) for level, count in placement.domains],
@@ -118,13 +111,14 @@ def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
 
 
 def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_aligned: bool,
-              placement_id: str, options: PodOptions) -> dict[str, Any]:
-    """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed."""
+              placement_id: str, options: PodOptions, name: str | None = None) -> dict[str, Any]:
+    """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed.
+    `name`: the pod's name as the placement records it (by default the first placement's)."""
     template = copy.deepcopy(job.body["spec"].get("template") or {})
     tmeta = template.get("metadata") or {}
     spec = template.get("spec") or {}
     restarts = job.restart_count
-    name = pod_name(job.name, rank, restarts)
+    name = name or pod_name(job.name, rank)
     labels = {**pod_labels(job), LABEL_RANK: str(rank), LABEL_RESTART: str(restarts)}
     annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
                    ANNOTATION_PLACEMENT_ID: placement_id}
@@ -166,8 +160,10 @@ def _pin(spec: dict[str, Any], node: str) -> None:
     differ from the node name on some clouds. Added to every required term, so the template's own
     node affinity still holds (terms are ORed, expressions inside a term ANDed)."""
     pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    affinity = spec["affinity"] = spec.get("affinity") or {}  # an explicit null is no affinity
+    node_affinity = affinity["nodeAffinity"] = affinity.get("nodeAffinity") or {}
+    required = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = \
+        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or [{}]
     required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]} for t in terms]
 

@@ -7,14 +7,33 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from railyard.operator.base.reasons import StragglingReason
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.stragglers import Scores, Straggler
 from railyard.topology.api import ElasticPolicy, FaultPolicy, OnNoReplacement, StepTime, StragglerPolicy
-from railyard.topology.faults import LossReason
+from railyard.topology.faults import LossReason, NodeHealth, NodeLoss
+
+_QUARANTINED = (LossReason.NODE_NOT_READY, LossReason.GPU_FAULT, LossReason.GPU_ALLOCATABLE_DROPPED, LossReason.TAINT,
+                LossReason.STRAGGLER)
+_UNREACHABLE = (LossReason.NODE_DELETED, LossReason.OUT_OF_SERVICE)
+
+
+def quarantines(reason: LossReason) -> bool:
+    """A loss that says the node is faulty is quarantined; a deleted, shut-down (out-of-service),
+    cordoned or drained node is the admin's, and is not."""
+    return reason in _QUARANTINED
+
+
+def force_delete(loss: NodeLoss, force_after: float) -> bool:
+    """Delete the node's pods with grace 0 only where no kubelet will answer: the node is gone, shut
+    down (out-of-service), or NotReady for the force-delete time. Elsewhere the pod's own grace
+    period (SIGTERM lets a trainer save)."""
+    if loss.reason in _UNREACHABLE:
+        return True
+    return loss.reason == LossReason.NODE_NOT_READY and loss.observed_for >= force_after
 
 
 def restart_delay(action: Restart, policy: FaultPolicy, process_restarts: int, loss_debounce: float,
@@ -28,6 +47,12 @@ def restart_delay(action: Restart, policy: FaultPolicy, process_restarts: int, l
     if action.losses and all(loss.reason == LossReason.NODE_NOT_READY for loss in action.losses):
         return not_ready_debounce
     return loss_debounce
+
+
+def infra_backoff(recent: int, initial: float, cap: float) -> float:
+    """How long after its last one a job's next infrastructure restart waits, with `recent` of them in
+    the last hour: none for the first, then doubling from `initial` up to `cap`."""
+    return 0.0 if recent <= 0 else min(cap, initial * 2 ** (recent - 1))
 
 
 class NoReplacementStep(enum.Enum):
@@ -91,3 +116,40 @@ def checkpoint_step(max_step: int, worker_interval: float, step_seconds: float |
     (it rides on the report answers) before they reach it."""
     margin = math.ceil(3 * worker_interval / max(step_seconds or 1.0, 0.001))
     return max_step + margin + 2
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Many nodes holding ranks went dark together: more likely the control plane, the network
+    between it and the nodes, or this operator is cut off than that they all failed at once."""
+
+    tripped: bool
+    unready: tuple[str, ...]  # nodes holding ranks that are NotReady now
+    ranked: int  # nodes holding ranks
+    message: str = ""
+
+
+def partition(health: Mapping[str, NodeHealth], ranked: Iterable[str], leaf_of: Mapping[str, str], now: float,
+              was_tripped: bool, window: float, share: float, min_nodes: int) -> Partition:
+    """The circuit breaker (Kubernetes' node lifecycle controller stops evicting in an unhealthy zone
+    for the same reason). It trips when, within `window` seconds, more than `share` of the nodes
+    holding ranks (and at least `min_nodes`), or every one of at least `min_nodes` nodes holding ranks
+    in one leaf, turned NotReady; once tripped it holds while that many are still NotReady."""
+    nodes = sorted(set(ranked))
+    unready = tuple(n for n in nodes if (h := health.get(n)) is not None and not h.ready)
+    recent = [n for n in unready if (h := health.get(n)) is not None and h.not_ready_seen is not None
+              and now - h.not_ready_seen <= window]
+    counted = unready if was_tripped else tuple(recent)
+    many = len(counted) >= min_nodes and len(counted) > share * len(nodes)
+    by_leaf: dict[str, list[str]] = {}
+    for n in nodes:
+        by_leaf.setdefault(leaf_of.get(n, ""), []).append(n)
+    dark_leaf = next((leaf for leaf, members in sorted(by_leaf.items()) if leaf and len(members) >= min_nodes
+                      and all(m in counted for m in members)), None)
+    if not (many or dark_leaf):
+        return Partition(False, unready, len(nodes))
+    why = f"leaf {dark_leaf}: all {len(by_leaf[dark_leaf])} nodes" if dark_leaf and not many else \
+        f"{len(counted)} of {len(nodes)} nodes holding ranks"
+    return Partition(True, unready, len(nodes),
+                     f"{why} turned NotReady within {window:.0f}s: treated as a partition of the control plane or "
+                     "this operator; no restarts, quarantines or forced deletions until it clears")

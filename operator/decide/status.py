@@ -18,6 +18,7 @@ from railyard.operator.base.reasons import (
     RecoveryReason,
     RunningReason,
     SizeReason,
+    StalledReason,
     StragglingReason,
 )
 from railyard.operator.decide.builders import placement_status, selector
@@ -26,6 +27,7 @@ from railyard.topology.api import (
     AvoidNode,
     CheckpointRecord,
     Condition,
+    PlacementStatus,
     RestartRecord,
     StepTime,
     StragglerRecord,
@@ -35,6 +37,7 @@ from railyard.topology.api import (
 from railyard.topology.solver import Placement
 
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+AVOID_KEPT = 32  # status.avoidNodes (the CRD allows 64)
 
 
 def _set(job: Job, conditions: list[Condition], type_: ConditionType, status: ConditionStatus, reason: Reason,
@@ -56,15 +59,31 @@ def below_desired(job: Job, conditions: list[Condition], placed: int, now: datet
 
 # --- placing ------------------------------------------------------------------------------------------
 
+_PLACED_BEFORE = (PlacedReason.BIND_TIMEOUT, PlacedReason.NODE_LOST, PlacedReason.STALE_PODS,
+                  PlacedReason.NAME_CONFLICT, PlacedReason.NO_REPLACEMENT, PlacedReason.QUOTA_EXCEEDED)
+
+
+def next_serial(job: Job) -> int:
+    """The serial of the job's next placement. Statuses written before the counter existed named a
+    restart's pods after the restart count, and a rolled-back first placement after nothing: start
+    past both."""
+    if "placements" in job.status.model_fields_set:
+        return job.status.placements
+    placed = job.condition(ConditionType.PLACED)
+    if job.restart_count or job.placement is not None or (placed is not None and placed.reason in _PLACED_BEFORE):
+        return job.restart_count + 1
+    return 0
+
 def placing(job: Job, placement: Placement, placement_id: str, now: datetime) -> TrainingJobStatus:
     """Record the placement: from then on its GPUs are taken (here and for a successor)."""
     message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
                f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
     conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.PLACING, message, now)
+    serial = next_serial(job)
     return TrainingJobStatus(
-        placement=placement_status(placement, job.name, placement_id, job.restart_count, job.desired_replicas),
-        replicas=len(placement.replicas), selector=selector(job.name), queued_since=job.queued_since,
-        conditions=below_desired(job, conditions, len(placement.replicas), now))
+        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas),
+        placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name),
+        queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 
 
 def unplaced(job: Job, reason: PlacedReason, message: str, now: datetime) -> TrainingJobStatus:
@@ -77,7 +96,7 @@ def released(job: Job, now: datetime) -> TrainingJobStatus:
     placed = job.condition(ConditionType.PLACED)
     conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.RELEASED,
                       placed.message if placed is not None else "", now)
-    patch: dict[str, object] = {}
+    patch: dict[str, object] = {"placement": PlacementStatus(released_at=now)}
     if is_true(conditions, ConditionType.RESTARTING):
         conditions = _set(job, conditions, ConditionType.RESTARTING, FALSE, RecoveryReason.RELEASED,
                           f"restart {job.restart_count} released", now)
@@ -93,8 +112,10 @@ def dropped(job: Job, reason: PlacedReason, message: str, now: datetime,
     """The placement is gone (refused, rolled back): its GPUs go back, the job waits again."""
     fields: dict[str, object] = {}
     if avoid:
-        kept = [a for a in job.status.avoid_nodes if a.node not in avoid]
-        fields["avoid_nodes"] = kept + [AvoidNode(node=n, reason=reason, until=avoid_until) for n in avoid]
+        # Only unexpired entries, the most recent AVOID_KEPT: the list never grows without bound.
+        kept = [a for a in job.status.avoid_nodes if a.node not in avoid and a.until is not None and a.until > now]
+        fresh = [AvoidNode(node=n, reason=reason, until=avoid_until) for n in avoid]
+        fields["avoid_nodes"] = (fresh + sorted(kept, key=lambda a: a.until or now, reverse=True))[:AVOID_KEPT]
     return TrainingJobStatus(placement=None, replicas=0,
                              conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE, reason, message, now),
                              **fields)
@@ -160,10 +181,11 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
         fields["unhealthy_nodes"] = unhealthy
     if checkpoint is not None:
         fields["last_checkpoint"] = checkpoint
+    serial = next_serial(job)
     return TrainingJobStatus(
-        placement=placement_status(placement, job.name, placement_id, restart_count,
+        placement=placement_status(placement, job.name, placement_id, serial,
                                    job.desired_replicas or len(placement.replicas)),
-        replicas=len(placement.replicas), restart_count=restart_count,
+        placements=serial + 1, replicas=len(placement.replicas), restart_count=restart_count,
         process_restarts=job.status.process_restarts + (1 if counted else 0), stragglers=None,
         last_restart=RestartRecord(**restart), conditions=conditions, **fields)
 
@@ -240,3 +262,38 @@ def unhealthy_record(job: Job, lost: set[str], losses: Sequence[tuple[str, str, 
     return kept + [UnhealthyNode(name=node, reason=reason, message=message[:1024], since=since or now)
                    for node, reason, message, since in losses]
 
+
+
+def partitioned(job: Job, message: str, now: datetime) -> TrainingJobStatus:
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.DEGRADED, TRUE,
+                                             RecoveryReason.PARTITION, message, now))
+
+
+def partition_cleared(job: Job, now: datetime) -> TrainingJobStatus:
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.DEGRADED, FALSE,
+                                             RecoveryReason.RECOVERED, "the partition cleared", now))
+
+
+def restart_capped(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:
+    if unchanged(job.conditions, ConditionType.DEGRADED, RecoveryReason.RESTART_CAP, message):
+        return None
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.DEGRADED, TRUE,
+                                             RecoveryReason.RESTART_CAP, message, now))
+
+
+def internal_error(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:
+    """Placed=False InternalError without a placement, Stalled=True with one; None if it says so."""
+    if job.placement is None:
+        if unchanged(job.conditions, ConditionType.PLACED, PlacedReason.INTERNAL_ERROR, message):
+            return None
+        return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE,
+                                                 PlacedReason.INTERNAL_ERROR, message, now))
+    if unchanged(job.conditions, ConditionType.STALLED, StalledReason.INTERNAL_ERROR, message):
+        return None
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.STALLED, TRUE,
+                                             StalledReason.INTERNAL_ERROR, message, now))
+
+
+def internal_error_cleared(job: Job, now: datetime) -> TrainingJobStatus:
+    return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.STALLED, FALSE,
+                                             StalledReason.RECOVERED, "the last step succeeded", now))

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +75,8 @@ class KubeApi:
         self.read_timeout = read_timeout
         self.fence: Callable[[], bool] | None = None
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railyard-api")
+        self._writes = 0  # writes sent and not yet answered
+        self._writes_lock = threading.Lock()
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -97,8 +100,25 @@ class KubeApi:
                 raise Fenced(f"{method} {path}: leadership term ended; write not sent")
             headers["User-Agent"] = f"{self.api.user_agent} fence-checked/{checked:.3f}"
         metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
-        return self.api.call_api(method, url, header_params=headers, body=payload,
-                                 _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
+        if method not in WRITE_VERBS:
+            return self.api.call_api(method, url, header_params=headers, body=payload,
+                                     _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
+        with self._writes_lock:
+            self._writes += 1
+        try:
+            return self.api.call_api(method, url, header_params=headers, body=payload,
+                                     _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
+        finally:
+            with self._writes_lock:
+                self._writes -= 1
+
+    async def drain(self, timeout: float) -> int:
+        """Wait until no write of this client is in flight (a leader stepping down lets what it sent
+        land before it hands the Lease on); the number still in flight at the deadline."""
+        deadline = time.monotonic() + timeout
+        while self._writes and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self._writes
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: list[tuple[str, str]] | None = None, timeout: float | None = None) -> dict[str, Any]:
@@ -126,12 +146,14 @@ class KubeApi:
         query = [("limit", str(limit))] + ([("continue", cont)] if cont else [])
         return self.request("GET", path, query=query, timeout=timeout)
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, resource_version: str, timeout_seconds: int,
+              silence_seconds: float | None = None) -> Iterator[dict[str, Any]]:
         """Watch events (parsed JSON lines) from `resource_version`; ends when the server closes the
-        stream. The read timeout exceeds the server's so an idle watch ends by the server's choice."""
+        stream. The read timeout is between two reads: a stream silent for `silence_seconds` (no event,
+        no bookmark) raises, so a dead connection never looks like a quiet cluster."""
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
-        response = self._send("GET", path, query=query, timeout=timeout_seconds + 30)
+        response = self._send("GET", path, query=query, timeout=silence_seconds or timeout_seconds + 30)
         raw = response.response
         try:
             if response.status >= 400:

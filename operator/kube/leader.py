@@ -8,14 +8,15 @@ Kopf's peering only pauses operators; it is not a lock. As in client-go's leader
   the other machine's renewTime with ours: clocks differ);
 - our own term ends `lease_seconds * 0.8` after the start of the last successful renewal, so we stop
   (and fence our writes) before any other replica may take over.
-The elector has its own client and thread pool with short timeouts: renewal is never queued behind
-placement writes.
+The elector has its own client, thread pool and event loop on a thread of its own (`start`), with
+short timeouts: renewal never waits behind placement writes or a long solve on the operator's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -43,7 +44,7 @@ def _now_micro() -> str:
 
 
 class LeaderElector:
-    def __init__(self, api: LeaseClient, settings: LeaderSettings, on_elected: Callable[[], None],
+    def __init__(self, api: LeaseClient, settings: LeaderSettings, on_elected: Callable[[], object],
                  clock: Clock | None = None) -> None:
         self.api = api
         self.clock = clock or SystemClock()
@@ -52,12 +53,25 @@ class LeaderElector:
         self._valid_until = 0.0  # monotonic deadline of our current term
         self._observed: tuple[Any, ...] | None = None  # (holder, renewTime, resourceVersion) last seen
         self._observed_at = 0.0  # monotonic time we first saw that record
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def is_leader(self) -> bool:
         return self.clock.monotonic() < self._valid_until
 
+    def start(self) -> None:
+        """Elect and renew on a thread with its own event loop. `on_elected` is called from that thread:
+        hand it something thread-safe (loop.call_soon_threadsafe)."""
+        self._stopping.clear()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.run()), name="railyard-leader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the term then runs out, or `release` hands the Lease back)."""
+        self._stopping.set()
+
     async def run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             was_leader = self.is_leader()
             started = self.clock.monotonic()
             try:
@@ -78,11 +92,13 @@ class LeaderElector:
             await asyncio.sleep(self.settings.renew_seconds)
 
     async def release(self) -> None:
-        """On shutdown hand the lease back at once, so a standby takes over without waiting it out."""
+        """On shutdown hand the lease back at once, so a standby takes over without waiting it out
+        (call it after the operator's in-flight writes have drained)."""
+        self.stop()
         if not self.is_leader():
             return
         try:
-            await asyncio.wait_for(self.api.run(self._release), timeout=5)
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, self._release), timeout=5)
         except Exception as e:
             log.warning("could not release the lease: %s", e)
         self._valid_until = 0.0

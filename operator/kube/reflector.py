@@ -5,6 +5,14 @@ Why not Kopf's watch streams: Kopf re-lists after a watch restart but never says
 vanished meanwhile, and never says when the initial listing is complete; the placer needs both
 (Replace semantics, and "place nothing before Nodes, Pods and TrainingJobs are listed"). Parsing
 and slimming happen on the reflector's thread, so the event loop only applies small views.
+
+- A transport error (a dropped connection, a 5xx) resumes the watch from the last resourceVersion
+  seen; only 410 Gone (or a list-level error) re-lists.
+- A stream silent for `silence_seconds` (no event and no bookmark; the API server sends a bookmark
+  about every minute) is taken as dead and resumed.
+- An object the reflector cannot read is logged and skipped: one malformed object never stops the
+  stream for the others.
+- `catch_up`: a leader about to place first makes sure its view has passed a fresh quorum read.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -32,7 +41,8 @@ class ListWatch(Protocol):
 
     def list_page(self, path: str, limit: int, cont: str | None, timeout: float = 60.0) -> dict[str, Any]: ...
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
+    def watch(self, path: str, resource_version: str, timeout_seconds: int,
+              silence_seconds: float | None = None) -> Iterator[dict[str, Any]]: ...
 
 
 class Expired(Exception):
@@ -44,7 +54,8 @@ Sink = Callable[[str, str, Any, int | None], None]  # (kind, event type | "REPLA
 
 class Reflector:
     def __init__(self, api: ListWatch, kind: str, sink: Sink, loop: asyncio.AbstractEventLoop,
-                 page_size: int = 500, watch_seconds: int = 300, delay_events: float = 0.0) -> None:
+                 page_size: int = 500, watch_seconds: int = 300, delay_events: float = 0.0,
+                 silence_seconds: float = 90.0) -> None:
         self.api = api
         self.kind = kind
         self.path = PATHS[kind]
@@ -54,6 +65,8 @@ class Reflector:
         self.page_size = page_size
         self.watch_seconds = watch_seconds
         self.delay_events = delay_events  # fault injection for tests: a lagging watch
+        self.silence_seconds = silence_seconds
+        self.last_rv = 0  # the newest resourceVersion delivered (events, bookmarks, lists)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lists = 0
@@ -69,16 +82,25 @@ class Reflector:
 
     def _run(self) -> None:
         backoff = 0.5
+        rv: str | None = None  # None: list first
         while not self._stop.is_set():
             try:
-                rv = self._list()
+                if rv is None:
+                    rv = self._list()
                 backoff = 0.5
                 while not self._stop.is_set():
                     rv = self._watch(rv)
             except Expired:
                 log.info("%s: watch expired; re-listing", self.kind)
-            except Exception as e:
-                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.kind, e, backoff)
+                rv = None
+            except ApiException as e:
+                if e.status is None or e.status < 500:  # the request itself is refused: list afresh
+                    rv = None
+                log.warning("%s: list/watch failed (%s %s); retrying in %.1fs", self.kind, e.status, e.reason, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except Exception as e:  # the connection dropped or went silent: resume from the last version
+                log.warning("%s: watch interrupted (%s); resuming from %s in %.1fs", self.kind, e, rv, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
@@ -95,17 +117,30 @@ class Reflector:
                     continue
                 raise
             list_rv = list_rv or page["metadata"]["resourceVersion"]
-            items.extend(self.transform(obj) for obj in page.get("items") or [])
+            items.extend(obj for obj in map(self._read, page.get("items") or []) if obj is not None)
             cont = page["metadata"].get("continue")
             if not cont:
                 break
         self.lists += 1
         metrics.RELISTS.labels(self.kind).inc()
         self._deliver("REPLACE", items, int(list_rv) if list_rv.isdigit() else None)
+        self._seen(list_rv)
         return list_rv
 
+    def _read(self, obj: dict[str, Any]) -> Any:
+        try:
+            return self.transform(obj)
+        except Exception:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            log.exception("%s: cannot read %s; skipping it", self.kind, (meta or {}).get("name"))
+            return None
+
+    def _seen(self, rv: str) -> None:
+        if rv.isdigit():
+            self.last_rv = max(self.last_rv, int(rv))
+
     def _watch(self, rv: str) -> str:
-        for event in self.api.watch(self.path, rv, self.watch_seconds):
+        for event in self.api.watch(self.path, rv, self.watch_seconds, self.silence_seconds):
             if self._stop.is_set():
                 break
             kind, obj = event.get("type"), event.get("object") or {}
@@ -114,10 +149,29 @@ class Reflector:
                     raise Expired()
                 raise ApiException(status=obj.get("code"), reason=obj.get("message"))
             rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if kind == "BOOKMARK" or not kind:
-                continue
-            self._deliver(kind, self.transform(obj), None, self.delay_events)
+            if kind != "BOOKMARK" and kind:
+                payload = self._read(obj)
+                if payload is not None:
+                    self._deliver(kind, payload, None, self.delay_events)
+            self._seen(rv)
         return rv
+
+    def catch_up(self, wait: float = 2.0) -> str:
+        """Blocking (run it on a worker thread): make this kind's view pass a fresh quorum read. A
+        consistent list of one object gives the store's current version R; if the watch has not
+        delivered R within `wait` seconds (a quiet kind sees no events), list afresh. Returns how."""
+        page = self.api.list_page(self.path, 1, None)
+        target = str(page["metadata"].get("resourceVersion") or "")
+        if not target.isdigit():
+            self._list()
+            return "re-listed"
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.last_rv >= int(target):
+                return "watch"
+            self._stop.wait(0.05)
+        self._list()
+        return "re-listed"
 
     def _deliver(self, kind: str, payload: Any, list_rv: int | None, delay: float = 0.0) -> None:
         if delay > 0:

@@ -32,6 +32,13 @@ def variant(**changes) -> dict:
     return body
 
 
+def with_pod(**fields) -> dict:
+    """The base job with these pod-spec fields in its template."""
+    body = copy.deepcopy(BASE)
+    body["spec"]["template"]["spec"].update(fields)
+    return body
+
+
 def named(name: str, **spec) -> dict:
     body = variant(**spec)
     body["metadata"]["name"] = name
@@ -84,6 +91,23 @@ CASES = {
     "elastic-divisible": variant(replicas=4, parallelism={"tensor": 8, "pipeline": 2}),
     "checkpoint": variant(checkpoint={"path": "/shared/ckpt", "intervalSeconds": 600}),
     "checkpoint-zero-interval": variant(checkpoint={"intervalSeconds": 0}),
+    # the template fields Railyard reads are typed on both sides
+    "node-selector": with_pod(nodeSelector={"gpu": "h100"}),
+    "node-selector-list": with_pod(nodeSelector=["gpu"]),
+    "tolerations": with_pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+    "tolerations-strings": with_pod(tolerations=["x"]),
+    "toleration-bad-operator": with_pod(tolerations=[{"key": "k", "operator": "Is"}]),
+    "init-containers-string": with_pod(initContainers="x"),
+    "init-containers": with_pod(initContainers=[{"name": "i", "resources": {"requests": {"cpu": "1"}}}]),
+    "restart-policy-never": with_pod(restartPolicy="Never"),
+    "restart-policy-always": with_pod(restartPolicy="Always"),
+    "own-scheduling-gates": with_pod(schedulingGates=[{"name": "mine"}]),
+    "other-scheduler": with_pod(schedulerName="volcano"),
+    "spread": with_pod(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                  "whenUnsatisfiable": "DoNotSchedule"}]),
+    "spread-zero-skew": with_pod(topologySpreadConstraints=[{"maxSkew": 0, "topologyKey": "k",
+                                                            "whenUnsatisfiable": "DoNotSchedule"}]),
+    "affinity-string": with_pod(affinity="anywhere"),
 }
 
 

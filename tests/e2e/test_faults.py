@@ -66,7 +66,7 @@ def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, ap
         assert {u["name"] for u in job["status"]["unhealthyNodes"]} == lost
         wait_condition(custom, namespace, "resilient", "Placed", reason="Released", timeout=90)
         pods = poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, "resilient")
-                                    if p["metadata"]["name"].startswith("resilient-g1-") and p["spec"].get("nodeName")])
+                                    if p["metadata"]["name"].startswith("resilient.p1-") and p["spec"].get("nodeName")])
                     and len(ps) == 12 and ps, 90, "12 bound pods of generation 1")
         after = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"] for p in pods}
         for rank, node in before.items():
@@ -84,7 +84,7 @@ def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, ap
             assert pod["spec"]["hostname"] == f"resilient-{pod['metadata']['labels']['railyard.dev/rank']}"
             assert len(gpus_of(pod)) == 8
         poll(lambda: not [p for p in pods_of(api_client, core, namespace, "resilient")
-                          if not p["metadata"]["name"].startswith("resilient-g1-")], 60, "generation 0 gone")
+                          if not p["metadata"]["name"].startswith("resilient.p1-")], 60, "generation 0 gone")
         assert_no_gpu_double_booked(api_client, core)
         events = {e.reason for e in core.list_namespaced_event(
             namespace, field_selector="involvedObject.name=resilient").items}
@@ -121,7 +121,7 @@ def test_other_loss_signals_restart_the_gang_around_the_lost_node(
         assert job["status"]["lastRestart"]["reason"] == expected
         assert job["status"]["lastRestart"]["lostNodes"] == [victim]
         pods = poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, "sturdy")
-                                    if p["metadata"]["name"].startswith("sturdy-g1-") and p["spec"].get("nodeName")])
+                                    if p["metadata"]["name"].startswith("sturdy.p1-") and p["spec"].get("nodeName")])
                     and len(ps) == 4 and ps, 90, "4 bound pods of generation 1")
         after = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"] for p in pods}
         assert after["1"] != victim and all(after[r] == before[r] for r in before if r != "1")

@@ -123,7 +123,7 @@ def test_an_operator_killed_right_after_recording_a_restart_is_completed_by_its_
         doomed.stop()
         job = get_job(custom, namespace, "phoenix")
         assert job["status"]["restartCount"] == 1 and not [
-            p for p in pods_of(api_client, core, namespace, "phoenix") if "-g1-" in p["metadata"]["name"]]
+            p for p in pods_of(api_client, core, namespace, "phoenix") if ".p1-" in p["metadata"]["name"]]
         successor = OperatorProcess(identity, lease_namespace, tmp_path, name="successor")
         try:
             after = ranks_of(bound_generation(api_client, core, namespace, "phoenix", 4))
@@ -133,7 +133,7 @@ def test_an_operator_killed_right_after_recording_a_restart_is_completed_by_its_
             recorded = {str(r["rank"]): r["node"] for r in job["status"]["placement"]["ranks"]}
             assert after == recorded
             poll(lambda: not [p for p in pods_of(api_client, core, namespace, "phoenix")
-                              if "-g1-" not in p["metadata"]["name"]], 60, "generation 0 gone")
+                              if ".p1-" not in p["metadata"]["name"]], 60, "generation 0 gone")
             assert_no_gpu_double_booked(api_client, core)
         finally:
             successor.stop()

@@ -80,7 +80,7 @@ def test_ranks_report_checkpoints_and_the_next_generation_resumes_from_the_last_
         core.patch_namespaced_pod(pods[1]["metadata"]["name"], namespace,
                                   {"metadata": {"annotations": {"railyard.dev/simulate": "fail"}}})
         new = poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, "trainer")
-                                   if p["metadata"]["name"].startswith("trainer-g1-") and p["spec"].get("nodeName")])
+                                   if p["metadata"]["name"].startswith("trainer.p1-") and p["spec"].get("nodeName")])
                    and len(ps) == 2 and ps, 90, "generation 1 bound")
         for pod in new:
             env = env_of(pod)
@@ -93,7 +93,7 @@ def test_ranks_report_checkpoints_and_the_next_generation_resumes_from_the_last_
         # bound to a deleted pod (401), and within the operator's TokenReview cache the pod is unknown (403).
         old_token = (tmp_path / f"{pods[0]['metadata']['name']}.token").read_text()
         poll(lambda: not [p for p in pods_of(api_client, core, namespace, "trainer")
-                          if not p["metadata"]["name"].startswith("trainer-g1-")], 60, "generation 0 gone")
+                          if not p["metadata"]["name"].startswith("trainer.p1-")], 60, "generation 0 gone")
         stale = requests.post(operator.report_url, json={"namespace": namespace, "job": "trainer", "rank": 0,
                                                          "restartCount": 0, "step": 1},
                               headers={"Authorization": f"Bearer {old_token}"}, timeout=10)

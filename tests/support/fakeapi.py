@@ -31,6 +31,8 @@ class FakeApi:
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
         self.deletions: list[tuple[str, int | None]] = []  # (pod, gracePeriodSeconds asked for)
+        self.refuse_pods: ApiException | None = None  # set: every pod create is refused with it (a quota)
+        self.graceful = False  # set: a graceful pod delete leaves the pod Terminating (a real kubelet's time)
         self.fence: Callable[[], bool] | None = None
         for node in nodes:
             self._store("nodes", copy.deepcopy(node), "ADDED")
@@ -89,13 +91,15 @@ class FakeApi:
             if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or []):
                 self._remove("pods", pkey)
 
-    def bind_released(self) -> int:
-        """kube-scheduler: bind every ungated, unbound pod to its pinned node."""
+    def bind_released(self, may_bind: Callable[[dict[str, Any]], bool] | None = None) -> int:
+        """kube-scheduler: bind every ungated, unbound pod to its pinned node (those `may_bind` allows)."""
         from railyard.topology.nodes import pinned_node
 
         bound = 0
         for pod in list(self.objects["pods"].values()):
             if pod["spec"].get("schedulingGates") or pod["spec"].get("nodeName"):
+                continue
+            if pod["metadata"].get("deletionTimestamp") or (may_bind is not None and not may_bind(pod)):
                 continue
             pod = copy.deepcopy(pod)
             pod["spec"]["nodeName"] = pinned_node(pod["spec"])
@@ -124,6 +128,8 @@ class FakeApi:
 
     async def create(self, plural: str, body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
         self._write("POST", plural)
+        if plural == "pods" and self.refuse_pods is not None:
+            raise self.refuse_pods
         key = self._key(body)
         if key in self.objects[plural]:
             return False, copy.deepcopy(self.objects[plural][key])
@@ -141,8 +147,31 @@ class FakeApi:
         self._write("DELETE", f"pods/{name}")
         self.deletions.append((name, grace_seconds))
         pod = self.objects["pods"].get((namespace, name))
-        if pod is not None and (uid is None or pod["metadata"]["uid"] == uid):
-            self._remove("pods", (namespace, name))
+        if pod is None or (uid is not None and pod["metadata"]["uid"] != uid):
+            return
+        if self.graceful and grace_seconds != 0:
+            if not pod["metadata"].get("deletionTimestamp"):
+                pod = copy.deepcopy(pod)
+                pod["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                self._store("pods", pod, "MODIFIED")
+            return
+        self._remove("pods", (namespace, name))
+
+    def finish_terminating(self) -> int:
+        """The kubelets are done: every Terminating pod is gone."""
+        gone = [k for k, p in self.objects["pods"].items() if p["metadata"].get("deletionTimestamp")]
+        for key in gone:
+            self._remove("pods", key)
+        return len(gone)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """The Eviction API (kubectl drain): DisruptionTarget on the pod, then it is deleted."""
+        pod = copy.deepcopy(self.objects["pods"][(namespace, name)])
+        pod.setdefault("status", {}).setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+             "message": "Eviction API: evicting"})
+        self._store("pods", pod, "MODIFIED")
+        self._remove("pods", (namespace, name))
 
     async def taint_node(self, name: str, taint: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
         self._write("PATCH", f"nodes/{name}")

@@ -16,7 +16,7 @@ def ranks_of(pods: list[dict]) -> dict[str, str]:
 
 def bound_generation(api_client, core, namespace: str, job: str, n: int, gen: int = 1) -> list[dict]:
     return poll(lambda: (ps := [p for p in pods_of(api_client, core, namespace, job)
-                                if p["metadata"]["name"].startswith(f"{job}-g{gen}-") and p["spec"].get("nodeName")])
+                                if p["metadata"]["name"].startswith(f"{job}.p{gen}-") and p["spec"].get("nodeName")])
                 and len(ps) == n and ps, 120, f"{n} bound pods of generation {gen}")
 
 

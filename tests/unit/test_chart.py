@@ -87,12 +87,15 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("", "events"): {"create", "patch"},
         ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
         ("railyard.dev", "trainingjobs/status"): {"patch"},
+        ("railyard.dev", "trainingjobs/finalizers"): {"update"},
     }
     assert not any("namespaces" in r["resources"] for r in by_kind(docs, "ClusterRole")[0]["rules"])
     role = by_kind(docs, "Role")[0]
-    assert role["metadata"]["namespace"] == "railyard-system"
-    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                              "verbs": ["get", "create", "update"]}]
+    # One Lease per cluster: the same namespace and fixed names for every release (a second fails).
+    assert role["metadata"] == {**role["metadata"], "namespace": "kube-system", "name": "railyard-leader-election"}
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "resourceNames": ["railyard-operator"], "verbs": ["get", "update"]}]
 
 
 def test_optional_monitoring_objects_render_the_plain_rule_file(helm):

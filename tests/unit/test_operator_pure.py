@@ -25,8 +25,7 @@ JOB = {
                  "creationTimestamp": "2026-01-01T00:00:00Z"},
     "spec": {"replicas": 2, "template": {
         "metadata": {"labels": {"team": "a"}},
-        "spec": {"schedulingGates": [{"name": "other"}],
-                 "containers": [{"name": "t", "env": [{"name": "RANK", "value": "99"}, {"name": "KEEP", "value": "1"}],
+        "spec": {"containers": [{"name": "t", "env": [{"name": "RANK", "value": "99"}, {"name": "KEEP", "value": "1"}],
                                  "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
 }
 
@@ -38,7 +37,7 @@ def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]
     assert "nodeSelector" not in spec
-    assert spec["schedulingGates"] == [{"name": "other"}, {"name": "railyard.dev/gang"}]
+    assert spec["schedulingGates"] == [{"name": "railyard.dev/gang"}]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     labels = pod["metadata"]["labels"]
     assert labels["team"] == "a" and labels["railyard.dev/rank"] == "1"
@@ -49,7 +48,7 @@ def test_pod_is_gated_pinned_owned_and_carries_launcher_env():
     assert env["MASTER_ADDR"] == "llm-0.llm.ml.svc" and env["PET_NNODES"] == "2"
     assert env["NCCL_CROSS_NIC"] == "0" and env["RAILYARD_RESTART_COUNT"] == "0"
     assert spec["hostname"] == "llm-1" and spec["subdomain"] == "llm"
-    assert JOB["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "other"}], "template not mutated"
+    assert "schedulingGates" not in JOB["spec"]["template"]["spec"], "template not mutated"
 
 
 def test_no_cross_nic_hint_without_rail_alignment():
@@ -133,6 +132,15 @@ def test_assess_rolls_back_a_placement_whose_node_vanished():
     action = assess(parse_job(placing), [_pod("llm-0", None, gated=True)], smaller, time.time(), 60)
     assert isinstance(action, Rollback) and action.reason == "NodeLost"
     assert action.pods == ("llm-0",)  # the pods already created are deleted
+
+
+def test_a_template_that_sets_what_railyard_owns_is_invalid_naming_the_field():
+    for field, value in (("schedulingGates", [{"name": "other"}]), ("restartPolicy", "OnFailure"),
+                         ("schedulerName", "volcano")):
+        body = {**JOB, "spec": {**JOB["spec"], "template": {"spec": {**JOB["spec"]["template"]["spec"],
+                                                                     field: value}}}}
+        action = assess(parse_job(body), [], snapshot(), time.time(), 60)
+        assert isinstance(action, Invalid) and f"spec.template.spec.{field}" in action.message, action
 
 
 def test_invalid_job_is_reported_not_raised():

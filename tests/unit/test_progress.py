@@ -44,15 +44,15 @@ def _pod(name: str, rank: int, generation: int, uid: str = "u1") -> PodView:
 
 def test_only_the_pod_of_the_rank_of_the_current_generation_may_report():
     job = parse_job({"metadata": {"name": "llm", "namespace": "ml"}, "status": {"restartCount": 1}})
-    ok = _pod("llm-g1-0", 0, 1)
-    assert check_report(report(0, generation=1), "ml", "llm-g1-0", "u1", ok, job) is None
+    ok = _pod("llm.p1-0", 0, 1)
+    assert check_report(report(0, generation=1), "ml", "llm.p1-0", "u1", ok, job) is None
     refusals = {
-        "other namespace": check_report(report(0, 1), "other", "llm-g1-0", "u1", ok, job),
-        "unknown pod": check_report(report(0, 1), "ml", "llm-g1-0", "u1", None, job),
-        "recycled name": check_report(report(0, 1), "ml", "llm-g1-0", "u2", ok, job),
-        "other rank": check_report(report(1, 1), "ml", "llm-g1-0", "u1", ok, job),
+        "other namespace": check_report(report(0, 1), "other", "llm.p1-0", "u1", ok, job),
+        "unknown pod": check_report(report(0, 1), "ml", "llm.p1-0", "u1", None, job),
+        "recycled name": check_report(report(0, 1), "ml", "llm.p1-0", "u2", ok, job),
+        "other rank": check_report(report(1, 1), "ml", "llm.p1-0", "u1", ok, job),
         "old generation": check_report(report(0, 0), "ml", "llm-0", "u1", _pod("llm-0", 0, 0), job),
-        "no job": check_report(report(0, 1), "ml", "llm-g1-0", "u1", ok, None),
+        "no job": check_report(report(0, 1), "ml", "llm.p1-0", "u1", ok, None),
     }
     assert {k: (r.status if r else None) for k, r in refusals.items()} == {
         "other namespace": 403, "unknown pod": 403, "recycled name": 403, "other rank": 403, "old generation": 409,

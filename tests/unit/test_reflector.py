@@ -20,7 +20,7 @@ class ScriptedApi:
         rv = str(100 * self.lists)
         return {"metadata": {"resourceVersion": rv}, "items": [{"metadata": {"name": f"n{self.lists}"}}]}
 
-    def watch(self, path, rv, timeout):
+    def watch(self, path, rv, timeout, silence=None):
         self.watched.append(rv)
         if len(self.watched) == 1:
             yield {"type": "ADDED", "object": {"metadata": {"name": "x", "resourceVersion": "101"}}}

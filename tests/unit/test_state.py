@@ -25,6 +25,7 @@ from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.nodes import not_ready
 
 
 def synced(api: FakeApi, state: ClusterState | None = None) -> ClusterState:
@@ -104,7 +105,7 @@ def test_a_pod_is_gone_only_after_it_was_observed_deleted():
     assert not cond.is_true(status.get("conditions"), cond.FAILED)
     assert status["restartCount"] == 1 and status["lastRestart"]["reason"] == "PodDeleted"
     assert not status.get("processRestarts"), "an infrastructure restart does not count against maxRestarts"
-    assert {p for (_, p) in api.objects["pods"]} == {"pair-g1-0", "pair-g1-1"}
+    assert {p for (_, p) in api.objects["pods"]} == {"pair.p1-0", "pair.p1-1"}
 
 
 # --- 2. resync and readiness -----------------------------------------------------------------------
@@ -420,11 +421,7 @@ def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders():
 # --- node loss: replacement and gang restart ---------------------------------------------------------
 
 def _not_ready(api: FakeApi, state: ClusterState, name: str) -> None:
-    node = copy.deepcopy(api.objects["nodes"][("", name)])
-    for c in node["status"]["conditions"]:
-        if c["type"] == "Ready":
-            c.update(status="Unknown", lastTransitionTime="2026-01-01T00:00:00Z")
-    state.apply_node("MODIFIED", api._store("nodes", node, "MODIFIED"))
+    not_ready(api, state, name)
 
 
 def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_crash(monkeypatch):
@@ -450,9 +447,9 @@ def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_cra
     assert ranks[0] == first[0] and ranks[1] not in (first[0], first[1])
     taints = api.objects["nodes"][("", first[1])]["spec"]["taints"]
     assert {"key": "railyard.dev/unhealthy", "value": "NodeNotReady", "effect": "NoSchedule"} in taints
-    assert {p for (_, p) in api.objects["pods"]} == {"gang-g1-0", "gang-g1-1"}
+    assert {p for (_, p) in api.objects["pods"]} == {"gang.p1-0", "gang.p1-1"}
     assert placed_reason(api, "gang") == "Released"
-    env = {e["name"]: e["value"] for e in api.objects["pods"][("default", "gang-g1-1")]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in api.objects["pods"][("default", "gang.p1-1")]["spec"]["containers"][0]["env"]}
     assert env["RAILYARD_RESTART_COUNT"] == "1" and env["RAILYARD_RESTART_REASON"] == "NodeNotReady"
 
 
@@ -539,8 +536,9 @@ def _gpu_fault(api: FakeApi, state: ClusterState, name: str) -> None:
 
 def _placed_on_a_clock():
     """A 3-replica job placed by a placer (2 s debounce) whose clock the test moves."""
-    api, state, _ = operator_over(6)
     clock = ManualClock(wall=time.time())
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
+    state = synced(api, ClusterState(clock=clock))
     placer = placer_for(state, api, debounce=2.0, clock=clock)
     submit(api, state, make_job("pair", 3))
     run(placer.run_once())
@@ -610,7 +608,7 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined():
 
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
-    state = synced(api)
+    state = synced(api, ClusterState(clock=clock))
     placer = PlacementLoop(state, api, Settings(placement=PlacementSettings(loss_debounce_seconds=0),
                                                 reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
     policy = {"action": "Evict", "threshold": 0.85, "minDurationSeconds": 60, "warmupSteps": 0,
@@ -677,7 +675,7 @@ def test_a_straggler_under_report_only_is_never_evicted():
 
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
-    state = synced(api)
+    state = synced(api, ClusterState(clock=clock))
     placer = PlacementLoop(state, api, Settings(reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
     submit(api, state, make_job("watched", 2, stragglerPolicy={"minDurationSeconds": 30, "warmupSteps": 0,
                                                                "window": {"seconds": 0}}))
@@ -734,7 +732,7 @@ def test_kubectl_scale_shrinks_and_grows_a_running_gang():
     assert status["replicas"] == 2 and status["placement"]["desiredReplicas"] == 2
     kept = [r["node"] for r in sorted(status["placement"]["ranks"], key=lambda r: r["rank"])]
     assert set(kept) <= set(first.values()), "a shrink keeps replicas where they are"
-    env = _env(api, "elastic-g1-0")
+    env = _env(api, "elastic.p1-0")
     assert env["WORLD_SIZE"] == "2" and env["RAILYARD_PREV_WORLD_SIZE"] == "4" and env["PET_NNODES"] == "1:6"
     _scale(api, state, "elastic", 5)
     _running(api, state, placer)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
-from railyard.topology.api import TrainingJobStatus
+from railyard.topology.api import PACKED_FIELD, TrainingJobStatus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 def _differences(model: type[BaseModel], schema: dict[str, Any], path: str) -> list[str]:
     if schema.get("type") == "array":
         schema = schema.get("items") or {}
-    properties = schema.get("properties") or {}
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != PACKED_FIELD}
     fields = {(f.serialization_alias or f.alias or name): f for name, f in model.model_fields.items()}
     out = [f"{path}.{k}: in the model, not in the CRD" for k in sorted(set(fields) - set(properties))]
     out += [f"{path}.{k}: in the CRD, not in the model" for k in sorted(set(properties) - set(fields))]

@@ -1,0 +1,81 @@
+"""An operator over the in-memory API for unit tests of the decision core: the state listed, a loop on a
+clock the test moves, and the steps a test takes (submit, deliver what the watch would, let
+kube-scheduler bind, run a pass)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from railyard.operator.act.loop import PlacementLoop
+from railyard.operator.base.settings import PlacementSettings, Settings
+from railyard.operator.cache.state import KINDS, ClusterState
+
+from tests.support import status as cond
+from tests.support.clock import ManualClock
+from tests.support.clusters import profile_nodes
+from tests.support.fakeapi import FakeApi
+
+
+@dataclass
+class Rig:
+    api: FakeApi
+    state: ClusterState
+    loop: PlacementLoop
+    clock: ManualClock = field(default_factory=ManualClock)
+
+    def deliver(self) -> None:
+        """The watch delivers everything that happened, in order."""
+        for kind, event, obj in list(self.api.log):
+            self.state.apply(kind, event, obj)
+        self.api.log.clear()
+
+    def submit(self, body: dict[str, Any]) -> None:
+        self.api.create_job(body)
+        self.deliver()
+
+    def step(self, passes: int = 1) -> None:
+        """Passes of the loop, each followed by what the watch tells."""
+        for _ in range(passes):
+            asyncio.run(self.loop.run_once())
+            self.deliver()
+
+    def running(self) -> None:
+        """Place, let kube-scheduler bind what was released, see it Running."""
+        self.step()
+        self.api.bind_released()
+        self.deliver()
+        self.step()
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.api.objects["trainingjobs"][("default", name)].get("status") or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        return cond.get(self.status(name).get("conditions"), type_)
+
+    def reason(self, name: str, type_: str = cond.PLACED) -> str | None:
+        return (self.condition(name, type_) or {}).get("reason")
+
+    def nodes_of(self, name: str) -> list[str]:
+        return [r["node"] for r in sorted(self.status(name)["placement"]["ranks"], key=lambda r: r["rank"])]
+
+    def pods(self) -> set[str]:
+        return {name for (_, name) in self.api.objects["pods"]}
+
+    def taints(self, node: str) -> list[dict[str, Any]]:
+        return self.api.objects["nodes"][("", node)]["spec"].get("taints") or []
+
+
+def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, **placement: Any) -> Rig:
+    """A listed operator over `nodes` nodes per TOR; placement settings as given (debounces 0)."""
+    clock = ManualClock(wall=1_800_000_000.0)
+    api = FakeApi(profile_nodes(leaves=leaves, tors=tors, nodes=nodes))
+    state = ClusterState(clock=clock)
+    for kind in KINDS:
+        items, rv = api.listing(kind)
+        state.replace(kind, items, rv)
+    api.log.clear()
+    settings = Settings(placement=PlacementSettings(**{"loss_debounce_seconds": 0, "not_ready_debounce_seconds": 0,
+                                                       **placement}))
+    return Rig(api, state, PlacementLoop(state, api, settings, lambda: True), clock)
