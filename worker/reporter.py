@@ -3,8 +3,14 @@
 Every report carries the rank's recent step samples and its most recent saved checkpoints, so the
 operator can rebuild its view after it restarts (nothing is lost when one report is). Transport:
 HTTP POST to RAILYARD_REPORT_URL with the pod's projected service-account token, or one JSON line
-per report appended to RAILYARD_REPORT_FILE. Reporting never stops training: failures are logged
-(at most once a minute) and the data goes out with the next report.
+per report appended to RAILYARD_REPORT_FILE.
+
+Reporting never slows a step: `progress` and `checkpoint_saved` only record and queue; a background
+thread sends (a checkpoint report is retried until it is delivered, the operator says the attempt is
+over, or `close` gives up). A blackholed endpoint costs the training loop nothing but memory, which
+is bounded (the newest MAX_SAMPLES samples, the newest `keep_checkpoints` saves). Proxy variables are
+ignored for the report URL (the operator is in the cluster; a proxy would see the bearer token).
+Call `close()` before the process exits, so a checkpoint saved on SIGTERM is reported.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +30,7 @@ from railyard.worker.context import Context
 log = logging.getLogger("railyard.worker")
 
 MAX_SAMPLES = 64  # step samples per report; older ones are dropped when reports cannot be sent
+RETRY_SECONDS, RETRY_MAX_SECONDS = 0.5, 8.0  # a checkpoint report's retries, doubling
 
 
 class ReportError(RuntimeError):
@@ -33,16 +41,23 @@ class ReportError(RuntimeError):
 
 class Reporter:
     def __init__(self, ctx: Context, min_interval: float = 5.0, timeout: float = 5.0, keep_checkpoints: int = 4,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, background: bool = True) -> None:
         self.ctx = ctx
         self.min_interval = min_interval
         self.timeout = timeout
+        self.background = background  # False: send on the caller's thread (tests, one-shot tools)
         self._clock = clock
         self._samples: deque[list[float]] = deque(maxlen=MAX_SAMPLES)
         self._checkpoints: deque[dict[str, Any]] = deque(maxlen=keep_checkpoints)
         self._step: int | None = None
         self._last_sent = float("-inf")
         self._last_warning = float("-inf")
+        self._lock = threading.Lock()
+        self._due = threading.Event()  # something is waiting to be sent
+        self._unsent_checkpoint = False  # a save not yet delivered: retried until it is
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._opener = _opener(ctx.report_ca_file if ctx.report_url and ctx.report_url.startswith("https:") else None)
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
         self.stale = False  # the operator says this rank belongs to an older attempt
         self.sent = 0
@@ -54,22 +69,24 @@ class Reporter:
 
     def progress(self, step: int, compute_seconds: float | None = None, step_seconds: float | None = None) -> bool:
         """Record one finished step. `compute_seconds`: this rank's time before the blocking collective
-        (what straggler detection scores); `step_seconds`: the whole step. Sent at most every
-        `min_interval` seconds; True when a report went out."""
-        self._step = step
-        self._samples.append([step, -1.0 if compute_seconds is None else compute_seconds,
-                              -1.0 if step_seconds is None else step_seconds])
+        (what straggler detection scores); `step_seconds`: the whole step. A report is due at most every
+        `min_interval` seconds; True when one was sent (or, in the background, queued)."""
+        with self._lock:
+            self._step = step
+            self._samples.append([step, -1.0 if compute_seconds is None else compute_seconds,
+                                  -1.0 if step_seconds is None else step_seconds])
         if self._clock() - self._last_sent < self.min_interval:
             return False
-        return self.flush()
+        return self._submit()
 
     def checkpoint_saved(self, step: int, path: str) -> bool:
-        """This rank finished writing its part of the checkpoint of `step`; reported at once, retried
-        briefly when the operator is busy (429) or between leaders (503): the process may be about
-        to exit after a SIGTERM, and this report is what a restart resumes from."""
-        self._checkpoints.append({"step": step, "path": path})
-        self._step = max(self._step or 0, step)
-        return self.flush(retries=3)
+        """This rank finished writing its part of the checkpoint of `step`: due at once, and retried
+        until delivered (this report is what a restart resumes from)."""
+        with self._lock:
+            self._checkpoints.append({"step": step, "path": path})
+            self._step = max(self._step or 0, step)
+            self._unsent_checkpoint = True
+        return self._submit(retries=3)
 
     def checkpoint_requested(self, step: int) -> bool:
         """The operator asked every rank to save this step (before evicting a straggler or resizing):
@@ -79,21 +96,60 @@ class Reporter:
         return target is not None and step == target
 
     def payload(self) -> dict[str, Any]:
-        return {
-            "namespace": self.ctx.namespace, "job": self.ctx.job, "rank": self.ctx.rank,
-            "restartCount": self.ctx.restart_count, "step": self._step,
-            "samples": list(self._samples), "checkpoints": list(self._checkpoints), "sentAt": time.time(),
-        }
+        with self._lock:
+            return {
+                "namespace": self.ctx.namespace, "job": self.ctx.job, "rank": self.ctx.rank,
+                "restartCount": self.ctx.restart_count, "step": self._step,
+                "samples": list(self._samples), "checkpoints": list(self._checkpoints), "sentAt": time.time(),
+            }
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Deliver what is pending (a checkpoint saved on SIGTERM) within `timeout`, then stop the
+        sender. True when nothing was left unsent."""
+        if not self.enabled:
+            return True
+        if self._thread is None:
+            return self.flush(retries=3)
+        self._closing = True
+        self._due.set()
+        self._thread.join(timeout)
+        return not self._unsent_checkpoint and not self._thread.is_alive()
+
+    def _submit(self, retries: int = 0) -> bool:
+        if not self.enabled:
+            return False
+        self._last_sent = self._clock()
+        if not self.background:
+            return self.flush(retries)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="railyard-reporter", daemon=True)
+            self._thread.start()
+        self._due.set()
+        return True
+
+    def _run(self) -> None:
+        """The sender: one report whenever one is due; an undelivered checkpoint again after a pause."""
+        pause = RETRY_SECONDS
+        while True:
+            self._due.wait(pause if self._unsent_checkpoint else None)
+            self._due.clear()
+            delivered = self.flush()
+            if delivered or not self._unsent_checkpoint or self.stale:
+                pause = RETRY_SECONDS
+            else:
+                pause = min(RETRY_MAX_SECONDS, pause * 2)
+            if self._closing and (delivered or not self._unsent_checkpoint or self.stale):
+                return
 
     def flush(self, retries: int = 0, backoff: float = 0.5) -> bool:
-        """Send what is pending now; `retries` more attempts (doubling waits) on 429, 503 or a
-        network error."""
+        """Send what is pending now, on this thread; `retries` more attempts (doubling waits) on 429,
+        503 or a network error."""
         if not self.enabled:
             return False
         for attempt in range(retries + 1):
-            self._last_sent = self._clock()
+            body = self.payload()
             try:
-                answer = self._send(self.payload())
+                answer = self._send(body)
                 break
             except ReportError as e:
                 if e.status == 409:
@@ -106,7 +162,13 @@ class Reporter:
                     self._warn(f"report not sent: {e}")
                     return False
             time.sleep(backoff * 2 ** attempt)
-        self._samples.clear()
+        with self._lock:
+            sent = {s[0] for s in body["samples"]}
+            kept = [s for s in self._samples if s[0] not in sent]  # added while this report was on its way
+            self._samples.clear()
+            self._samples.extend(kept)
+            if self._checkpoints and body["checkpoints"] and body["checkpoints"][-1] == self._checkpoints[-1]:
+                self._unsent_checkpoint = False
         self.directives = answer.get("directives") or {}
         self.sent += 1
         return True
@@ -127,11 +189,18 @@ class Reporter:
             token = f.read().strip()
         request = urllib.request.Request(self.ctx.report_url, data=data, method="POST", headers={
             "Content-Type": "application/json", "Authorization": f"Bearer {token}"})
-        context = ssl.create_default_context(cafile=self.ctx.report_ca_file) \
-            if self.ctx.report_url.startswith("https:") else None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as e:
             raise ReportError(e.code, e.read().decode(errors="replace")[:300]) from None
         return json.loads(raw) if raw else {}
+
+
+def _opener(ca_file: str | None) -> urllib.request.OpenerDirector:
+    """An opener that ignores http(s)_proxy (the bearer token must not travel through a proxy) and,
+    for https, trusts the CA it is given."""
+    handlers: list[Any] = [urllib.request.ProxyHandler({})]
+    if ca_file:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
+    return urllib.request.build_opener(*handlers)

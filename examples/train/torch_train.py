@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             break
     else:
         emit("done", step=args.steps - 1, loss=loss.item())
+    reporter.close()  # what was saved (on SIGTERM too) is delivered before the process exits
     dist.destroy_process_group()
     return 0
 

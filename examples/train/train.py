@@ -122,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
             reporter.checkpoint_saved(step, path)
             emit("checkpoint", step=step, path=path, reported=reporter.enabled)
         if stopping:
+            reporter.close()  # the checkpoint saved on SIGTERM is delivered before the process exits
             emit("stop", step=step, loss=loss)
             return 0
         if reporter.stale:
             emit("stale", step=step)  # this attempt was replaced: stop quietly
             return 0
-    reporter.flush()
+    reporter.close()
     emit("done", step=args.steps - 1, loss=loss, weights=weights)
     return 0
 

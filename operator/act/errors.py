@@ -44,11 +44,12 @@ class JobErrors:
         patch = transitions.internal_error(job, message, utc(self.ctx.clock.time()))
         if patch is None:
             return
+        # The Event first: the job's own status may be what fails.
+        await self.events.warning(job, PlacedReason.INTERNAL_ERROR, message, key=f"{stage}/{type(error).__name__}")
         try:
             await self.writer.patch(self.writer.current(job), patch)
-            await self.events.warning(job, PlacedReason.INTERNAL_ERROR, message, key=f"{stage}/{type(error).__name__}")
-        except Exception as e:  # the job's own status may be what fails: the log line above has it
-            log.warning("job %s/%s: could not report the error: %s", *job.key, e)
+        except Exception as e:  # the log line above has the error itself
+            log.warning("job %s/%s: could not write the error to its status: %s", *job.key, e)
 
     async def cleared(self, job: Job) -> None:
         """A step succeeded: forget the errors; lift Stalled if it was set."""

@@ -61,21 +61,30 @@ def _node_of(pod: PodView) -> str | None:
 
 
 def _stuck(pods: Sequence[PodView], snapshot: Snapshot, now: float, force_after: float,
-           seen: Seen | None) -> tuple[str, ...]:
-    """Pods Terminating for longer than `force_after` on a node that is gone or not Ready: no kubelet
-    will ever confirm their deletion, so only a forced delete frees the name (and their GPUs)."""
+           seen: Seen | None, health: Mapping[str, NodeHealth] | None) -> tuple[str, ...]:
+    """Terminating pods no kubelet will ever finish, so only a forced delete frees the name (and the
+    GPUs): on a node that is gone or out-of-service at once, on a node NotReady for `force_after`
+    (observed). With no health to go by (a one-shot caller), those Terminating for `force_after` on a
+    node the snapshot does not have."""
     out = []
     for p in pods:
         if not p.terminating:
             continue
-        since = seen.terminating.get(p.name) if seen is not None else None
-        waited = seen.now - since if seen is not None and since is not None else seconds_since(p.deleted_at, now)
-        if waited < force_after:
-            continue
         node = _node_of(p)
-        if node is None or not snapshot.has_node(node):
+        if health is not None and seen is not None:
+            if _never_finishes(health.get(node) if node is not None else None, seen.now, force_after):
+                out.append(p.name)
+            continue
+        waited = seconds_since(p.deleted_at, now)
+        if waited >= force_after and (node is None or not snapshot.has_node(node)):
             out.append(p.name)
     return tuple(out)
+
+
+def _never_finishes(h: NodeHealth | None, now: float, force_after: float) -> bool:
+    if h is None or h.out_of_service:
+        return True
+    return not h.ready and h.not_ready_seen is not None and now - h.not_ready_seen >= force_after
 
 
 def node_losses(placement: PlacementStatus, tolerations: Sequence[Mapping[str, Any]],
@@ -101,7 +110,7 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
            force_after: float = 60.0, conflict_retry: float = 30.0,
            health: Mapping[str, NodeHealth] | None = None, seen: Seen | None = None) -> Action:
     generation = job.generation
-    force = _stuck(pods, snapshot, now, force_after, seen)
+    force = _stuck(pods, snapshot, now, force_after, seen, health)
     if job.finished:
         alive = tuple(p.name for p in pods if not p.finished and not p.terminating)
         return Cleanup(alive, force) if alive or force else Done()

@@ -67,6 +67,7 @@ class Reflector:
         self.delay_events = delay_events  # fault injection for tests: a lagging watch
         self.silence_seconds = silence_seconds
         self.last_rv = 0  # the newest resourceVersion delivered (events, bookmarks, lists)
+        self._resume_at: str | None = None  # where an interrupted watch picks up
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lists = 0
@@ -100,6 +101,7 @@ class Reflector:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
             except Exception as e:  # the connection dropped or went silent: resume from the last version
+                rv = self._resume_at or rv
                 log.warning("%s: watch interrupted (%s); resuming from %s in %.1fs", self.kind, e, rv, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -125,10 +127,13 @@ class Reflector:
         metrics.RELISTS.labels(self.kind).inc()
         self._deliver("REPLACE", items, int(list_rv) if list_rv.isdigit() else None)
         self._seen(list_rv)
+        self._resume_at = list_rv
         return list_rv
 
-    def _read(self, obj: dict[str, Any]) -> Any:
+    def _read(self, obj: Any) -> Any:
         try:
+            if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+                raise ValueError(f"not an API object: {str(obj)[:80]!r}")
             return self.transform(obj)
         except Exception:
             meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -149,6 +154,7 @@ class Reflector:
                     raise Expired()
                 raise ApiException(status=obj.get("code"), reason=obj.get("message"))
             rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+            self._resume_at = rv
             if kind != "BOOKMARK" and kind:
                 payload = self._read(obj)
                 if payload is not None:

@@ -84,7 +84,8 @@ def test_lost_nodes_are_replaced_next_to_them_and_the_gang_restarts(operator, ap
             assert pod["spec"]["hostname"] == f"resilient-{pod['metadata']['labels']['railyard.dev/rank']}"
             assert len(gpus_of(pod)) == 8
         poll(lambda: not [p for p in pods_of(api_client, core, namespace, "resilient")
-                          if not p["metadata"]["name"].startswith("resilient.p1-")], 60, "generation 0 gone")
+                          if not p["metadata"]["name"].startswith("resilient.p1-")], 90,
+             "generation 0 gone (on the dark nodes: force-deleted once NotReady for RAILYARD_FORCE_DELETE_SECONDS)")
         assert_no_gpu_double_booked(api_client, core)
         events = {e.reason for e in core.list_namespaced_event(
             namespace, field_selector="involvedObject.name=resilient").items}

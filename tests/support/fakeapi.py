@@ -32,6 +32,7 @@ class FakeApi:
         self.writes: list[tuple[str, str]] = []
         self.deletions: list[tuple[str, int | None]] = []  # (pod, gracePeriodSeconds asked for)
         self.refuse_pods: ApiException | None = None  # set: every pod create is refused with it (a quota)
+        self.refuse_status: dict[str, ApiException] = {}  # job name -> the error its status writes get
         self.graceful = False  # set: a graceful pod delete leaves the pod Terminating (a real kubelet's time)
         self.fence: Callable[[], bool] | None = None
         for node in nodes:
@@ -113,6 +114,8 @@ class FakeApi:
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any],
                                resource_version: str | None = None) -> dict[str, Any] | None:
         self._write("PATCH", f"trainingjobs/{name}/status")
+        if name in self.refuse_status:
+            raise self.refuse_status[name]
         job = self.objects["trainingjobs"].get((namespace, name))
         if job is None:
             return None

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 RELEASE = "railyard-e2e"
 NAMESPACE = "railyard-e2e"
 FULLNAME = f"{RELEASE}-railyard"  # charts/railyard/templates/_helpers.tpl
+LEADER_ROLE, LEASE_NAMESPACE = "railyard-leader-election", "kube-system"  # the chart's defaults
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Identity:
 
     def prepare(self, namespace: str) -> None:
         """Create the lease namespace and grant the chart's lease Role there (the operator creates no
-        namespaces, and its Role lives in the release namespace)."""
+        namespaces, and the chart's Role lives in the cluster's one lease namespace)."""
         from kubernetes import client, config
 
         api = config.new_client_from_config(config_file=self.admin_kubeconfig)
@@ -71,7 +72,9 @@ def install(helm: str, admin_kubeconfig: str, workdir: Path) -> Identity:
         "users": [{"name": "railyard", "user": {"token": token}}],
         "contexts": [{"name": "railyard", "context": {"cluster": "c", "user": "railyard"}}],
     }))
-    role = client.RbacAuthorizationV1Api(api).read_namespaced_role(f"{FULLNAME}-leader", NAMESPACE)
+    # The chart's lease Role (one per cluster, in leaderElection.namespace); each test's operator gets a
+    # copy in its own lease namespace, so operators of different tests never share a Lease.
+    role = client.RbacAuthorizationV1Api(api).read_namespaced_role(LEADER_ROLE, LEASE_NAMESPACE)
     return Identity(admin_kubeconfig, str(path), api.sanitize_for_serialization(role))
 
 

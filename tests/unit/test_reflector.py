@@ -43,3 +43,66 @@ def test_a_410_in_the_watch_means_a_fresh_list_then_a_watch_from_its_version():
     assert api.lists == 2 and api.watched[:2] == ["100", "200"]
     kinds = [(d[1], d[3]) for d in delivered]
     assert kinds[:3] == [("REPLACE", 100), ("ADDED", None), ("REPLACE", 200)]
+
+
+class DroppingApi:
+    """A watch that drops its connection once, then one that stays quiet; a malformed object in the list."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.watched: list[str] = []
+        self.done = threading.Event()
+
+    def list_page(self, path, limit, cont):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "100"},
+                "items": [{"metadata": {"name": "good"}}, "not an object"]}
+
+    def watch(self, path, rv, timeout, silence=None):
+        self.watched.append(rv)
+        if len(self.watched) == 1:
+            yield {"type": "ADDED", "object": {"metadata": {"name": "x", "resourceVersion": "105"}}}
+            raise ConnectionResetError("connection reset by peer")
+        self.done.set()
+        yield from ()
+
+
+def test_a_dropped_watch_resumes_from_the_last_version_and_a_bad_object_is_skipped():
+    api = DroppingApi()
+    delivered: list = []
+    loop = asyncio.new_event_loop()
+    reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)
+    reflector.start()
+    assert api.done.wait(10)
+    reflector.stop()
+    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.close()
+    assert api.lists == 1, "a transport error is no reason to list again"
+    assert api.watched[:2] == ["100", "105"], "the watch resumed where it was"
+    replace = next(d for d in delivered if d[1] == "REPLACE")
+    assert [o["metadata"]["name"] for o in replace[2]] == ["good"], "the malformed object was skipped"
+    assert reflector.last_rv == 105
+
+
+class QuietApi:
+    def __init__(self, store_rv: str) -> None:
+        self.store_rv = store_rv
+        self.lists = 0
+
+    def list_page(self, path, limit, cont):
+        self.lists += 1
+        return {"metadata": {"resourceVersion": self.store_rv}, "items": []}
+
+    def watch(self, path, rv, timeout, silence=None):
+        yield from ()
+
+
+def test_catching_up_lists_again_only_when_the_watch_has_not_reached_the_quorum_version():
+    loop = asyncio.new_event_loop()
+    api = QuietApi("500")
+    reflector = Reflector(api, "nodes", lambda *a: None, loop)
+    reflector.last_rv = 500
+    assert reflector.catch_up(wait=0.1) == "watch" and api.lists == 1, "one limit=1 read, nothing more"
+    reflector.last_rv = 400  # a quiet kind: no event since the store moved on
+    assert reflector.catch_up(wait=0.1) == "re-listed" and api.lists == 3
+    loop.close()

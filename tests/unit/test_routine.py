@@ -274,35 +274,25 @@ def test_repeated_infrastructure_restarts_back_off_and_stop_at_the_hourly_cap():
     r.submit(make_job("flaky", 1))
     r.running()
 
-    def deleted() -> None:
-        pod = next(p for p in r.pods())
-        r.api._remove("pods", ("default", pod))
+    def pod_deleted_then(wait: float) -> int:
+        """Someone deletes the running rank; the operator looks again `wait` seconds later."""
+        r.api.bind_released()
         r.deliver()
+        r.api._remove("pods", ("default", next(iter(r.pods()))))
+        r.deliver()
+        r.clock.advance(wait)
+        r.step()
+        return int(r.status("flaky").get("restartCount") or 0)
 
-    deleted()
+    assert pod_deleted_then(0) == 1, "the first restart is at once"
     r.step()
-    assert r.status("flaky")["restartCount"] == 1, "the first restart is at once"
-    r.api.bind_released()
-    r.deliver()
-    deleted()
-    r.step()
-    assert r.status("flaky")["restartCount"] == 1, "the second waits its backoff"
+    assert pod_deleted_then(0) == 1, "the second waits its backoff (10 s)"
     r.clock.advance(10)
     r.step()
     assert r.status("flaky")["restartCount"] == 2
-    r.api.bind_released()
-    r.deliver()
-    deleted()
-    r.clock.advance(20)
-    r.step()
-    assert r.status("flaky")["restartCount"] == 3
-    r.api.bind_released()
-    r.deliver()
-    deleted()
-    r.clock.advance(40)
-    r.step()
+    assert pod_deleted_then(20) == 3, "the third after 20 s"
+    assert pod_deleted_then(40) == 3, "three in the hour: capped"
     status = r.status("flaky")
-    assert status["restartCount"] == 3, "three in the hour: capped"
     assert (cond.get(status["conditions"], cond.DEGRADED) or {}).get("reason") == "RestartCap"
     assert not status.get("processRestarts"), "never counted against maxRestarts"
     r.clock.advance(3600)
@@ -342,3 +332,21 @@ def test_a_single_node_loss_does_not_trip_the_breaker():
     not_ready(r.api, r.state, r.nodes_of("gang")[0])
     r.step()
     assert r.status("gang")["restartCount"] == 1
+
+
+def test_a_status_write_that_keeps_failing_backs_off_and_never_stops_the_others():
+    from railyard.operator.kube.client import ApiException
+
+    r = rig(nodes=4)
+    r.api.refuse_status["stuck"] = ApiException(status=422, reason="Unprocessable Entity")
+    r.submit(make_job("stuck", 1))
+    r.submit(make_job("fine", 1))
+    attempts = []
+    for _ in range(6):  # 6 passes within a few seconds
+        r.step()
+        attempts.append(sum(1 for w in r.api.writes if w == ("PATCH", "trainingjobs/stuck/status")))
+        r.clock.advance(1)
+    assert r.reason("fine") == "Released", "one job's failing writes stop nobody else"
+    assert attempts[-1] <= 4, f"retried in a tight loop: {attempts}"
+    events = [e for e in r.api.posted_events if e["reason"] == "InternalError"]
+    assert events and "422" in events[0]["message"], events

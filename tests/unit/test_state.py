@@ -860,3 +860,33 @@ def test_a_restart_on_a_topology_with_a_zone_level_counts_domains_at_every_level
     assert status["restartCount"] == 1 and placed_reason(api, "gang") == "Released"
     assert [d["level"] for d in status["placement"]["domains"]] == ["zone", "spine", "leaf", "tor"]
     assert status["placement"]["domains"][0]["count"] == 1
+
+
+def test_a_list_that_goes_back_in_time_resets_the_kind():
+    # An etcd restore: the store's versions are older than what the state holds; without a reset the
+    # restored objects would be refused as old versions and deleted objects would linger.
+    api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=2))
+    state = synced(api)
+    job = api.create_job(make_job("before-restore", 1))
+    state.apply_job("ADDED", job)
+    restored = copy.deepcopy(job)
+    restored["metadata"]["resourceVersion"] = "50"  # the restored store is behind
+    restored["spec"]["priority"] = 9
+    state.replace("trainingjobs", [restored], 60)
+    assert state.resets == 1
+    assert state.jobs[("default", "before-restore")].body["spec"]["priority"] == 9
+
+
+def test_a_tor_id_under_two_leaves_is_not_merged_into_one_switch():
+    nodes = profile_nodes(leaves=2, tors=1, nodes=2)
+    clash = [n for n in nodes if n["metadata"]["labels"]["topology.railyard.dev/leaf"].endswith("-1")]
+    for node in clash:  # the second leaf's TOR carries the first leaf's TOR id
+        node["metadata"]["labels"]["topology.railyard.dev/tor"] = nodes[0]["metadata"]["labels"][
+            "topology.railyard.dev/tor"]
+    state = ClusterState()
+    state.replace("nodes", nodes, None)
+    snapshot = state.snapshot()
+    excluded = {e.node: e.reason for e in snapshot.excluded}
+    assert set(excluded) == {n["metadata"]["name"] for n in clash} or \
+        set(excluded) == {n["metadata"]["name"] for n in nodes if n not in clash}
+    assert all("also under leaf" in why for why in excluded.values()), excluded

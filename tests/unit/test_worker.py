@@ -43,7 +43,7 @@ def test_reports_go_to_a_file_one_json_line_each(tmp_path):
     path = tmp_path / "reports.jsonl"
     ctx = context({"RANK": "1", "WORLD_SIZE": "2", "RAILYARD_JOB_NAME": "j", "RAILYARD_REPORT_FILE": str(path)})
     clock = [0.0]
-    reporter = Reporter(ctx, min_interval=5, clock=lambda: clock[0])
+    reporter = Reporter(ctx, min_interval=5, clock=lambda: clock[0], background=False)
     assert reporter.progress(1, compute_seconds=0.5)
     assert not reporter.progress(2, compute_seconds=0.6), "throttled inside min_interval"
     assert reporter.checkpoint_saved(2, "/c/2"), "a checkpoint goes out at once"
@@ -81,7 +81,7 @@ def test_reports_over_http_carry_the_token_and_survive_refusals(tmp_path):
         _Operator.seen = []
         ctx = context({"RANK": "0", "RAILYARD_JOB_NAME": "j", "RAILYARD_TOKEN_FILE": str(token),
                        "RAILYARD_REPORT_URL": f"http://127.0.0.1:{server.server_port}/v1/reports"})
-        reporter = Reporter(ctx, min_interval=0)
+        reporter = Reporter(ctx, min_interval=0, background=False)
         assert not reporter.progress(1, compute_seconds=1.0)  # 503: kept for the next report
         token.write_text("tok-2\n")  # kubelet rotated the projected token
         assert reporter.progress(2, compute_seconds=1.1)
@@ -104,3 +104,83 @@ def test_sigterm_sets_the_stop_flag_instead_of_killing_the_process():
         assert flag.wait(5) and flag.signal == signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _Blackhole:
+    """An endpoint that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_blackholed_endpoint_costs_the_step_loop_under_a_millisecond_a_step(tmp_path):
+    import time
+
+    token = tmp_path / "token"
+    token.write_text("tok")
+    hole = _Blackhole()
+    try:
+        ctx = context({"RANK": "0", "RAILYARD_JOB_NAME": "j", "RAILYARD_TOKEN_FILE": str(token),
+                       "RAILYARD_REPORT_URL": f"http://127.0.0.1:{hole.port}/v1/reports"})
+        reporter = Reporter(ctx, min_interval=0, timeout=30)
+        steps = 2000
+        started = time.perf_counter()
+        for step in range(steps):
+            reporter.progress(step, compute_seconds=0.1, step_seconds=0.2)
+            if step % 500 == 0:
+                reporter.checkpoint_saved(step, f"/c/{step}")
+        per_step = (time.perf_counter() - started) / steps
+        assert per_step < 0.001, f"{per_step * 1000:.3f} ms a step with a dead endpoint"
+        payload = reporter.payload()
+        assert len(payload["samples"]) <= 64 and len(payload["checkpoints"]) <= 4, "memory stays bounded"
+    finally:
+        hole.close()
+
+
+def test_a_checkpoint_saved_on_the_way_out_is_delivered_in_the_background_before_close_returns(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("tok")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Operator)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _Operator.answers = [(503, {"reason": "not_leader"}), (503, {"reason": "not_leader"}),
+                             (200, {"accepted": True})]
+        _Operator.seen = []
+        ctx = context({"RANK": "0", "RAILYARD_JOB_NAME": "j", "RAILYARD_TOKEN_FILE": str(token),
+                       "RAILYARD_REPORT_URL": f"http://127.0.0.1:{server.server_port}/v1/reports"})
+        reporter = Reporter(ctx, min_interval=60)
+        assert reporter.checkpoint_saved(7, "/c/7"), "queued at once, sent by the background thread"
+        assert reporter.close(timeout=20), "delivered before the process exits"
+        assert _Operator.seen[-1][1]["checkpoints"] == [{"step": 7, "path": "/c/7"}]
+    finally:
+        server.shutdown()
+
+
+def test_the_report_url_never_goes_through_a_proxy(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("secret-token")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Operator)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = _Blackhole()  # a proxy would see the bearer token; this one would also hang the report
+    try:
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        _Operator.answers = [(200, {"accepted": True})]
+        _Operator.seen = []
+        ctx = context({"RANK": "0", "RAILYARD_JOB_NAME": "j", "RAILYARD_TOKEN_FILE": str(token),
+                       "RAILYARD_REPORT_URL": f"http://127.0.0.1:{server.server_port}/v1/reports"})
+        assert Reporter(ctx, min_interval=0, timeout=5, background=False).progress(1)
+        assert _Operator.seen and _Operator.seen[0][0] == "Bearer secret-token"
+    finally:
+        server.shutdown()
+        proxy.close()
