@@ -31,9 +31,10 @@ class Checkpoints:
         """Ask every rank to save one step (a pending request is reused); True once every rank of the
         attempt reported that step saved, or after `timeout`."""
         now = self.ctx.clock.time()
-        progress = self.ctx.book.jobs[job.key]
         if memory.checkpoint is None:
-            step = checkpoint_step(progress.max_step, self.ctx.settings.reports.worker_interval_seconds, step_seconds)
+            with self.ctx.book.lock:
+                max_step = self.ctx.book.jobs[job.key].max_step
+            step = checkpoint_step(max_step, self.ctx.settings.reports.worker_interval_seconds, step_seconds)
             memory.checkpoint = CheckpointRequest(step, now + timeout)
             self.ctx.book.ask_checkpoint(job.key, step)
             return False

@@ -102,7 +102,9 @@ class ReportFlusher:
         spec = job.spec
         assert spec is not None
         stages = {r: pipeline_stage(r, len(ranks), spec.gpus_per_replica, spec.parallelism) for r in rank_nodes}
-        scores = score(progress.samples(), rank_nodes, tors, policy, progress.first_step or 0, stages)
+        with self.ctx.book.lock:  # the report endpoint's thread records into it
+            samples, first_step = progress.samples(), progress.first_step or 0
+        scores = score(samples, rank_nodes, tors, policy, first_step, stages)
         if scores is None:
             return {}, None, []
         tracker = memory.tracker(restart_count)

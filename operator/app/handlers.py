@@ -67,7 +67,7 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
         r.start()
     leader.start()
     metrics.serve(config.metrics.port)
-    await reports.start()
+    reports.start()
     memo.update(api=api, leader=leader, state=state, loop=loop_, reflectors=reflectors, reports=reports,
                 tasks=[asyncio.create_task(loop_.run(), name="railyard-placer"),
                        asyncio.create_task(_measure_lag(), name="railyard-lag")])
@@ -93,7 +93,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         r.stop()
     reports: ReportServer | None = memo.get("reports")
     if reports is not None:
-        await reports.stop()
+        reports.stop()
     leader: LeaderElector | None = memo.get("leader")
     api: KubeApi | None = memo.get("api")
     if leader is not None:

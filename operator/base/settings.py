@@ -133,6 +133,9 @@ class ReportSettings(_Settings):
     tls_key: str = Field(default_factory=_env("REPORT_TLS_KEY", "", str))
     # Per pod: sustained reports per second (bursts of 10 allowed); more get HTTP 429.
     rate_per_second: float = Field(default_factory=_env("REPORT_RATE", 2.0, float), gt=0)
+    # Per source address, checked before the token is reviewed: sustained requests per second (bursts
+    # of 50). One address can carry a node's 8 ranks (hostNetwork pods) and their retries.
+    source_rate_per_second: float = Field(default_factory=_env("REPORT_SOURCE_RATE", 50.0, float), gt=0)
     # A job's status is written at most this often for report-derived fields (lastCheckpoint).
     flush_seconds: float = _seconds("REPORT_FLUSH_SECONDS", 5.0)
     # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request

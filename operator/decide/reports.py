@@ -56,6 +56,8 @@ def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_ui
                        f"{report.rank} of job {report.job!r}")
     if job is None:
         return Refusal(404, "unknown_job", f"TrainingJob {report.namespace}/{report.job} not found")
+    if job.uid and pod.owner_uid != job.uid:  # a look-alike pod of the tenant's own making
+        return Refusal(403, "forbidden", f"pod {pod_name} is not owned by TrainingJob {report.job} (uid {job.uid})")
     current = job.restart_count
     pod_restarts = pod.labels.get(LABEL_RESTART, "0")
     if report.restart_count != current or pod_restarts != str(current):

@@ -1,18 +1,24 @@
 """The endpoint railyard.worker posts to: POST /v1/reports (JSON, see decide/reports.WorkerReport).
 
-Each request is authenticated with the pod's projected service-account token (audience
-`railyard.dev`), checked by TokenReview: the token names the pod it is bound to, and the pod must be
-the one running the reported rank of the job's current attempt. Answers:
-200 {"accepted": true, "directives": {...}} | 400 malformed | 401 no or bad token | 403 not your rank |
-409 stale attempt | 429 too many reports | 503 not the leader (the worker retries; the Service
-spreads retries over the replicas).
+Served by kube/bounded_http (its own thread and event loop, TLS when a certificate is given; header,
+body and connection limits). Every other limit holds before any work is done for a request:
+- per source address, a token bucket first (RAILYARD_REPORT_SOURCE_RATE a second, bursts of 50);
+- TokenReviews run at most REVIEWS_IN_FLIGHT at a time with at most REVIEWS_WAITING queued; beyond
+  that the answer is 429 at once, so a flood of bogus tokens costs the API server a bounded rate;
+- a token is accepted only when the review says it is valid for the endpoint's audience
+  (status.audiences) and bound to a pod, and that pod runs the reported rank of the job's current
+  attempt (decide/reports.check_report); then a bucket per pod (RAILYARD_REPORT_RATE).
+Answers: 200 {"accepted": true, "directives": {...}} | 400 malformed | 401 no or bad token | 403 not
+your rank | 404 no such path | 405 not POST | 409 stale attempt | 413 too large | 429 too many | 503
+not the leader (the reports Service selects the leader only; 503 covers the hand-over).
 
-Reports only update the in-memory ProgressBook; the actors write what they add up to
-(status.lastCheckpoint) in batches, never one API write per report.
+Reports only update the in-memory ProgressBook (under its lock); the actors write what they add up
+to in batches, never one API write per report.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -23,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiohttp import web
 from pydantic import ValidationError
 from railyard.operator.base import metrics
 from railyard.operator.base.settings import ReportSettings
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
+from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
 from railyard.topology.documents import format_validation
 
 log = logging.getLogger("railyard.reports")
@@ -37,6 +43,9 @@ log = logging.getLogger("railyard.reports")
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
 SA_PREFIX = "system:serviceaccount:"
+PATH = "/v1/reports"
+REVIEWS_IN_FLIGHT, REVIEWS_WAITING = 8, 64
+SOURCE_BURST, POD_BURST = 50.0, 10.0
 
 
 class TokenReviewer(Protocol):
@@ -53,7 +62,7 @@ class PodIdentity:
 
 
 class _Bucket:
-    """Token bucket per pod: `rate` per second sustained, bursts of `burst`."""
+    """Token bucket: `rate` per second sustained, bursts of `burst`."""
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
@@ -67,6 +76,23 @@ class _Bucket:
         return True
 
 
+class _Buckets:
+    """One bucket per key, bounded: when full, the idlest half is forgotten."""
+
+    def __init__(self, rate: float, burst: float, most: int) -> None:
+        self.rate, self.burst, self.most = rate, burst, most
+        self._by_key: dict[str, _Bucket] = {}
+
+    def take(self, key: str, now: float) -> bool:
+        bucket = self._by_key.get(key)
+        if bucket is None:
+            if len(self._by_key) >= self.most:
+                for old in sorted(self._by_key, key=lambda k: self._by_key[k].at)[:self.most // 2]:
+                    del self._by_key[old]
+            bucket = self._by_key[key] = _Bucket(self.rate, self.burst, now)
+        return bucket.take(now)
+
+
 class ReportServer:
     def __init__(self, state: ClusterState, book: ProgressBook, reviewer: TokenReviewer, settings: ReportSettings,
                  is_leader: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
@@ -77,48 +103,58 @@ class ReportServer:
         self.is_leader = is_leader
         self.clock = clock
         self._identities: dict[str, tuple[PodIdentity | None, float]] = {}  # token digest -> (who, until)
-        self._buckets: dict[str, _Bucket] = {}
-        self._runner: web.AppRunner | None = None
+        self._pods = _Buckets(settings.rate_per_second, POD_BURST, 100_000)
+        self._sources = _Buckets(settings.source_rate_per_second, SOURCE_BURST, 100_000)
+        self._reviews: asyncio.Semaphore | None = None  # made on the server's own loop
+        self._waiting = 0
+        self.http: BoundedHttpServer | None = None
 
-    async def start(self) -> None:
+    def start(self) -> bool:
+        """Listen on the configured port from a thread of its own; False when off or the port is taken
+        (logged: placement matters more than reports)."""
         if self.settings.port <= 0:
-            return
-        app = web.Application(client_max_size=256 * 1024)
-        app.router.add_post("/v1/reports", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
+            return False
         context = None
         if self.settings.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
-        try:
-            await web.TCPSite(self._runner, "0.0.0.0", self.settings.port, ssl_context=context).start()
-        except OSError as e:  # placement matters more than reports (as for the metrics port)
-            log.error("report endpoint: port %d unavailable (%s); worker reports are refused", self.settings.port, e)
-            return
-        log.info("report endpoint on port %d (%s)", self.settings.port, "https" if context else "http")
+        self.http = BoundedHttpServer(self.answer, self.settings.port, context, name="railyard-reports")
+        if not self.http.start():
+            log.error("report endpoint unavailable; worker reports are refused")
+            return False
+        log.info("report endpoint on port %d (%s)", self.http.port, "https" if context else "http")
+        return True
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.stop()
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def answer(self, request: Request) -> tuple[int, dict[str, Any]]:
         refusal, answer = await self._judge(request)
         if refusal is not None:
             metrics.REPORTS.labels(refusal.reason).inc()
-            return web.json_response({"accepted": False, "reason": refusal.reason, "message": refusal.message},
-                                     status=refusal.status)
+            return refusal.status, {"accepted": False, "reason": refusal.reason, "message": refusal.message}
         metrics.REPORTS.labels("accepted").inc()
-        return web.json_response({"accepted": True, **answer})
+        return 200, {"accepted": True, **answer}
 
-    async def _judge(self, request: web.Request) -> tuple[Refusal | None, dict[str, Any]]:
+    async def _judge(self, request: Request) -> tuple[Refusal | None, dict[str, Any]]:
+        if request.path != PATH:
+            return Refusal(404, "not_found", f"no such path {request.path!r}; reports go to {PATH}"), {}
+        if request.method != "POST":
+            return Refusal(405, "method", "POST a report"), {}
         if not self.is_leader():
             return Refusal(503, "not_leader", "this replica is not the leader; retry"), {}
-        header = request.headers.get("Authorization", "")
+        now = self.clock()
+        if not self._sources.take(request.source, now):  # before any work for the request
+            return Refusal(429, "rate_limited", f"more than {self.settings.source_rate_per_second:g}/s from "
+                           f"{request.source}"), {}
+        header = request.headers.get("authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
             return Refusal(401, "unauthenticated", "missing bearer token"), {}
         try:
             identity = await self._authenticate(header[7:].strip())
+        except _Busy:
+            return Refusal(429, "reviews_busy", "too many token reviews waiting; retry"), {}
         except Exception as e:  # the API server unreachable: the worker retries later
             log.warning("TokenReview failed: %s", e)
             return Refusal(503, "auth_unavailable", "token review failed; retry"), {}
@@ -126,25 +162,20 @@ class ReportServer:
             return Refusal(401, "unauthenticated", f"token not valid for audience {self.settings.audience!r} or "
                            "not bound to a pod"), {}
         try:
-            report = WorkerReport.model_validate(await request.json())
+            report = WorkerReport.model_validate(json.loads(request.body or b"null"))
         except ValidationError as e:
             return Refusal(400, "invalid", format_validation(e)), {}
         except ValueError as e:
             return Refusal(400, "invalid", f"body is not JSON: {e}"), {}
+        job = self.state.jobs.get((report.namespace, report.job))
         refusal = check_report(report, identity.namespace, identity.name, identity.uid,
-                               self.state.pods.get((identity.namespace, identity.name)),
-                               self.state.jobs.get((report.namespace, report.job)))
+                               self.state.pods.get((identity.namespace, identity.name)), job)
         if refusal is not None:
             return refusal, {}
-        now = self.clock()
-        bucket = self._buckets.get(identity.uid)
-        if bucket is None:
-            if len(self._buckets) > 100_000:
-                self._buckets.clear()
-            bucket = self._buckets[identity.uid] = _Bucket(self.settings.rate_per_second, 10, now)
-        if not bucket.take(now):
-            return Refusal(429, "rate_limited", f"more than {self.settings.rate_per_second}/s from this pod"), {}
-        self.book.record(report, time.time())
+        if not self._pods.take(identity.uid, now):
+            return Refusal(429, "rate_limited", f"more than {self.settings.rate_per_second:g}/s from this pod"), {}
+        assert job is not None  # check_report refuses reports for a job that does not exist
+        self.book.record(report, time.time(), samples=job.straggler_policy is not None)
         return None, {"directives": self.book.directives((report.namespace, report.job))}
 
     async def _authenticate(self, token: str) -> PodIdentity | None:
@@ -153,8 +184,17 @@ class ReportServer:
         cached = self._identities.get(digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        status = await self.reviewer.review_token(token, [self.settings.audience])
-        identity = _identity(status)
+        if self._waiting >= REVIEWS_WAITING:
+            raise _Busy()
+        if self._reviews is None:
+            self._reviews = asyncio.Semaphore(REVIEWS_IN_FLIGHT)
+        self._waiting += 1
+        try:
+            async with self._reviews:
+                status = await self.reviewer.review_token(token, [self.settings.audience])
+        finally:
+            self._waiting -= 1
+        identity = _identity(status, self.settings.audience)
         if len(self._identities) > 50_000:
             self._identities = {k: v for k, v in self._identities.items() if v[1] > now}
         # An accepted token is trusted until it expires (kubelet rotates it at 80 % of its life): every
@@ -164,6 +204,10 @@ class ReportServer:
         lifetime = min(token_lifetime(token, time.time()), self.settings.auth_cache_seconds) if identity else 10.0
         self._identities[digest] = (identity, now + lifetime)
         return identity
+
+
+class _Busy(Exception):
+    """The TokenReview queue is full."""
 
 
 def token_lifetime(token: str, now: float) -> float:
@@ -176,8 +220,9 @@ def token_lifetime(token: str, now: float) -> float:
         return 0.0
 
 
-def _identity(status: dict[str, Any]) -> PodIdentity | None:
-    if not status.get("authenticated"):
+def _identity(status: dict[str, Any], audience: str) -> PodIdentity | None:
+    """Who the TokenReview says the token is: a pod-bound service-account token valid for our audience."""
+    if not status.get("authenticated") or audience not in (status.get("audiences") or []):
         return None
     user = status.get("user") or {}
     username = user.get("username") or ""
