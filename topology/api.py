@@ -165,11 +165,20 @@ class CheckpointSpec(_Model):
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
 
 
+# Fields a TrainingJob no longer has, and what to do instead (the CRD refuses them with the same words).
+REMOVED_SPEC_FIELDS = {
+    "priority": "a tenant-chosen number must not decide who is placed first; set spec.priorityClassName to one "
+                "of the cluster's PriorityClasses (kubectl get priorityclasses)",
+}
+
+
 class TrainingJobSpec(_Model):
     replicas: int = Field(ge=1, le=MAX_REPLICAS)
     min_replicas: int | None = Field(None, alias="minReplicas", ge=1, le=MAX_REPLICAS)
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
-    priority: int = 0
+    # The job's PriorityClass (scheduling.k8s.io): its value orders the queue and its pods carry it.
+    # An admin's object, so a tenant can only pick among the classes the cluster offers.
+    priority_class_name: str | None = Field(None, alias="priorityClassName", max_length=253)
     topology: TopologySpec = TopologySpec()
     parallelism: Parallelism | None = None
     model: ModelSpec | None = None
@@ -178,6 +187,14 @@ class TrainingJobSpec(_Model):
     straggler_policy: StragglerPolicy | None = Field(None, alias="stragglerPolicy")
     elastic_policy: ElasticPolicy = Field(default_factory=ElasticPolicy, alias="elasticPolicy")
     template: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        for field, why in REMOVED_SPEC_FIELDS.items():
+            if isinstance(data, dict) and field in data:
+                raise ValueError(f"spec.{field} is removed: {why}")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainingJobSpec:

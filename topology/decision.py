@@ -10,7 +10,7 @@ from typing import Any
 
 from railyard.topology.affinity import NodeLimits, PodInfo, has_inter_pod_rules, node_limits
 from railyard.topology.model import Snapshot
-from railyard.topology.nodes import pod_usage
+from railyard.topology.nodes import Trust, pod_usage, trust_all
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, solve
 
@@ -50,11 +50,12 @@ def placed_pods(decision: Decision) -> Sequence[PodInfo]:
     return tuple(PodInfo(request.namespace, request.pod_labels, r.node) for r in decision.placement.replicas)
 
 
-def pod_infos(pods: Iterable[Mapping[str, Any]]) -> list[PodInfo]:
-    """Pod objects that hold a node (bound or pinned, not finished), as inter-pod rules see them."""
+def pod_infos(pods: Iterable[Mapping[str, Any]], trusted: Trust = trust_all) -> list[PodInfo]:
+    """Pod objects that hold a node (bound, or pinned and believed; not finished), as inter-pod rules
+    see them."""
     out = []
     for pod in pods:
-        usage = pod_usage(pod)
+        usage = pod_usage(pod, trusted(pod))
         if usage is not None:
             meta = pod.get("metadata") or {}
             out.append(PodInfo(meta.get("namespace") or "default", meta.get("labels") or {}, usage.node))

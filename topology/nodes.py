@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +164,14 @@ def pinned_node(spec: Mapping[str, Any]) -> str | None:
     return (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
 
 
+Trust = Callable[[Mapping[str, Any]], bool]  # is this pod object's claim believed? (topology.claims)
+
+
+def trust_all(pod: Mapping[str, Any]) -> bool:
+    """For the offline planner: the pods an admin lists are what-ifs, taken as written."""
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class PodUsage:
     """What one pod holds on its node: GPU indices it names, how many GPUs it holds in all (never
@@ -175,14 +183,16 @@ class PodUsage:
     requests: Mapping[str, int]
 
 
-def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
-    """None for a pod that holds nothing (finished, or neither bound nor pinned)."""
+def pod_usage(pod: Mapping[str, Any], trusted: bool = True) -> PodUsage | None:
+    """What a pod holds; None for one that holds nothing (finished, or unbound and not believed).
+    `trusted` (topology.claims): its GPU annotation and pin count, so it holds its GPUs on its pinned
+    node before it is bound; otherwise it holds its requests once bound, as kube-scheduler counts."""
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
-    node_name = pod_node(pod)
+    spec = pod.get("spec") or {}
+    node_name = pod_node(pod) if trusted else spec.get("nodeName")
     if not node_name:
         return None
-    spec = pod.get("spec") or {}
     try:
         requests = pod_requests(spec)
     except ValueError:
@@ -192,7 +202,7 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
     except ValueError:
         count = 0
     indices: tuple[int, ...] = ()
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS)
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS) if trusted else None
     if raw is not None:
         try:
             indices = tuple(sorted(set(parse_gpu_annotation(raw))))
@@ -267,22 +277,24 @@ def gpus_in_use(gpu_count: int, usages: Iterable[PodUsage]) -> frozenset[int]:
     return frozenset(taken)
 
 
-def used_gpus(by_name: Mapping[str, GpuNode], pod_objects: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
+def used_gpus(by_name: Mapping[str, GpuNode], pod_objects: Iterable[Mapping[str, Any]],
+              trusted: Trust = trust_all) -> dict[str, frozenset[int]]:
     """GPU indices held on each node (see `gpus_in_use`). Pods that are Succeeded/Failed hold nothing."""
     per_node: dict[str, list[PodUsage]] = {}
     for pod in pod_objects:
-        u = pod_usage(pod)
+        u = pod_usage(pod, trusted(pod))
         if u is not None and u.node in by_name:
             per_node.setdefault(u.node, []).append(u)
     out = {name: gpus_in_use(by_name[name].gpu_count, usages) for name, usages in per_node.items()}
     return {k: v for k, v in out.items() if v}
 
 
-def requested_resources(pod_objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def requested_resources(pod_objects: Iterable[Mapping[str, Any]],
+                        trusted: Trust = trust_all) -> dict[str, dict[str, int]]:
     """Non-GPU resource requests summed per node."""
     out: dict[str, dict[str, int]] = {}
     for pod in pod_objects:
-        u = pod_usage(pod)
+        u = pod_usage(pod, trusted(pod))
         if u is None:
             continue
         on_node = out.setdefault(u.node, {})
@@ -295,13 +307,15 @@ def build_snapshot(
     node_objects: Iterable[Mapping[str, Any]],
     pod_objects: Iterable[Mapping[str, Any]] = (),
     scheme: LabelScheme = NATIVE,
+    trusted: Trust = trust_all,
 ) -> Snapshot:
-    """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold."""
+    """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold (whose
+    claims are believed: `trusted`, see topology.claims)."""
     nodes, excluded = model_nodes(node_objects, scheme)
     clashes = ambiguous_domains(nodes, scheme.levels)
     if clashes:
         nodes = [n for n in nodes if n.name not in clashes]
         excluded = sorted([*excluded, *(Exclusion(n, why) for n, why in clashes.items())], key=lambda e: e.node)
     pods = list(pod_objects)
-    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods), tuple(excluded),
-                    requested_resources(pods), scheme.levels)
+    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods, trusted), tuple(excluded),
+                    requested_resources(pods, trusted), scheme.levels)

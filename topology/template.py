@@ -4,10 +4,11 @@ Railyard itself owns in the pod is not the template's to set.
 
 Typed (everything else in the template passes through untouched): metadata.labels/annotations,
 spec.nodeSelector, affinity (node, pod, pod anti-affinity), tolerations, topologySpreadConstraints,
-containers[].name/resources, initContainers[].name/resources, overhead, priorityClassName, and three
-fields Railyard decides: restartPolicy (Never: a rank that exits is the gang's business, not the
-kubelet's), schedulingGates (Railyard gates the gang itself) and schedulerName (kube-scheduler binds
-what Railyard pinned). The CRD schema checks the same fields where OpenAPI can (crds/)."""
+containers[].name/resources, initContainers[].name/resources, overhead, and the fields Railyard
+decides: restartPolicy (Never: a rank that exits is the gang's business, not the kubelet's),
+schedulingGates (Railyard gates the gang itself), schedulerName (kube-scheduler binds what Railyard
+pinned) and priorityClassName/priority (the pods get the job's spec.priorityClassName). The CRD
+schema checks the same fields where OpenAPI can (crds/)."""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ class PodSpec(_Open):
     topology_spread_constraints: list[TopologySpreadConstraint] = Field(
         default_factory=list, alias="topologySpreadConstraints", max_length=MAX_ITEMS)
     overhead: dict[str, Quantity] = {}
-    priority_class_name: str | None = Field(None, alias="priorityClassName", max_length=253)
+    priority_class_name: None = Field(None, alias="priorityClassName")
+    priority: None = None
     restart_policy: Literal["Never"] | None = Field(None, alias="restartPolicy")
     scheduling_gates: list[Any] = Field(default_factory=list, alias="schedulingGates", max_length=0)
     scheduler_name: Literal["default-scheduler"] | None = Field(None, alias="schedulerName")
@@ -159,6 +161,9 @@ _OWNED = {
     "restartPolicy": "must be Never (or unset): a rank that exits is handled by Railyard's fault policy, "
                      "which restarts the whole gang",
     "schedulingGates": "must be empty: Railyard gates the gang itself and releases it when every pod exists",
+    "priorityClassName": "must be unset: set spec.priorityClassName, the job's class, which Railyard gives its "
+                         "pods",
+    "priority": "must be unset: the pods' priority comes from spec.priorityClassName",
     "schedulerName": "must be default-scheduler (or unset): kube-scheduler binds the pods Railyard pinned",
 }
 

@@ -52,6 +52,7 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.operator.decide.assess import Seen, assess
+from railyard.operator.decide.priority import missing_message, resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
@@ -179,7 +180,12 @@ class PlacementLoop:
                 work.append(self.errors.report(job, "assess", e))
                 continue
             if isinstance(action, Queue):
-                waiting.append(queued(job, action.request, now))
+                priority = resolve(job.priority_class_name, state.priority_classes)
+                if priority is None:
+                    work.append(self._step(job, Invalid(PlacedReason.PRIORITY_CLASS_NOT_FOUND,
+                                                        missing_message(job.priority_class_name or ""))))
+                else:
+                    waiting.append(queued(job, action.request, now, priority.value))
             elif isinstance(action, Wait | Done):
                 work.append(self.errors.cleared(job))
             else:

@@ -38,10 +38,11 @@ def stable_key(message: str) -> str:
     return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
-def queued(job: Job, request: GangRequest, now: float) -> QueuedJob:
+def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJob:
+    """`priority`: its PriorityClass's value (decide/priority.resolve)."""
     avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
     since = job.queued_since
-    return QueuedJob(job.key, job.priority, since.timestamp() if since is not None else now, request, avoid)
+    return QueuedJob(job.key, priority, since.timestamp() if since is not None else now, request, avoid)
 
 
 class QueuePass:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from railyard.topology.decision import pod_infos
 from railyard.topology.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
 from railyard.topology.labels import scheme_for
-from railyard.topology.nodes import build_snapshot
+from railyard.topology.nodes import Trust, build_snapshot, trust_all
 from railyard.topology.planner import plan, plan_json
 from railyard.topology.profile import PROFILE_KIND, ClusterProfile, node_objects
 from railyard.topology.render import render_table
@@ -54,7 +54,7 @@ def read_nodes(path: str) -> list[dict[str, Any]]:
     return nodes
 
 
-def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Trust]:
     from railyard.operator.app.live import list_nodes_and_pods
 
     return list_nodes_and_pods(kubeconfig)
@@ -63,14 +63,15 @@ def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, 
 def cmd_plan(args: argparse.Namespace) -> int:
     scheme = scheme_for(args.labels, args.levels)
     if args.kubeconfig:
-        nodes, pods = read_cluster(args.kubeconfig)
+        nodes, pods, trusted = read_cluster(args.kubeconfig)
     elif args.nodes:
         nodes = read_nodes(args.nodes)
         pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod",), args.pods) if args.pods else []
+        trusted = trust_all
     else:
         raise InputError("give --nodes NODES.yaml (or --kubeconfig to read a live cluster)")
     jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs, scheme.levels)
-    result = plan(build_snapshot(nodes, pods, scheme), jobs, pod_infos(pods))
+    result = plan(build_snapshot(nodes, pods, scheme, trusted), jobs, pod_infos(pods, trusted))
     if args.output == "json":
         print(json.dumps(plan_json(result)))
     else:

@@ -12,7 +12,7 @@ from railyard.operator.base.keys import LABEL_JOB
 from railyard.operator.base.objects import parse_job
 from railyard.operator.base.reasons import ConditionType
 from railyard.topology.model import Snapshot
-from railyard.topology.nodes import pod_usage
+from railyard.topology.nodes import Trust, pod_usage, trust_all
 from railyard.topology.timestamps import epoch
 
 _COLOURS = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
@@ -62,13 +62,13 @@ def render_jobs(rows: list[dict[str, Any]], wide: int = 120) -> str:
     return "\n".join(lines) if rows else "no TrainingJobs"
 
 
-def topology(snapshot: Snapshot, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def topology(snapshot: Snapshot, pods: Sequence[Mapping[str, Any]], trusted: Trust = trust_all) -> dict[str, Any]:
     """Every TOR, its nodes, and per GPU (rail order) the job holding it: `ns/name`, "other" for
     pods that are not Railyard's, None when free."""
     holders: dict[str, dict[int, str]] = {}
     anonymous: dict[str, int] = {}
     for pod in pods:
-        usage = pod_usage(pod)
+        usage = pod_usage(pod, trusted(pod))
         if usage is None or not snapshot.has_node(usage.node):
             continue
         meta = pod.get("metadata") or {}

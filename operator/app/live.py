@@ -10,9 +10,10 @@ from railyard.operator.base.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID
 from railyard.operator.base.objects import parse_job
 from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
+from railyard.topology.claims import pod_name, trust_placements
 from railyard.topology.decision import decide, inter_pod_limits, pod_infos
 from railyard.topology.labels import LabelScheme
-from railyard.topology.nodes import build_snapshot, parse_gpu_annotation
+from railyard.topology.nodes import Trust, build_snapshot, parse_gpu_annotation
 from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, excluded_nodes
@@ -38,19 +39,24 @@ def placement_reservations(jobs: Iterable[Mapping[str, Any]]) -> Iterable[dict[s
         if placement is None or job.finished:
             continue
         labels = job.request.pod_labels if job.request is not None else {LABEL_JOB: job.name}
+        owner = [{"uid": job.uid, "controller": True}]  # named and owned as the rank's pod: believed
         for rank in placement.ranks:
-            yield {"metadata": {"namespace": job.namespace, "labels": dict(labels),
+            name = rank.pod or pod_name(job.name, rank.rank, placement.serial)
+            yield {"metadata": {"namespace": job.namespace, "name": name, "ownerReferences": owner,
+                                "labels": dict(labels),
                                 "annotations": {ANNOTATION_GPUS: ",".join(map(str, rank.gpus)),
                                                 ANNOTATION_PLACEMENT_ID: placement.id}},
                    "spec": {"nodeName": rank.node}, "status": {"phase": "Pending"}}
 
 
-def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Trust]:
+    """Nodes, pods (with the recorded placements as pods: they hold their GPUs before their pods
+    exist), and whose GPU claims to believe (topology.claims), as the operator counts them."""
     api = KubeApi(workers=1, kubeconfig=kubeconfig)
     nodes = api.list_all("/api/v1/nodes")
     pods = api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
-    # Placements recorded by the operator hold their GPUs even before their pods exist.
-    return nodes, pods + list(placement_reservations(_jobs(api)))
+    jobs = _jobs(api)
+    return nodes, pods + list(placement_reservations(jobs)), trust_placements(jobs)
 
 
 def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str | None = None) -> PlanResult:
@@ -62,9 +68,10 @@ def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str 
     jobs = _jobs(api)
     if namespace:
         jobs = [j for j in jobs if j["metadata"]["namespace"] == namespace]
+    trusted = trust_placements(_jobs(api))
     background = [p for p in pods if not (p["metadata"].get("labels") or {}).get(LABEL_JOB)]
-    before = build_snapshot(nodes, background, scheme)
-    after = build_snapshot(nodes, pods, scheme)
+    before = build_snapshot(nodes, background, scheme, trusted)
+    after = build_snapshot(nodes, pods, scheme, trusted)
     decisions = []
     for job in sorted(jobs, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"])):
         meta = job["metadata"]
@@ -99,7 +106,8 @@ def cluster_topology(kubeconfig: str | None, scheme: LabelScheme) -> dict[str, A
     api = KubeApi(workers=1, kubeconfig=kubeconfig)
     nodes = api.list_all("/api/v1/nodes")
     pods = api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
-    return topology(build_snapshot(nodes, pods, scheme), pods)
+    trusted = trust_placements(_jobs(api))
+    return topology(build_snapshot(nodes, pods, scheme, trusted), pods, trusted)
 
 
 def explain_job(kubeconfig: str | None, scheme: LabelScheme, namespace: str, name: str) -> dict[str, Any]:
@@ -117,7 +125,8 @@ def explain_job(kubeconfig: str | None, scheme: LabelScheme, namespace: str, nam
             if not (p["metadata"]["namespace"] == namespace
                     and (p["metadata"].get("labels") or {}).get(LABEL_JOB) == name)]
     others = [j for j in _jobs(api) if (j["metadata"]["namespace"], j["metadata"]["name"]) != (namespace, name)]
-    snapshot = build_snapshot(nodes, pods + list(placement_reservations(others)), scheme)
+    trusted = trust_placements(others)
+    snapshot = build_snapshot(nodes, pods + list(placement_reservations(others)), scheme, trusted)
     events = api.list_all(f"/api/v1/namespaces/{namespace}/events",
                           [("fieldSelector", f"involvedObject.name={name},involvedObject.kind=TrainingJob")])
     events.sort(key=lambda e: e.get("lastTimestamp") or "")
@@ -125,7 +134,7 @@ def explain_job(kubeconfig: str | None, scheme: LabelScheme, namespace: str, nam
         request = GangRequest.from_job(TrainingJob.model_validate(job))
     except ValueError as e:
         return explanation(job, f"invalid spec: {e}", False, {}, events[-10:])
-    infos = pod_infos(pods + list(placement_reservations(others)))
+    infos = pod_infos(pods + list(placement_reservations(others)), trusted)
     decision = decide(snapshot, request, infos)
     limits = inter_pod_limits(snapshot, request, infos)
     return explanation(job, decision.reason, decision.placed, excluded_nodes(snapshot, request, limits),

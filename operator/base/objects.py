@@ -19,6 +19,7 @@ from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABE
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, JobState
 from railyard.topology.affinity import template_problem
 from railyard.topology.api import (
+    REMOVED_SPEC_FIELDS,
     Condition,
     FaultPolicy,
     PlacementStatus,
@@ -27,19 +28,13 @@ from railyard.topology.api import (
     TrainingJobSpec,
     TrainingJobStatus,
 )
+from railyard.topology.claims import pod_name
 from railyard.topology.documents import format_validation
 from railyard.topology.nodes import PodUsage, pod_usage
 from railyard.topology.request import GangRequest
 from railyard.topology.timestamps import parse_time
 
 Key = tuple[str, str]
-
-
-def pod_name(job_name: str, rank: int, serial: int = 0) -> str:
-    """`<job>-<rank>` for the job's first placement, `<job>.p<serial>-<rank>` for every later one (a
-    restart, a re-placement): a pod stuck Terminating never blocks its successor's name, and job names
-    hold no dots, so no pod of one job can take the name of another job's. Hostnames stay `<job>-<rank>`."""
-    return f"{job_name}-{rank}" if serial == 0 else f"{job_name}.p{serial}-{rank}"
 
 
 def resource_version(obj: Mapping[str, Any]) -> int | None:
@@ -73,7 +68,8 @@ class PodView:
     exit_code: int | None  # the first non-zero container exit code
     disruption: str | None  # DisruptionTarget=True: "<reason>: <message>" (evicted, preempted, taint manager)
     scheduled_at: str | None  # PodScheduled=True lastTransitionTime: when it was bound
-    usage: PodUsage | None  # what it holds on its node (None: nothing)
+    usage: PodUsage | None  # what it claims to hold (None: nothing); believed only for a placement's pod
+    bound_usage: PodUsage | None  # what it holds if not believed: its requests once bound
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
 
     @property
@@ -107,7 +103,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
         disruption=_disruption(status), scheduled_at=_scheduled_at(status),
-        usage=pod_usage(pod), labels=labels,
+        usage=pod_usage(pod), bound_usage=pod_usage(pod, trusted=False), labels=labels,
     )
 
 
@@ -205,8 +201,8 @@ class Job:
         return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
 
     @property
-    def priority(self) -> int:
-        return self.spec.priority if self.spec is not None else 0
+    def priority_class_name(self) -> str | None:
+        return self.spec.priority_class_name if self.spec is not None else None
 
     @property
     def fault_policy(self) -> FaultPolicy:
@@ -261,6 +257,15 @@ def state_of(conditions: list[Condition]) -> JobState:
     return JobState.QUEUED
 
 
+def _without_removed(body: dict[str, Any]) -> dict[str, Any]:
+    """A job stored before a field was removed keeps it (the API server refuses it only on writes that
+    change it): the operator ignores it rather than stop managing a running gang."""
+    spec = body.get("spec")
+    if isinstance(spec, dict) and any(f in spec for f in REMOVED_SPEC_FIELDS):
+        body = {**body, "spec": {k: v for k, v in spec.items() if k not in REMOVED_SPEC_FIELDS}}
+    return body
+
+
 def parse_job(body: Mapping[str, Any]) -> Job:
     """Parse a TrainingJob once: its spec (or why it is invalid) and its status."""
     raw_status = body.get("status") or {}
@@ -279,7 +284,7 @@ def parse_job(body: Mapping[str, Any]) -> Job:
     request: GangRequest | None = None
     invalid: str | None = None
     try:
-        model = TrainingJob.model_validate({k: v for k, v in body.items() if k != "status"})
+        model = TrainingJob.model_validate(_without_removed({k: v for k, v in body.items() if k != "status"}))
         request = GangRequest.from_job(model)
     except ValidationError as e:
         model, invalid = None, format_validation(e)

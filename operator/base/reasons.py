@@ -48,6 +48,7 @@ class PlacedReason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # the message names the binding constraint per tier
     RESERVING = "Reserving"  # starving: the domain it waits for is held for it
     INVALID_SPEC = "InvalidSpec"  # names the field and value; holds nothing
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.priorityClassName names no PriorityClass
     NAME_CONFLICT = "NameConflict"  # a pod or Service of its name belongs to someone else
     BIND_TIMEOUT = "BindTimeout"
     NODE_LOST = "NodeLost"  # a node of an unreleased placement is gone

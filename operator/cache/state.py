@@ -26,6 +26,7 @@ from railyard.operator.base.clock import Clock, SystemClock
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
 from railyard.operator.cache.usage import Usage
+from railyard.operator.decide.priority import PriorityClassView
 from railyard.topology.affinity import PodInfo
 from railyard.topology.faults import NodeHealth, read_health
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
@@ -33,7 +34,8 @@ from railyard.topology.model import Exclusion, GpuNode, Snapshot
 from railyard.topology.nodes import NodeError, PodUsage, ambiguous_domains, node_from_object
 from railyard.topology.resources import pod_requests
 
-KINDS = ("nodes", "pods", "trainingjobs")  # what the reflectors list and watch
+KINDS = ("nodes", "pods", "trainingjobs", "priorityclasses")  # what the reflectors list and watch
+CLUSTER_SCOPED = ("nodes", "priorityclasses")
 TOMBSTONE_SECONDS = 600.0
 
 
@@ -67,6 +69,8 @@ class ClusterState:
         # pod -> (first seen bound, first seen Terminating), monotonic: timeouts run from what was observed
         self._pod_seen: dict[Key, tuple[float | None, float | None]] = {}
         self.jobs: dict[Key, Job] = {}
+        self.priority_classes: dict[str, PriorityClassView] = {}
+        self.priority_rv: dict[str, int | None] = {}
         self.usage = Usage()
         self.synced: set[str] = set()
         self.node_epoch = 0  # bumps whenever the set of usable nodes or a node's model changes
@@ -96,6 +100,8 @@ class ClusterState:
             raise TypeError(f"a pod view delivered as {kind}")
         elif kind == "nodes":
             self.apply_node(event_type, body)
+        elif kind == "priorityclasses":
+            self.apply_priority_class(event_type, body)
         else:
             self.apply_job(event_type, body)
 
@@ -109,11 +115,13 @@ class ClusterState:
         else:
             meta = body.get("metadata") or {}
             rv = resource_version(body)
-            key = ("" if kind == "nodes" else str(meta.get("namespace") or ""), str(meta.get("name")))
+            key = ("" if kind in CLUSTER_SCOPED else str(meta.get("namespace") or ""), str(meta.get("name")))
         if floor is None or rv is None or rv > floor:
             return False
         if kind == "nodes":
             return key[1] not in self._node_meta
+        if kind == "priorityclasses":
+            return key[1] not in self.priority_classes
         return key not in self.pods if kind == "pods" else key not in self.jobs
 
     def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
@@ -196,11 +204,23 @@ class ClusterState:
             now = self.clock.monotonic()
             self._pod_seen[key] = (bound if bound is not None or not view.node_name else now,
                                    terminating if terminating is not None or not view.terminating else now)
-        self.usage.set(("pod", key), view.usage)
+        self.usage.set(("pod", key), self._counted(view))
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
             self._sync_rank(view.job_key, view.name)
         self._snapshot = None
+
+    def _trusted(self, view: PodView) -> bool:
+        """Is the pod's claim (GPU annotation, node pin) believed? Only for a pod owned by the
+        TrainingJob whose current placement names it (topology.claims)."""
+        if view.job_key is None or view.owner_uid is None:
+            return False
+        job = self.jobs.get(view.job_key)
+        entry = self._plans.get(view.job_key)
+        return job is not None and job.uid == view.owner_uid and entry is not None and view.name in entry[1]
+
+    def _counted(self, view: PodView) -> PodUsage | None:
+        return view.usage if self._trusted(view) else view.bound_usage
 
     def _remove_pod(self, key: Key) -> None:
         view = self.pods.pop(key, None)
@@ -216,6 +236,22 @@ class ClusterState:
                     del self._pods_by_job[view.job_key]
             self._sync_rank(view.job_key, view.name)
         self._snapshot = None
+
+    def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = str(body["metadata"]["name"])
+        rv = resource_version(body)
+        if name in self.priority_rv and not _newer(rv, self.priority_rv[name]):
+            return
+        if event_type == "DELETED":
+            self.priority_classes.pop(name, None)
+            self.priority_rv.pop(name, None)
+        else:
+            try:
+                self.priority_classes[name] = PriorityClassView.of(body)
+            except (KeyError, TypeError, ValueError):
+                return  # the API server validates PriorityClasses: nothing else arrives
+            self.priority_rv[name] = rv
+        self.usage.freed += 1  # a waiting job's class may exist now
 
     def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]
@@ -254,7 +290,8 @@ class ClusterState:
                 seen.add(body.key)
             else:
                 meta = body["metadata"]
-                seen.add((meta.get("namespace") or "", meta["name"]) if kind != "nodes" else ("", meta["name"]))
+                seen.add((meta.get("namespace") or "", meta["name"]) if kind not in CLUSTER_SCOPED
+                         else ("", meta["name"]))
         for key, held_rv in self._held(kind):
             if key in seen:
                 continue
@@ -270,6 +307,8 @@ class ClusterState:
             return [(("", n), meta[0]) for n, meta in self._node_meta.items()]
         if kind == "pods":
             return [(k, v.resource_version) for k, v in self.pods.items()]
+        if kind == "priorityclasses":
+            return [(("", n), self.priority_rv.get(n)) for n in self.priority_classes]
         return [(k, resource_version(j.body)) for k, j in self.jobs.items()]
 
     def _forget(self, kind: str, key: Key) -> None:
@@ -277,6 +316,9 @@ class ClusterState:
             self._drop_node(key[1])
         elif kind == "pods":
             self._remove_pod(key)
+        elif kind == "priorityclasses":
+            self.priority_classes.pop(key[1], None)
+            self.priority_rv.pop(key[1], None)
         else:
             self.jobs.pop(key, None)
             self._refresh_reservation(key)
@@ -306,6 +348,10 @@ class ClusterState:
         for rank in self._reserved.get(key, set()) - planned:  # no longer planned: capacity freed
             self.usage.set(("rank", key, rank), None)
             self._reserved[key].discard(rank)
+        for pod_key in self._pods_by_job.get(key, ()):  # the plan decides whose claims are believed
+            view = self.pods.get(pod_key)
+            if view is not None:
+                self.usage.set(("pod", pod_key), self._counted(view))
         for pod_name in plan:
             self._sync_rank(key, pod_name)
         self._snapshot = None
@@ -320,7 +366,7 @@ class ClusterState:
         rank, usage = plan[pod_name]
         pod = self.pods.get((key[0], pod_name))
         reserved = self._reserved.setdefault(key, set())
-        if pod is not None and pod.placement_id == placement_id and not pod.finished:
+        if pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod):
             if rank in reserved:
                 self.usage.set(("rank", key, rank), None, handover=True)
                 reserved.discard(rank)
@@ -352,8 +398,8 @@ class ClusterState:
     def pod_infos(self) -> list[PodInfo]:
         """Pods on a node as the inter-pod rules of a template see them: live pods, and the ranks of
         recorded placements whose pods do not exist yet (with the labels their pods will carry)."""
-        out = [PodInfo(p.namespace, p.labels, p.usage.node) for p in self.pods.values()
-               if p.usage is not None and not p.finished]
+        out = [PodInfo(p.namespace, p.labels, u.node) for p in self.pods.values()
+               if (u := self._counted(p)) is not None and not p.finished]
         for key, ranks in self._reserved.items():
             entry, job = self._plans.get(key), self.jobs.get(key)
             if not ranks or entry is None or job is None:

@@ -16,8 +16,9 @@ from railyard.operator.base.keys import (
     LABEL_RESTART,
     SCHEDULING_GATE,
 )
-from railyard.operator.base.objects import Job, pod_name
+from railyard.operator.base.objects import Job
 from railyard.topology.api import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
+from railyard.topology.claims import pod_name
 from railyard.topology.request import job_pod_labels
 from railyard.topology.solver import Placement
 
@@ -134,6 +135,8 @@ def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_
     spec["hostname"] = pod_name(job.name, rank)  # stable across attempts: MASTER_ADDR names rank 0
     spec["subdomain"] = service_name(job.name)
     spec.setdefault("restartPolicy", "Never")
+    if job.priority_class_name:  # the Priority admission plugin fills spec.priority from it
+        spec["priorityClassName"] = job.priority_class_name
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": job.namespace, "labels": labels, "annotations": annotations,

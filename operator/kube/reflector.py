@@ -32,7 +32,8 @@ from railyard.topology.api import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.reflector")
 
-PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "trainingjobs": f"/apis/{GROUP}/{VERSION}/{PLURAL}"}
+PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "trainingjobs": f"/apis/{GROUP}/{VERSION}/{PLURAL}",
+         "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses"}
 TRANSFORMS: dict[str, Callable[[dict[str, Any]], Any]] = {"pods": pod_view}
 
 

@@ -33,7 +33,7 @@ def test_the_service_account_is_refused_what_the_operator_never_does(identity, c
     calls = {
         "create namespace": lambda: sa_core.create_namespace({"metadata": {"name": "should-not-exist"}}),
         "update a TrainingJob's spec": lambda: sa_custom.patch_namespaced_custom_object(
-            "railyard.dev", "v1alpha1", namespace, "trainingjobs", "mine", {"spec": {"priority": 5}}),
+            "railyard.dev", "v1alpha1", namespace, "trainingjobs", "mine", {"spec": {"priorityClassName": "x"}}),
         "delete a node": lambda: sa_core.delete_node(node),
         "list secrets": lambda: sa_core.list_namespaced_secret(namespace),
         "create a lease outside its namespace": lambda: client.CoordinationV1Api(sa).create_namespaced_lease(

@@ -53,7 +53,10 @@ CASES = {
     "parallelism-no-data": variant(parallelism={"tensor": 8, "pipeline": 2}),
     "string-gpu-count": variant(template={"spec": {"containers": [
         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}),
-    "priority": variant(priority=100),
+    "priority-removed": variant(priority=100),
+    "priority-class": variant(priorityClassName="training-high"),
+    "template-priority-class": with_pod(priorityClassName="high"),
+    "template-priority": with_pod(priority=5),
     "zero-replicas": variant(replicas=0),
     "min-above-replicas": variant(minReplicas=5),
     "replicas-above-max": variant(maxReplicas=3),
@@ -156,5 +159,6 @@ def test_template_topology_and_parallelism_are_immutable(crds, custom, namespace
         with pytest.raises(client.ApiException) as err:
             custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen", {"spec": patch})
         assert err.value.status == 422 and message in err.value.body, err.value.body
-    # priority stays editable (it only orders the queue)
-    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen", {"spec": {"priority": 3}})
+    # priorityClassName stays editable (it only orders the queue until the job is placed)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen",
+                                          {"spec": {"priorityClassName": "training-high"}})

@@ -43,7 +43,7 @@ def test_reflectors_list_watch_and_forget_what_vanished_while_down(kubeconfig, c
     for name in pods:
         core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": {
             "schedulingGates": [{"name": "hold"}], "containers": [{"name": "c", "image": "registry.invalid/x:0"}]}})
-    create_job(custom, namespace, make_job("listed", 1, priority=0, annotations={}))
+    create_job(custom, namespace, make_job("listed", 1, annotations={}))
 
     async def scenario() -> None:
         state = ClusterState()

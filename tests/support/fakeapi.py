@@ -26,7 +26,7 @@ class FakeApi:
         self._rv = itertools.count(100)
         self.revision = 99
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"nodes": {}, "pods": {}, "trainingjobs": {},
-                                                                          "services": {}}
+                                                                          "services": {}, "priorityclasses": {}}
         self.log: list[Event] = []
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []

@@ -82,6 +82,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
     assert rules == {
         ("", "nodes"): {"list", "watch", "get", "patch"},
         ("authentication.k8s.io", "tokenreviews"): {"create"},
+        ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
         ("", "events"): {"create", "patch"},

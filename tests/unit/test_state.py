@@ -173,6 +173,10 @@ def test_the_placer_does_nothing_before_every_kind_is_listed():
     pods, rv = api.listing("pods")
     state.replace("pods", pods, rv)
     run(placer.run_once())
+    assert api.writes == [], "placed before the PriorityClasses were listed: the queue order would be a guess"
+    classes, rv = api.listing("priorityclasses")
+    state.replace("priorityclasses", classes, rv)
+    run(placer.run_once())
     assert placed_reason(api, "early") == "Released"
 
 
@@ -372,11 +376,12 @@ def test_a_status_write_against_a_changed_job_is_refused_then_redecided():
     submit(api, state, make_job("edited", 1))
     # Someone changes the job; the watch has not told the operator yet.
     edited = copy.deepcopy(api.objects["trainingjobs"][("default", "edited")])
-    edited["spec"]["priority"] = 7
+    edited["spec"]["checkpoint"] = {"path": "/ckpt/seven"}
     api._store("trainingjobs", edited, "MODIFIED")
     run(placer.run_once())
     assert not job_status(api, "edited").get("placement"), "a write based on a stale read went through"
-    assert state.jobs[("default", "edited")].body["spec"]["priority"] == 7, "the 409 made the operator re-read"
+    assert state.jobs[("default", "edited")].body["spec"]["checkpoint"] == {"path": "/ckpt/seven"}, \
+        "the 409 made the operator re-read"
     run(placer.run_once())
     assert placed_reason(api, "edited") == "Released"
 
@@ -871,10 +876,10 @@ def test_a_list_that_goes_back_in_time_resets_the_kind():
     state.apply_job("ADDED", job)
     restored = copy.deepcopy(job)
     restored["metadata"]["resourceVersion"] = "50"  # the restored store is behind
-    restored["spec"]["priority"] = 9
+    restored["spec"]["priorityClassName"] = "nine"
     state.replace("trainingjobs", [restored], 60)
     assert state.resets == 1
-    assert state.jobs[("default", "before-restore")].body["spec"]["priority"] == 9
+    assert state.jobs[("default", "before-restore")].body["spec"]["priorityClassName"] == "nine"
 
 
 def test_a_tor_id_under_two_leaves_is_not_merged_into_one_switch():

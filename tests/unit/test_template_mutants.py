@@ -22,7 +22,7 @@ from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
 
 FIELDS = ["nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "initContainers", "overhead",
-          "priorityClassName", "restartPolicy", "schedulingGates", "schedulerName", "containers"]
+          "priorityClassName", "priority", "restartPolicy", "schedulingGates", "schedulerName", "containers"]
 junk = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

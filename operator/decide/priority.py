@@ -1,0 +1,49 @@
+"""A job's priority: the value of its PriorityClass (scheduling.k8s.io/v1), an admin's object, as
+kube-scheduler resolves a pod's. No class named: the cluster's globalDefault class, else 0. A class
+named that does not exist: the job waits (PriorityClassNotFound) until it does, as the Priority
+admission plugin would refuse its pods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PREEMPT_LOWER = "PreemptLowerPriority"
+
+
+@dataclass(frozen=True)
+class PriorityClassView:
+    name: str
+    value: int
+    global_default: bool = False
+    preemption_policy: str = PREEMPT_LOWER  # or Never: read by preemption, never by the queue
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> PriorityClassView:
+        return cls(name=str(body["metadata"]["name"]), value=int(body.get("value") or 0),
+                   global_default=bool(body.get("globalDefault")),
+                   preemption_policy=str(body.get("preemptionPolicy") or PREEMPT_LOWER))
+
+
+@dataclass(frozen=True)
+class Priority:
+    value: int
+    class_name: str | None  # the class it came from (None: no class, 0)
+
+
+def resolve(name: str | None, classes: Mapping[str, PriorityClassView]) -> Priority | None:
+    """The priority a job with spec.priorityClassName `name` has; None when that class does not exist."""
+    if name:
+        found = classes.get(name)
+        return Priority(found.value, found.name) if found is not None else None
+    defaults = [c for c in classes.values() if c.global_default]
+    if not defaults:
+        return Priority(0, None)
+    chosen = min(defaults, key=lambda c: (-c.value, c.name))  # two defaults: the API allows one; be stable
+    return Priority(chosen.value, chosen.name)
+
+
+def missing_message(name: str) -> str:
+    return (f"spec.priorityClassName={name!r}: no such PriorityClass (kubectl get priorityclasses); the job "
+            "waits until an admin creates it")

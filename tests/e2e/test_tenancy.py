@@ -1,0 +1,92 @@
+"""Multi-tenant safety on the real control plane (issue 21): what one tenant creates never takes
+capacity, priority or nodes from another."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import pytest
+from kubernetes import client
+
+from tests.support.jobs import create_job, make_job, wait_bound
+from tests.support.poll import poll
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_gpu_nodes(core, count: int) -> list[str]:
+    """`count` schedulable, untainted 8-GPU nodes with no pod on them."""
+    busy = {p.spec.node_name for p in core.list_pod_for_all_namespaces().items
+            if p.spec.node_name and (p.status.phase or "") not in ("Succeeded", "Failed")}
+    nodes = [n.metadata.name for n in core.list_node().items
+             if not n.spec.unschedulable and not n.spec.taints and n.metadata.name not in busy
+             and (n.status.allocatable or {}).get("nvidia.com/gpu") == "8"]
+    if len(nodes) < count:
+        pytest.skip(f"needs {count} idle 8-GPU nodes, the cluster has {len(nodes)}")
+    return sorted(nodes)[:count]
+
+
+@pytest.fixture
+def tenant(core):
+    name = f"tenant-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(name)
+
+
+def test_look_alike_gated_pinned_pods_of_another_tenant_change_nothing(operator, api_client, core, custom,
+                                                                       namespace, tenant):
+    """64 pods carrying Railyard's GPU annotation, a pin and a gate, asking for 0 GPUs, on the very
+    nodes a job needs: Railyard sees those nodes idle, as kube-scheduler does, and places the job."""
+    nodes = _free_gpu_nodes(core, 4)
+    for i in range(64):
+        node = nodes[i % len(nodes)]
+        core.create_namespaced_pod(tenant, {
+            "metadata": {"name": f"squat-{i}", "labels": {"railyard.dev/job-name": "job"},
+                         "annotations": {"railyard.dev/gpus": "0,1,2,3,4,5,6,7"}},
+            "spec": {"schedulingGates": [{"name": "railyard.dev/gang"}],
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                                 "values": [node]}]}]}}},
+                     "containers": [{"name": "c", "image": "registry.invalid/x:0"}]}})
+    poll(lambda: len(core.list_namespaced_pod(tenant).items) == 64, 30, "64 look-alike pods exist")
+    job = make_job("wanted", 4)
+    job["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                                     "values": nodes}]}]}}}
+    create_job(custom, namespace, job)
+    placed = wait_bound(api_client, core, namespace, "wanted", 4, timeout=90)
+    assert sorted(p["spec"]["nodeName"] for p in placed) == nodes
+
+
+@pytest.fixture
+def priority_classes(api_client):
+    scheduling = client.SchedulingV1Api(api_client)
+    made: list[str] = []
+
+    def make(name: str, value: int) -> None:
+        scheduling.create_priority_class({"metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"})
+        made.append(name)
+
+    yield make
+    for name in made:
+        with contextlib.suppress(client.ApiException):
+            scheduling.delete_priority_class(name)
+
+
+def test_a_job_waits_by_name_for_its_priority_class_and_its_pods_carry_it(operator, api_client, core, custom,
+                                                                          namespace, priority_classes):
+    from tests.support.jobs import wait_condition
+
+    name = f"e2e-gold-{uuid.uuid4().hex[:6]}"
+    job = make_job("classy", 1)
+    job["spec"]["priorityClassName"] = name
+    create_job(custom, namespace, job)
+    waiting = wait_condition(custom, namespace, "classy", "Placed", "False", reason="PriorityClassNotFound")
+    message = next(c for c in waiting["status"]["conditions"] if c["type"] == "Placed")["message"]
+    assert name in message and not core.list_namespaced_pod(namespace).items
+    priority_classes(name, 4242)
+    pods = wait_bound(api_client, core, namespace, "classy", 1, timeout=60)
+    assert (pods[0]["spec"]["priorityClassName"], pods[0]["spec"]["priority"]) == (name, 4242)
