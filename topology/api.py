@@ -426,6 +426,9 @@ class TrainingJobStatus(_Model):
     last_checkpoint: CheckpointRecord | None = Field(None, alias="lastCheckpoint")
     step_time: StepTime | None = Field(None, alias="stepTime")
     stragglers: list[StragglerRecord] | None = None
+    # When the job was last evicted from a slow node (the last hour's, at most EVICTIONS_KEPT): the
+    # hourly cap counts across restarts and operator restarts.
+    straggler_evictions: list[Timestamp] = Field(default_factory=list, alias="stragglerEvictions")
     avoid_nodes: list[AvoidNode] = Field(default_factory=list, alias="avoidNodes")
 
     def as_patch(self) -> dict[str, Any]:

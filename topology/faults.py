@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from railyard.topology.labels import GPU_RESOURCE, OUT_OF_SERVICE_TAINT, QUARANTINE_TAINT
+from railyard.topology.labels import ANNOTATION_QUARANTINED_AT, GPU_RESOURCE, OUT_OF_SERVICE_TAINT, QUARANTINE_TAINT
 from railyard.topology.model import Taint
 from railyard.topology.quantity import parse_count
 
@@ -79,12 +79,17 @@ class NodeHealth:
     ready_status: str  # True | False | Unknown | Missing
     unschedulable: bool
     quarantined_until: str | None  # the railyard.dev/quarantined-until annotation
+    quarantined_at: str | None = None  # the railyard.dev/quarantined-at annotation
     not_ready_seen: float | None = None  # first seen not Ready
     allocatable_seen: float = 0.0  # the current allocatable value first seen
 
     @property
     def quarantined(self) -> bool:
         return any(t.key == QUARANTINE_TAINT for t in self.taints)
+
+    @property
+    def quarantine_reason(self) -> str | None:
+        return next((t.value for t in self.taints if t.key == QUARANTINE_TAINT), None)
 
     @property
     def out_of_service(self) -> bool:
@@ -101,7 +106,8 @@ class NodeHealth:
 
 def _replace(health: NodeHealth, not_ready: float | None, allocatable: float) -> NodeHealth:
     return NodeHealth(health.name, health.taints, health.gpu_allocatable, health.faults, health.ready,
-                      health.ready_status, health.unschedulable, health.quarantined_until, not_ready, allocatable)
+                      health.ready_status, health.unschedulable, health.quarantined_until, health.quarantined_at,
+                      not_ready, allocatable)
 
 
 def read_health(node: Mapping[str, Any], quarantine_annotation: str,
@@ -127,7 +133,8 @@ def read_health(node: Mapping[str, Any], quarantine_annotation: str,
         ready=ready is not None and ready.get("status") == "True",
         ready_status=str(ready.get("status")) if ready is not None else "Missing",
         unschedulable=bool(spec.get("unschedulable")),
-        quarantined_until=(meta.get("annotations") or {}).get(quarantine_annotation))
+        quarantined_until=(meta.get("annotations") or {}).get(quarantine_annotation),
+        quarantined_at=(meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_AT))
 
 
 def _tolerated(taint: Taint, tolerations: Sequence[Mapping[str, Any]]) -> bool:

@@ -33,6 +33,7 @@ LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflo
 # its tolerations; the operator lifts it at railyard.dev/quarantined-until.
 QUARANTINE_TAINT = "railyard.dev/unhealthy"
 ANNOTATION_QUARANTINED_UNTIL = "railyard.dev/quarantined-until"
+ANNOTATION_QUARANTINED_AT = "railyard.dev/quarantined-at"  # when it began: the hourly straggler cap reads it
 # Kubernetes' non-graceful node shutdown taint: no kubelet will answer for the node's pods.
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 

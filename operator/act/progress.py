@@ -21,6 +21,7 @@ from railyard.operator.cache.memory import JobMemory
 from railyard.operator.decide import policy as rules
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.quarantine_limits import Limits, may_evict
 from railyard.operator.decide.stragglers import Straggler, StragglerTracker, score
 from railyard.topology.api import StragglerAction, StragglerPolicy, StragglerRecord, TrainingJobStatus, rfc3339
 from railyard.topology.faults import LossReason, NodeLoss
@@ -140,7 +141,9 @@ class ReportFlusher:
         every rank was asked for (or its timeout)."""
         node = memory.evicting
         if node is None:
-            worst = rules.eviction_choice(flagged, tracker.may_evict(now, policy))
+            evicted = [t.timestamp() for t in job.status.straggler_evictions] + list(tracker.evictions)
+            allowed = may_evict(evicted, now, policy.max_evictions_per_hour, Limits.of(self.ctx.settings.placement))
+            worst = rules.eviction_choice(flagged, allowed)
             if worst is None:
                 return None
             if not policy.checkpoint_before_evict:

@@ -32,12 +32,15 @@ from railyard.operator.decide.policy import (
     no_replacement_step,
     restart_delay,
 )
+from railyard.operator.decide.quarantine_limits import HOUR
 from railyard.topology.api import QuarantineRecord, UnhealthyNode
 from railyard.topology.elastic import choose_shrink, largest_valid
 from railyard.topology.faults import LossReason, NodeLoss
 from railyard.topology.model import GpuNode
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.timestamps import parse_time
+
+EVICTIONS_KEPT = 16  # status.stragglerEvictions: enough for any hourly cap an admin sets sensibly
 
 log = logging.getLogger("railyard.recovery")
 UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent others (the CRD allows 64)
@@ -139,7 +142,9 @@ class Recovery:
             if loss.node not in known:
                 await self.events.warning(job, EventReason.NODE_LOST, loss.message, key=f"{restart_count}/{loss.node}")
         straggling = job.straggler_policy if action.reason == LossReason.STRAGGLER else None
-        quarantine = self.quarantine.plan(losses, straggling.quarantine_seconds if straggling else None)
+        quarantine, skipped = self.quarantine.plan(job, losses, straggling)
+        for why in skipped:
+            await self.events.normal(job, EventReason.QUARANTINE_SKIPPED, why, key=f"{restart_count}/{why[:40]}")
         if not decision.found:
             ended = await self._no_replacement(job, action, losses, len(lost), decision.reason or "", unhealthy,
                                                everyone, on_lost, quarantine)
@@ -161,8 +166,12 @@ class Recovery:
             message = f"restart {restart_count} on the same nodes: {action.message}"
         record: dict[str, object] = {"lost_nodes": sorted(lost_names), "replacements": replacements, "moved_ranks": 0,
                                      "detected_at": _detected(unhealthy, lost_names, now), "quarantine": quarantine}
+        evictions = None
+        if action.reason == LossReason.STRAGGLER:  # counted across restarts: the hourly cap reads them
+            kept = [t for t in job.status.straggler_evictions if wall - t.timestamp() < HOUR]
+            evictions = [*kept, now][-EVICTIONS_KEPT:]
         if await self.attempts.record(job, action.reason, message, replicas, record, unhealthy,
-                                      counted=action.counted) is None:
+                                      counted=action.counted, straggler_evictions=evictions) is None:
             return False
         if replacements:
             await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(

@@ -138,6 +138,7 @@ class EventReason(StrEnum):
     RESIZED = "Resized"
     SHRUNK = "Shrunk"
     STRAGGLER_DETECTED = "StragglerDetected"
+    QUARANTINE_SKIPPED = "QuarantineSkipped"  # a loss called for one; the operator's limits said no
 
 
 Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason

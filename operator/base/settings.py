@@ -82,6 +82,16 @@ class PlacementSettings(_Settings):
     # for this long (a GPU-fault quarantine also while the fault condition is True).
     quarantine: bool = Field(default_factory=_env("QUARANTINE", True, _bool))
     quarantine_seconds: float = _seconds("QUARANTINE_SECONDS", 3600.0)
+    # Quarantine is the operator's, not a tenant's: at most this share of the GPU nodes (and, when set,
+    # this many) carry Railyard's quarantine at once; none lasts longer than the longest (a
+    # stragglerPolicy.quarantineSeconds above it, or 0, gets the longest); at most this many straggler
+    # quarantines an hour cluster-wide; a job is evicted from at most this many slow nodes an hour
+    # (its stragglerPolicy.maxEvictionsPerHour can only ask for fewer).
+    quarantine_max_share: float = Field(default_factory=_env("QUARANTINE_MAX_SHARE", 0.05, float), ge=0, le=1)
+    quarantine_max_nodes: int = Field(default_factory=_env("QUARANTINE_MAX_NODES", 0, int), ge=0)
+    quarantine_max_seconds: float = _seconds("QUARANTINE_MAX_SECONDS", 86400.0)
+    straggler_quarantines_per_hour: int = Field(default_factory=_env("STRAGGLER_QUARANTINES_PER_HOUR", 4, int), ge=0)
+    straggler_evictions_per_hour: int = Field(default_factory=_env("STRAGGLER_EVICTIONS_PER_HOUR", 2, int), ge=0)
     # Node losses of one job within this window are handled as one restart.
     loss_debounce_seconds: float = _seconds("LOSS_DEBOUNCE_SECONDS", 2.0)
     # The same for losses seen only as NotReady (heartbeats): kubelets renew their lease every 10 s and

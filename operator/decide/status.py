@@ -159,7 +159,8 @@ def resume_point(checkpoint: CheckpointRecord | None) -> dict[str, object]:
 def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, placement_id: str, now: datetime,
                 record: dict[str, object], checkpoint: CheckpointRecord | None, counted: bool = False,
                 unhealthy: list[UnhealthyNode] | None = None,
-                conditions: list[Condition] | None = None) -> TrainingJobStatus:
+                conditions: list[Condition] | None = None,
+                straggler_evictions: list[datetime] | None = None) -> TrainingJobStatus:
     """A new attempt of the gang (write-ahead: an operator killed after this finishes it, see assess ->
     Resume): its placement in rank order, the restart record with the resume point, the conditions."""
     restart_count = job.restart_count + 1
@@ -181,6 +182,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
         fields["unhealthy_nodes"] = unhealthy
     if checkpoint is not None:
         fields["last_checkpoint"] = checkpoint
+    if straggler_evictions is not None:
+        fields["straggler_evictions"] = straggler_evictions
     serial = next_serial(job)
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,

@@ -94,7 +94,8 @@ class Straggler:
 
 @dataclass
 class StragglerTracker:
-    """Per job and generation: how long each node has been slow; evictions in the last hour."""
+    """Per job and generation: how long each node has been slow; evictions this operator made (until
+    status.stragglerEvictions, which the hourly cap counts, carries them)."""
 
     below_since: dict[str, float] = field(default_factory=dict)
     network_since: dict[str, float] = field(default_factory=dict)
@@ -106,11 +107,6 @@ class StragglerTracker:
         return [Straggler(n, scores.nodes[n].ranks, scores.nodes[n].score, since,
                           now - since >= policy.min_duration_seconds)
                 for n, since in sorted(self.below_since.items())]
-
-    def may_evict(self, now: float, policy: StragglerPolicy) -> bool:
-        while self.evictions and self.evictions[0] < now - 3600:
-            self.evictions.popleft()
-        return len(self.evictions) < policy.max_evictions_per_hour
 
     def evicted(self, now: float) -> None:
         self.evictions.append(now)

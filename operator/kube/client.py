@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -283,14 +283,14 @@ class KubeApi:
 
         return await self._patch_node(name, ops, f"add taint {taint['key']}")
 
-    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
-        """Remove the taint with this key and the annotation. False: the node is gone."""
+    async def lift_quarantine(self, name: str, taint_key: str, annotations: Sequence[str]) -> bool:
+        """Remove the taint with this key and the annotations. False: the node is gone."""
         def ops(node: dict[str, Any]) -> list[dict[str, Any]]:
             taints = (node.get("spec") or {}).get("taints") or []
             out = [{"op": "remove", "path": f"/spec/taints/{i}"} for i in reversed(range(len(taints)))
                    if taints[i].get("key") == taint_key]
-            if annotation in ((node.get("metadata") or {}).get("annotations") or {}):
-                out.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(annotation)}"})
+            held = (node.get("metadata") or {}).get("annotations") or {}
+            out += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(a)}"} for a in annotations if a in held]
             return out
 
         return await self._patch_node(name, ops, f"remove taint {taint_key}")

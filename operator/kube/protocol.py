@@ -7,6 +7,7 @@ leadership term ended before the write left)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -32,4 +33,4 @@ class ClusterApi(Protocol):
     async def taint_node(self, name: str, taint: dict[str, str],
                          annotations: dict[str, str] | None = None) -> bool: ...
 
-    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool: ...
+    async def lift_quarantine(self, name: str, taint_key: str, annotations: Sequence[str]) -> bool: ...

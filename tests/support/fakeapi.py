@@ -11,7 +11,7 @@ import copy
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from railyard.operator.base.keys import SCHEDULING_GATE
@@ -189,14 +189,15 @@ class FakeApi:
             self._store("nodes", node, "MODIFIED")
         return True
 
-    async def lift_quarantine(self, name: str, taint_key: str, annotation: str) -> bool:
+    async def lift_quarantine(self, name: str, taint_key: str, annotations: Sequence[str]) -> bool:
         self._write("PATCH", f"nodes/{name}")
         node = self.objects["nodes"].get(("", name))
         if node is None:
             return False
         node = copy.deepcopy(node)
         node["spec"]["taints"] = [t for t in node["spec"].get("taints") or [] if t["key"] != taint_key]
-        (node["metadata"].get("annotations") or {}).pop(annotation, None)
+        for annotation in annotations:
+            (node["metadata"].get("annotations") or {}).pop(annotation, None)
         self._store("nodes", node, "MODIFIED")
         return True
 

@@ -89,10 +89,15 @@ def test_pipeline_stages_are_compared_only_with_themselves():
     assert mixed is not None and set(mixed.slow) == {f"n{i}" for i in range(1, 16, 2)}, "compared across stages"
 
 
-def test_evictions_are_rate_limited_per_hour():
-    policy = StragglerPolicy(maxEvictionsPerHour=2)
-    tracker = StragglerTracker()
+def test_evictions_are_rate_limited_per_hour_and_a_policy_can_only_ask_for_fewer():
+    from railyard.operator.base.settings import PlacementSettings
+    from railyard.operator.decide.quarantine_limits import Limits, may_evict
+
+    limits = Limits.of(PlacementSettings(straggler_evictions_per_hour=2))
+    evicted: list[float] = []
     for t in (0.0, 10.0):
-        assert tracker.may_evict(t, policy)
-        tracker.evicted(t)
-    assert not tracker.may_evict(20.0, policy) and tracker.may_evict(3601.0, policy)
+        assert may_evict(evicted, t, 2, limits)
+        evicted.append(t)
+    assert not may_evict(evicted, 20.0, 2, limits) and may_evict(evicted, 3601.0, 2, limits)
+    assert not may_evict(evicted, 20.0, 1_000_000, limits), "a tenant's policy cannot raise the operator's cap"
+    assert not may_evict([0.0], 20.0, 1, limits), "but it can ask for fewer"
