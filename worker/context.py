@@ -36,6 +36,7 @@ class Context:
     report_file: str | None  # file transport (tests, or a sidecar that forwards)
     token_file: str
     report_ca_file: str | None
+    report_ca: str | None = None  # PEM (RAILYARD_REPORT_CA, what the operator gives every pod)
 
     @property
     def resuming(self) -> bool:
@@ -67,4 +68,5 @@ def context(env: Mapping[str, str] | None = None) -> Context:
         report_file=e.get("RAILYARD_REPORT_FILE") or None,
         token_file=e.get("RAILYARD_TOKEN_FILE") or DEFAULT_TOKEN_FILE,
         report_ca_file=e.get("RAILYARD_REPORT_CA_FILE") or None,
+        report_ca=e.get("RAILYARD_REPORT_CA") or None,
     )

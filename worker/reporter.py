@@ -57,7 +57,8 @@ class Reporter:
         self._unsent_checkpoint = False  # a save not yet delivered: retried until it is
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._opener = _opener(ctx.report_ca_file if ctx.report_url and ctx.report_url.startswith("https:") else None)
+        https = bool(ctx.report_url and ctx.report_url.startswith("https:"))
+        self._opener = _opener(ctx.report_ca_file if https else None, ctx.report_ca if https else None)
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
         self.stale = False  # the operator says this rank belongs to an older attempt
         self.sent = 0
@@ -197,10 +198,11 @@ class Reporter:
         return json.loads(raw) if raw else {}
 
 
-def _opener(ca_file: str | None) -> urllib.request.OpenerDirector:
+def _opener(ca_file: str | None, ca_pem: str | None = None) -> urllib.request.OpenerDirector:
     """An opener that ignores http(s)_proxy (the bearer token must not travel through a proxy) and,
-    for https, trusts the CA it is given."""
+    for https, trusts only the CA it is given (a file, or PEM text) when one is given."""
     handlers: list[Any] = [urllib.request.ProxyHandler({})]
-    if ca_file:
-        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
+    if ca_file or ca_pem:
+        context = ssl.create_default_context(cafile=ca_file or None, cadata=ca_pem or None)
+        handlers.append(urllib.request.HTTPSHandler(context=context))
     return urllib.request.build_opener(*handlers)

@@ -45,6 +45,19 @@ class CreateRefused(Exception):
         self.message = message
 
 
+def read_ca(path: str) -> str | None:
+    """The report endpoint's CA for the pods; read once (a CA outlives the serving certificates it
+    signs). Unreadable: logged, and pods get none (a worker then cannot verify the endpoint)."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError as e:
+        log.error("report CA %s unreadable (%s): gang pods get no RAILYARD_REPORT_CA", path, e)
+        return None
+
+
 class Materialiser:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter) -> None:
         self.ctx = ctx
@@ -52,7 +65,8 @@ class Materialiser:
         self.events = events
         self.pods = pods
         reports = ctx.settings.reports
-        self.options = PodOptions(ctx.settings.placement.master_port, reports.url or None, reports.audience)
+        self.options = PodOptions(ctx.settings.placement.master_port, reports.url or None, reports.audience,
+                                  read_ca(reports.ca_file))
         self.line = ReleaseLine(2 * ctx.settings.api.workers)  # two pods in flight per request worker
         self._waiting: dict[Key, asyncio.Task[None]] = {}  # gangs waiting for or in their turn
 

@@ -21,6 +21,7 @@ from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.client import KubeApi
 from railyard.operator.kube.leader import LeaderElector
+from railyard.operator.kube.leader_label import LeaderLabel
 from railyard.operator.kube.reflector import KINDS, Reflector, reflector_sink
 from railyard.operator.kube.report_server import ReportServer
 from railyard.topology.labels import scheme_for
@@ -44,8 +45,11 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     sink_target: list[PlacementLoop] = []  # the loop, once built: what reflectors and the elector wake
     # The elector has its own client, pool, thread and event loop: renewal never waits behind
     # placement writes or a long solve on this loop.
-    leader = LeaderElector(KubeApi(workers=2, user_agent=agent, read_timeout=5), config.leader,
-                           on_elected=lambda: loop.call_soon_threadsafe(lambda: sink_target[0].wake()))
+    lease_api = KubeApi(workers=2, user_agent=agent, read_timeout=5)
+    label = LeaderLabel(lease_api, config.leader.pod_namespace, config.leader.pod_name)
+    leader = LeaderElector(lease_api, config.leader,
+                           on_elected=lambda: loop.call_soon_threadsafe(lambda: sink_target[0].wake()),
+                           on_change=label.mark if label.enabled else None)
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
     state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels))
     book = ProgressBook()

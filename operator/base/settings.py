@@ -60,6 +60,10 @@ class LeaderSettings(_Settings):
     identity: str = Field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}")
     lease_seconds: float = _seconds("LEASE_SECONDS", 15.0)
     renew_seconds: float = _seconds("RENEW_SECONDS", 2.0)
+    # This replica's own pod (the chart's downward API): the leader labels it railyard.dev/role=leader
+    # so the reports Service sends workers to the leader only. Empty (run outside a pod): no label.
+    pod_name: str = Field(default_factory=_env("POD_NAME", "", str))
+    pod_namespace: str = Field(default_factory=_env("NAMESPACE", "", str))
 
 
 class PlacementSettings(_Settings):
@@ -141,6 +145,9 @@ class ReportSettings(_Settings):
     # TLS for the endpoint (a mounted Secret); plain HTTP when unset.
     tls_cert: str = Field(default_factory=_env("REPORT_TLS_CERT", "", str))
     tls_key: str = Field(default_factory=_env("REPORT_TLS_KEY", "", str))
+    # The CA that signed the endpoint's certificate (PEM file): every gang pod gets it as
+    # RAILYARD_REPORT_CA, the only CA railyard.worker trusts for the report URL.
+    ca_file: str = Field(default_factory=_env("REPORT_CA_FILE", "", str))
     # Per pod: sustained reports per second (bursts of 10 allowed); more get HTTP 429.
     rate_per_second: float = Field(default_factory=_env("REPORT_RATE", 2.0, float), gt=0)
     # Per source address, checked before the token is reviewed: sustained requests per second (bursts

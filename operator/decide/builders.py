@@ -34,6 +34,7 @@ class PodOptions:
     master_port: int = 29500
     report_url: str | None = None  # the operator's report endpoint; None: no reporting env, no token
     report_audience: str = "railyard.dev"
+    report_ca: str | None = None  # PEM of the CA the endpoint's certificate chains to
     token_seconds: int = 3600  # kubelet refreshes a projected token at 80 % of its life
 
 
@@ -106,6 +107,8 @@ def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
     if options.report_url:
         env["RAILYARD_REPORT_URL"] = options.report_url
         env["RAILYARD_TOKEN_FILE"] = f"{TOKEN_DIR}/token"
+        if options.report_ca:
+            env["RAILYARD_REPORT_CA"] = options.report_ca
     if rail_aligned:
         env["NCCL_CROSS_NIC"] = 0  # keep each ring on its rail: the placement made that possible
     return [{"name": k, "value": str(v)} for k, v in env.items()]

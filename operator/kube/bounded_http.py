@@ -61,8 +61,10 @@ class BoundedHttpServer:
     """Serves `handler` on `port` from its own thread; `start()` returns once it listens (or failed)."""
 
     def __init__(self, handler: Handler, port: int, tls: ssl.SSLContext | None = None,
-                 limits: Limits | None = None, name: str = "railyard-http") -> None:
+                 limits: Limits | None = None, name: str = "railyard-http",
+                 every: tuple[float, Callable[[], None]] | None = None) -> None:
         self.handler, self.port, self.tls, self.limits, self.name = handler, port, tls, limits or Limits(), name
+        self.every = every  # (seconds, fn): run on the server's own loop, e.g. reload a renewed certificate
         self.listening = False
         self.connections = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -98,7 +100,10 @@ class BoundedHttpServer:
             finally:
                 self._started.set()
             if server is not None:
+                repeating = loop.create_task(self._repeat(*self.every)) if self.every is not None else None
                 loop.run_forever()
+                if repeating is not None:
+                    repeating.cancel()
                 server.close()
                 for task in asyncio.all_tasks(loop):
                     task.cancel()
@@ -106,6 +111,14 @@ class BoundedHttpServer:
         finally:
             self.listening = False
             loop.close()
+
+    async def _repeat(self, seconds: float, fn: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                fn()
+            except Exception as e:  # the server goes on with what it has
+                log.warning("%s: periodic task failed: %s", self.name, e)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")

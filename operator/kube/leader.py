@@ -45,11 +45,14 @@ def _now_micro() -> str:
 
 class LeaderElector:
     def __init__(self, api: LeaseClient, settings: LeaderSettings, on_elected: Callable[[], object],
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, on_change: Callable[[bool], object] | None = None) -> None:
         self.api = api
         self.clock = clock or SystemClock()
         self.settings = settings
         self.on_elected = on_elected
+        # Told (on the elector's thread, blocking calls allowed) whenever leadership starts or ends.
+        self.on_change = on_change
+        self._announced = False
         self._valid_until = 0.0  # monotonic deadline of our current term
         self._observed: tuple[Any, ...] | None = None  # (holder, renewTime, resourceVersion) last seen
         self._observed_at = 0.0  # monotonic time we first saw that record
@@ -89,7 +92,19 @@ class LeaderElector:
                 if self._valid_until:  # we held a term (maybe already run out while we were frozen)
                     log.warning("lost leadership")
                 self._valid_until = 0.0
+            await self._announce()
             await asyncio.sleep(self.settings.renew_seconds)
+        await self._announce()
+
+    async def _announce(self) -> None:
+        leader = self.is_leader() and not self._stopping.is_set()
+        if self.on_change is None or leader == self._announced:
+            return
+        self._announced = leader
+        try:
+            await asyncio.wait_for(self.api.run(self.on_change, leader), timeout=self.settings.renew_seconds + 5)
+        except Exception as e:  # a hook's trouble never costs the term
+            log.warning("leadership change hook failed: %s", e)
 
     async def release(self) -> None:
         """On shutdown hand the lease back at once, so a standby takes over without waiting it out

@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import logging
+import os
 import ssl
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ SA_PREFIX = "system:serviceaccount:"
 PATH = "/v1/reports"
 REVIEWS_IN_FLIGHT, REVIEWS_WAITING = 8, 64
 SOURCE_BURST, POD_BURST = 50.0, 10.0
+CERT_CHECK_SECONDS = 30.0
 
 
 class TokenReviewer(Protocol):
@@ -108,6 +110,7 @@ class ReportServer:
         self._reviews: asyncio.Semaphore | None = None  # made on the server's own loop
         self._waiting = 0
         self.http: BoundedHttpServer | None = None
+        self._cert_stamp: tuple[float, float] = (0.0, 0.0)
 
     def start(self) -> bool:
         """Listen on the configured port from a thread of its own; False when off or the port is taken
@@ -118,7 +121,9 @@ class ReportServer:
         if self.settings.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
-        self.http = BoundedHttpServer(self.answer, self.settings.port, context, name="railyard-reports")
+            self._cert_stamp = self._stamp()
+        self.http = BoundedHttpServer(self.answer, self.settings.port, context, name="railyard-reports",
+                                      every=(CERT_CHECK_SECONDS, lambda: self._reload(context)) if context else None)
         if not self.http.start():
             log.error("report endpoint unavailable; worker reports are refused")
             return False
@@ -128,6 +133,21 @@ class ReportServer:
     def stop(self) -> None:
         if self.http is not None:
             self.http.stop()
+
+    def _stamp(self) -> tuple[float, float]:
+        return (os.stat(self.settings.tls_cert).st_mtime, os.stat(self.settings.tls_key).st_mtime
+                if self.settings.tls_key else 0.0)
+
+    def _reload(self, context: ssl.SSLContext | None) -> None:
+        """A renewed certificate (cert-manager, a Secret update) is served to new connections without
+        a restart: the mounted files change, the same context loads them."""
+        if context is None:
+            return
+        stamp = self._stamp()
+        if stamp != self._cert_stamp:
+            context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
+            self._cert_stamp = stamp
+            log.info("report endpoint: certificate reloaded from %s", self.settings.tls_cert)
 
     async def answer(self, request: Request) -> tuple[int, dict[str, Any]]:
         refusal, answer = await self._judge(request)

@@ -90,3 +90,44 @@ def test_a_job_waits_by_name_for_its_priority_class_and_its_pods_carry_it(operat
     priority_classes(name, 4242)
     pods = wait_bound(api_client, core, namespace, "classy", 1, timeout=60)
     assert (pods[0]["spec"]["priorityClassName"], pods[0]["spec"]["priority"]) == (name, 4242)
+
+
+def _as_operator(identity):
+    from kubernetes import config
+
+    return client.CoreV1Api(config.new_client_from_config(config_file=identity.kubeconfig))
+
+
+def test_the_operators_account_cannot_create_an_unowned_pod_anywhere(identity, core):
+    """RBAC lets the operator create pods in every namespace; the chart's ValidatingAdmissionPolicy
+    refuses any that is not a TrainingJob's."""
+    with pytest.raises(client.ApiException) as err:
+        _as_operator(identity).create_namespaced_pod("kube-system", {
+            "metadata": {"name": f"stolen-{uuid.uuid4().hex[:6]}"},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/miner:0"}]}})
+    assert err.value.status == 403 and "only objects owned by a TrainingJob" in err.value.body, err.value.body
+
+
+def test_the_operators_account_changes_only_railyards_taints_and_annotations_on_nodes(identity, core):
+    node = sorted(n.metadata.name for n in core.list_node().items)[-1]
+    other = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
+    taints = [t.to_dict() for t in core.read_node(node).spec.taints or []]
+    core.patch_node(node, {"spec": {"taints": [*taints, other]}})
+    operator = _as_operator(identity)
+    try:
+        mine = {"key": "railyard.dev/unhealthy", "value": "Test", "effect": "NoSchedule"}
+        operator.patch_node(node, {"spec": {"taints": [*taints, other, mine]}})  # its own: allowed
+        attempts = {
+            "remove another's taint": {"spec": {"taints": [*taints, mine]}},
+            "label the node": {"metadata": {"labels": {"stolen": "yes"}}},
+            "annotate outside railyard.dev/": {"metadata": {"annotations": {"example.com/x": "y"}}},
+            "cordon": {"spec": {"unschedulable": True}},
+        }
+        for what, patch in attempts.items():
+            with pytest.raises(client.ApiException) as err:
+                operator.patch_node(node, patch)
+            assert err.value.status == 403 and "only railyard.dev/ taints" in err.value.body, (what, err.value.body)
+    finally:
+        current = [t.to_dict() for t in core.read_node(node).spec.taints or []]
+        core.patch_node(node, {"spec": {"taints": [t for t in current if t["key"] not in (
+            other["key"], "railyard.dev/unhealthy")] or None}})

@@ -51,7 +51,9 @@ def test_the_chart_crd_is_generated_from_crds_without_drift():
 def test_defaults_render_a_hardened_leader_elected_operator(helm):
     docs = render(helm)
     assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                                         "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"}
+                                         "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
+                                         "Secret", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                                         "NetworkPolicy"}
     crd = by_kind(docs, "CustomResourceDefinition")[0]
     source = yaml.safe_load((REPO / "crds" / "railyard.dev_trainingjobs.yaml").read_text())
     assert crd["spec"] == source["spec"]
@@ -71,8 +73,53 @@ def test_defaults_render_a_hardened_leader_elected_operator(helm):
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
     assert by_kind(docs, "Service")[0]["metadata"]["name"] == "railyard"  # the alerts' job label
     reports = by_kind(docs, "Service")[1]
-    assert env["RAILYARD_REPORT_URL"]["value"].startswith(f"http://{reports['metadata']['name']}.")
+    assert env["RAILYARD_REPORT_URL"]["value"].startswith(f"https://{reports['metadata']['name']}.")
     assert reports["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
+    assert reports["spec"]["selector"]["railyard.dev/role"] == "leader", "only the leader takes reports"
+    assert env["RAILYARD_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_reports_are_served_over_tls_with_a_generated_ca_by_default(helm):
+    import base64
+    import ssl
+    import tempfile
+
+    docs = render(helm)
+    secret = by_kind(docs, "Secret")[0]
+    pem = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert set(pem) == {"tls.crt", "tls.key", "ca.crt"}
+    with tempfile.TemporaryDirectory() as d:  # the pair loads, and the CA verifies it (ssl does both)
+        Path(d, "c").write_text(pem["tls.crt"])
+        Path(d, "k").write_text(pem["tls.key"])
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server.load_cert_chain(str(Path(d, "c")), str(Path(d, "k")))
+        ssl.create_default_context(cadata=pem["ca.crt"])
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "reports-tls")
+    assert env["RAILYARD_REPORT_CA_FILE"] == f"{mount['mountPath']}/ca.crt"
+    assert next(v for v in pod["volumes"] if v["name"] == "reports-tls")["secret"]["secretName"] == \
+        secret["metadata"]["name"]
+    managed = render(helm, "reports.tls.certManager.enabled=true", "reports.tls.certManager.issuerRef.name=ca")
+    assert not by_kind(managed, "Secret")
+    cert = by_kind(managed, "Certificate")[0]
+    assert cert["spec"]["secretName"] == secret["metadata"]["name"]
+    assert "railyard-reports.railyard-system.svc" in cert["spec"]["dnsNames"]
+    plain = render(helm, "reports.tls.enabled=false")
+    assert not by_kind(plain, "Secret") and not by_kind(plain, "Certificate")
+
+
+def test_least_privilege_objects_name_the_operators_account_and_ports(helm):
+    docs = render(helm)
+    policy = by_kind(docs, "ValidatingAdmissionPolicy")[0]
+    account = f"system:serviceaccount:railyard-system:{by_kind(docs, 'ServiceAccount')[0]['metadata']['name']}"
+    assert account in policy["spec"]["matchConditions"][0]["expression"]
+    assert by_kind(docs, "ValidatingAdmissionPolicyBinding")[0]["spec"] == {
+        "policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    ports = [r["ports"][0]["port"] for r in by_kind(docs, "NetworkPolicy")[0]["spec"]["ingress"]]
+    assert sorted(ports) == [8080, 8081, 8090]
+    off = render(helm, "admissionPolicy.enabled=false", "networkPolicy.enabled=false")
+    assert not by_kind(off, "ValidatingAdmissionPolicy") and not by_kind(off, "NetworkPolicy")
 
 
 def test_rbac_is_exactly_what_the_operator_uses(helm):

@@ -895,3 +895,34 @@ def test_a_tor_id_under_two_leaves_is_not_merged_into_one_switch():
     assert set(excluded) == {n["metadata"]["name"] for n in clash} or \
         set(excluded) == {n["metadata"]["name"] for n in nodes if n not in clash}
     assert all("also under leaf" in why for why in excluded.values()), excluded
+
+
+async def test_leadership_is_announced_once_when_it_starts_and_once_when_it_ends():
+    """What the leader label hangs on: one call per change, never one per renewal."""
+    from railyard.operator.base.settings import LeaderSettings
+    from railyard.operator.kube.leader import LeaderElector
+
+    api = LeaseApi("2025-01-01T00:00:00.000000Z")
+    api.lease["spec"]["holderIdentity"] = None  # free: the first try takes it
+
+    async def run(fn, *args):
+        return fn(*args)
+
+    api.run = run  # type: ignore[attr-defined]
+    marks: list[bool] = []
+    elector = LeaderElector(api, LeaderSettings(identity="me", lease_seconds=1, renew_seconds=0.01), lambda: None,
+                            on_change=marks.append)
+    task = asyncio.create_task(elector.run())
+    deadline = time.monotonic() + 10
+    while api.puts < 5:  # renewed several times
+        assert time.monotonic() < deadline, "the elector never renewed"
+        await asyncio.sleep(0.01)
+    assert marks == [True]
+    api.lease["spec"].update(holderIdentity="other", renewTime="2025-01-01T00:00:09.000000Z")
+    api.lease["metadata"]["resourceVersion"] = "9"
+    while marks != [True, False]:
+        assert time.monotonic() < deadline, f"the end of the term was not announced: {marks}"
+        await asyncio.sleep(0.01)
+    elector.stop()
+    await asyncio.wait_for(task, 5)
+    assert marks == [True, False]
