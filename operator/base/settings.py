@@ -153,6 +153,10 @@ class ReportSettings(_Settings):
     # Per source address, checked before the token is reviewed: sustained requests per second (bursts
     # of 50). One address can carry a node's 8 ranks (hostNetwork pods) and their retries.
     source_rate_per_second: float = Field(default_factory=_env("REPORT_SOURCE_RATE", 50.0, float), gt=0)
+    # TokenReviews the endpoint asks the API server for, at most, per second (bursts of as many): what a
+    # flood of bogus tokens from many addresses costs the API server. Accepted tokens are cached, so
+    # 16,384 pods need ~5 a second; after an operator restart all of them, spread over ~80 s.
+    reviews_per_second: float = Field(default_factory=_env("REPORT_REVIEWS_PER_SECOND", 200.0, float), gt=0)
     # A job's status is written at most this often for report-derived fields (lastCheckpoint).
     flush_seconds: float = _seconds("REPORT_FLUSH_SECONDS", 5.0)
     # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request

@@ -3,8 +3,9 @@
 Served by kube/bounded_http (its own thread and event loop, TLS when a certificate is given; header,
 body and connection limits). Every other limit holds before any work is done for a request:
 - per source address, a token bucket first (RAILYARD_REPORT_SOURCE_RATE a second, bursts of 50);
-- TokenReviews run at most REVIEWS_IN_FLIGHT at a time with at most REVIEWS_WAITING queued; beyond
-  that the answer is 429 at once, so a flood of bogus tokens costs the API server a bounded rate;
+- TokenReviews run at most REVIEWS_IN_FLIGHT at a time with at most REVIEWS_WAITING queued, and at
+  most RAILYARD_REPORT_REVIEWS_PER_SECOND a second; beyond that the answer is 429 at once, so a flood
+  of bogus tokens from many addresses costs the API server a bounded rate;
 - a token is accepted only when the review says it is valid for the endpoint's audience
   (status.audiences) and bound to a pod, and that pod runs the reported rank of the job's current
   attempt (decide/reports.check_report); then a bucket per pod (RAILYARD_REPORT_RATE).
@@ -107,6 +108,7 @@ class ReportServer:
         self._identities: dict[str, tuple[PodIdentity | None, float]] = {}  # token digest -> (who, until)
         self._pods = _Buckets(settings.rate_per_second, POD_BURST, 100_000)
         self._sources = _Buckets(settings.source_rate_per_second, SOURCE_BURST, 100_000)
+        self._review_budget = _Bucket(settings.reviews_per_second, settings.reviews_per_second, clock())
         self._reviews: asyncio.Semaphore | None = None  # made on the server's own loop
         self._waiting = 0
         self.http: BoundedHttpServer | None = None
@@ -204,7 +206,7 @@ class ReportServer:
         cached = self._identities.get(digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        if self._waiting >= REVIEWS_WAITING:
+        if self._waiting >= REVIEWS_WAITING or not self._review_budget.take(now):
             raise _Busy()
         if self._reviews is None:
             self._reviews = asyncio.Semaphore(REVIEWS_IN_FLIGHT)

@@ -144,6 +144,13 @@ async def _event() -> asyncio.Event:
     return asyncio.Event()  # made on the server's loop, which waits on it
 
 
+async def test_reviews_beyond_the_review_rate_get_429_whatever_the_source(served):
+    reviewer = Reviewer()
+    server = served(reviewer, source_rate_per_second=1e6, reviews_per_second=5)
+    answers = [(await post(_port(server), f"bogus-{i}"))[0] for i in range(30)]
+    assert reviewer.calls <= 6 and answers.count(429) >= 24, (reviewer.calls, answers)
+
+
 async def test_an_oversized_body_is_refused_unread_and_costs_no_review(served):
     reviewer = Reviewer()
     status, answer = await post(_port(served(reviewer)), "good-llm.p0-0", b"x" * (64 * 1024 + 1))
