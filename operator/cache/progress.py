@@ -9,6 +9,7 @@ status (`lastCheckpoint`), which never moves backwards.
 
 from __future__ import annotations
 
+import sys
 import threading
 from array import array
 from dataclasses import dataclass, field
@@ -22,38 +23,50 @@ SAVES_KEPT = 16
 
 
 class Samples:
-    """A rank's recent [step, compute seconds, step seconds] in three packed arrays (12 bytes a sample,
-    ~3 KB a rank at SAMPLES_KEPT: a 16,384-rank job's samples fit in ~50 MB, where tuples took ~600)."""
+    """A rank's most recent SAMPLES_KEPT [step, compute seconds, step seconds], in a ring of three packed
+    arrays allocated on the first sample (12 bytes a sample, 3 KB a rank: a 16,384-rank job's samples
+    take ~50 MB, where lists of tuples took ~600)."""
 
-    __slots__ = ("compute", "steps", "walls")
+    __slots__ = ("compute", "count", "head", "steps", "walls")
 
     def __init__(self) -> None:
-        self.steps = array("i")
-        self.compute = array("f")
-        self.walls = array("f")
+        self.steps: array[int] | None = None
+        self.compute: array[float] = array("f")
+        self.walls: array[float] = array("f")
+        self.head = 0  # index of the oldest sample
+        self.count = 0
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return self.count
 
     @property
     def last_step(self) -> int:
-        return self.steps[-1] if self.steps else -1
+        if self.steps is None or not self.count:
+            return -1
+        return self.steps[(self.head + self.count - 1) % SAMPLES_KEPT]
 
     def extend(self, samples: list[tuple[int, float, float]]) -> None:
+        if self.steps is None:
+            self.steps = array("i", bytes(4 * SAMPLES_KEPT))
+            self.compute = array("f", bytes(4 * SAMPLES_KEPT))
+            self.walls = array("f", bytes(4 * SAMPLES_KEPT))
         for step, compute, wall in samples:
-            self.steps.append(step)
-            self.compute.append(compute)
-            self.walls.append(wall)
-        if len(self.steps) > 2 * SAMPLES_KEPT:  # trimmed in batches: amortised O(1) a sample
-            for column in (self.steps, self.compute, self.walls):
-                del column[:-SAMPLES_KEPT]
+            if self.count < SAMPLES_KEPT:
+                i = (self.head + self.count) % SAMPLES_KEPT
+                self.count += 1
+            else:  # full: overwrite the oldest
+                i = self.head
+                self.head = (self.head + 1) % SAMPLES_KEPT
+            self.steps[i], self.compute[i], self.walls[i] = step, compute, wall
 
     def recent(self) -> list[tuple[int, float, float]]:
-        start = max(0, len(self.steps) - SAMPLES_KEPT)
-        return list(zip(self.steps[start:], self.compute[start:], self.walls[start:], strict=True))
+        if self.steps is None:
+            return []
+        order = [(self.head + j) % SAMPLES_KEPT for j in range(self.count)]
+        return [(self.steps[i], self.compute[i], self.walls[i]) for i in order]
 
 
-@dataclass
+@dataclass(slots=True)
 class RankProgress:
     step: int | None = None
     seen: float = 0.0
@@ -101,7 +114,7 @@ class ProgressBook:
             if report.step is not None:
                 rank.step = max(rank.step or 0, report.step)
             for c in report.checkpoints:
-                rank.saved[c.step] = c.path
+                rank.saved[c.step] = sys.intern(c.path)  # every rank names the same path: held once
             while len(rank.saved) > SAVES_KEPT:
                 del rank.saved[min(rank.saved)]
             if not samples or not report.samples:

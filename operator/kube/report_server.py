@@ -114,17 +114,18 @@ class ReportServer:
         self.http: BoundedHttpServer | None = None
         self._cert_stamp: tuple[float, float] = (0.0, 0.0)
 
-    def start(self) -> bool:
+    def start(self, ephemeral: bool = False) -> bool:
         """Listen on the configured port from a thread of its own; False when off or the port is taken
-        (logged: placement matters more than reports)."""
-        if self.settings.port <= 0:
+        (logged: placement matters more than reports). `ephemeral`: on a port the OS picks (tests)."""
+        if self.settings.port <= 0 and not ephemeral:
             return False
         context = None
         if self.settings.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
             self._cert_stamp = self._stamp()
-        self.http = BoundedHttpServer(self.answer, self.settings.port, context, name="railyard-reports",
+        self.http = BoundedHttpServer(self.answer, 0 if ephemeral else self.settings.port, context,
+                                      name="railyard-reports",
                                       every=(CERT_CHECK_SECONDS, lambda: self._reload(context)) if context else None)
         if not self.http.start():
             log.error("report endpoint unavailable; worker reports are refused")

@@ -60,21 +60,15 @@ def served():
     servers: list[ReportServer] = []
 
     def serve(reviewer: Reviewer, state: ClusterState | None = None, **settings: Any) -> ReportServer:
-        server = ReportServer(state or _state(), ProgressBook(), reviewer, ReportSettings(port=_free_port(),
+        server = ReportServer(state or _state(), ProgressBook(), reviewer, ReportSettings(port=0,
                                                                                            **settings), lambda: True)
-        assert server.start()
+        assert server.start(ephemeral=True)
         servers.append(server)
         return server
 
     yield serve
     for s in servers:
         s.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _port(server: ReportServer) -> int:
@@ -167,8 +161,8 @@ async def test_wrong_path_or_method(served):
 
 async def test_a_standby_answers_503_without_a_review():
     reviewer = Reviewer()
-    server = ReportServer(_state(), ProgressBook(), reviewer, ReportSettings(port=_free_port()), lambda: False)
-    assert server.start()
+    server = ReportServer(_state(), ProgressBook(), reviewer, ReportSettings(port=0), lambda: False)
+    assert server.start(ephemeral=True)
     try:
         assert (await post(_port(server), "good-llm.p0-0"))[0] == 503 and reviewer.calls == 0
     finally:

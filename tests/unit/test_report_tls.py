@@ -16,7 +16,7 @@ from railyard.operator.kube.report_server import ReportServer
 from railyard.worker import Reporter, context
 
 from tests.support.rig import rig_binary
-from tests.unit.test_report_server import Reviewer, _free_port, _state
+from tests.unit.test_report_server import Reviewer, _state
 
 TEMPLATE = """\
 {{- $ca := genCA "railyard-reports-ca" 1 }}
@@ -44,8 +44,8 @@ def _serve(tmp_path: Path, pems: dict[str, str]) -> ReportServer:
     (tmp_path / "tls.crt").write_text(pems["crt"])
     (tmp_path / "tls.key").write_text(pems["key"])
     server = ReportServer(_state(), ProgressBook(), Reviewer(), ReportSettings(
-        port=_free_port(), tls_cert=str(tmp_path / "tls.crt"), tls_key=str(tmp_path / "tls.key")), lambda: True)
-    assert server.start()
+        port=0, tls_cert=str(tmp_path / "tls.crt"), tls_key=str(tmp_path / "tls.key")), lambda: True)
+    assert server.start(ephemeral=True)
     return server
 
 
