@@ -41,6 +41,7 @@ PORTS = {"etcd": 23790, "etcd-peer": 23800, "kube-apiserver": 16443, "kube-contr
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.128.0.0/12"  # kwok hands out fake pod IPs from here; nothing routes to them
 KWOK_LABEL = "type=kwok"  # nodes kwok simulates; railyard.topology.profile.KWOK_LABEL
+REAL_NODE_IP = "10.88.0.1"  # the real node's bridge (hack/realnode.py)
 
 
 class RigError(RuntimeError):
@@ -70,7 +71,10 @@ def binary(component: str) -> Path:
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
         "vc-scheduler": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-scheduler",
         "vc-controller-manager": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-controller-manager",
+        "coredns": CACHE / "bin" / f"coredns-{v['COREDNS_VERSION']}" / "coredns",
     }
+    if component in ("kubelet", "kube-proxy", "pause"):
+        return CACHE / "bin" / f"kubernetes-node-{v['KUBERNETES_VERSION']}" / component
     k8s = CACHE / "bin" / f"kubernetes-{v['KUBERNETES_VERSION']}"
     return where.get(component, k8s / component)
 
@@ -119,11 +123,36 @@ def make_pki(pki: Path) -> None:
         issue_cert(pki, name, subject, extensions)
 
     issue("apiserver", "/CN=kube-apiserver",
-          "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+          f"subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:{REAL_NODE_IP},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
           "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n")
     issue("admin", "/O=system:masters/CN=railyard-admin", "extendedKeyUsage=clientAuth\n")
+    # The API server's client certificate towards kubelets (logs, exec, port-forward on a real node).
+    issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+          "extendedKeyUsage=clientAuth\n")
     _openssl("genrsa", "-out", p("sa.key"), "2048")
     _openssl("rsa", "-in", p("sa.key"), "-pubout", "-out", p("sa.pub"))
+
+
+def write_client_kubeconfig(path: Path, cert: Path, key: Path) -> None:
+    """A kubeconfig for the rig's API server with this client certificate (a kubelet's, kube-proxy's)."""
+    pki = STATE / "pki"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: railyard-local
+  cluster:
+    server: https://127.0.0.1:{PORTS['kube-apiserver']}
+    certificate-authority: {pki / 'ca.crt'}
+users:
+- name: client
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: railyard-local
+  context: {{cluster: railyard-local, user: client}}
+current-context: railyard-local
+""")
 
 
 def write_kubeconfig(pki: Path) -> None:
@@ -202,6 +231,10 @@ K8S_GATES: dict[str, dict[str, list[str]]] = {
 }
 
 
+def _real_node() -> bool:
+    return (STATE / "real-node").exists()
+
+
 def _gates() -> dict[str, list[str]]:
     name = (STATE / "k8s-gates").read_text().strip() if (STATE / "k8s-gates").exists() else ""
     return K8S_GATES.get(name, {})
@@ -230,7 +263,11 @@ def _components() -> list[Component]:
         ], lambda: _http_ok(f"{etcd_url}/health")),
         Component("kube-apiserver", [
             str(binary("kube-apiserver")), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={PORTS['kube-apiserver']}",
+            # With a real node, pods reach the API server through the `kubernetes` Service, whose endpoint
+            # is the advertise address: the node's bridge (pods cannot be routed to 127.0.0.1).
+            f"--bind-address={'0.0.0.0' if _real_node() else '127.0.0.1'}",
+            f"--advertise-address={REAL_NODE_IP if _real_node() else '127.0.0.1'}",
+            f"--secure-port={PORTS['kube-apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
             # As production clusters run it: owning an object with blockOwnerDeletion needs update on
@@ -240,6 +277,10 @@ def _components() -> list[Component]:
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
             f"--cert-dir={STATE / 'apiserver-certs'}", "--max-requests-inflight=1000",
+            # A real node is reached by its InternalIP (its name resolves nowhere); harmless for kwok nodes.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             "--max-mutating-requests-inflight=500",
             # RAILYARD_RIG_PROFILING=1 serves /debug/pprof (CPU profiles of a benchmark's burst).
             f"--profiling={'true' if os.environ.get('RAILYARD_RIG_PROFILING') else 'false'}",
@@ -389,7 +430,8 @@ def stop_all() -> list[str]:
     return stopped
 
 
-def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False) -> None:
+def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
+       real_node: bool = False) -> None:
     if k8s_gates and k8s_gates not in K8S_GATES:
         raise RigError(f"unknown --k8s-gates {k8s_gates!r}; known: {', '.join(sorted(K8S_GATES))}")
     if profile:
@@ -399,6 +441,11 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
         log(f"already running ({KUBECONFIG})")
         if profile:
             create_nodes(nodes)
+        if real_node and not realnode().running():
+            if not _real_node():
+                raise RigError("the rig runs without a real node (its API server listens on 127.0.0.1 only); "
+                               "run `hack/cluster.py down`, then `up --real-node`")
+            realnode().up(node_images())
         return
     if state:
         raise RigError(f"a partial cluster is running ({', '.join(state)}); run `hack/cluster.py down` first")
@@ -410,6 +457,9 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
     try:
         STATE.mkdir(parents=True, exist_ok=True)
         (STATE / "k8s-gates").write_text(k8s_gates or "")
+        if real_node:
+            (STATE / "real-node").write_text("1")
+            realnode().prepare()  # the bridge first: the API server advertises its address
         make_pki(STATE / "pki")
         write_kubeconfig(STATE / "pki")
         write_configs(keep_job_pods)
@@ -418,8 +468,11 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
         wait_for_default_service_account()
         if profile:
             create_nodes(nodes)
+        if real_node:
+            realnode().up(node_images())
     except BaseException:
         log("start failed: stopping what was started and removing state")
+        realnode().down()
         stop_all()
         _remove_state()
         raise
@@ -430,8 +483,27 @@ def _remove_state() -> None:
     subprocess.run(["rm", "-rf", str(STATE)], check=False)
 
 
+def realnode():
+    """hack/realnode.py (imported late: it imports this module)."""
+    if str(HACK) not in sys.path:
+        sys.path.insert(0, str(HACK))
+    import realnode as module
+
+    return module
+
+
+def node_images() -> list[Path]:
+    """The operator and trainer images for the real node (built, or taken from the cache)."""
+    if str(HACK) not in sys.path:
+        sys.path.insert(0, str(HACK))
+    import images
+
+    return [images.build("operator"), images.build("trainer")]
+
+
 def down() -> None:
-    stopped = stop_all()
+    stopped = realnode().down()  # first: its pods are deleted through the API server
+    stopped += stop_all()
     _remove_state()
     log(f"stopped {', '.join(stopped) if stopped else 'nothing (not running)'}; state removed")
 
@@ -445,6 +517,12 @@ def api():
     cfg = client.Configuration.get_default_copy()
     cfg.connection_pool_maxsize = 32
     return client.ApiClient(cfg)
+
+
+def core_api():
+    from kubernetes import client
+
+    return client.CoreV1Api(api())
 
 
 def wait_for_default_service_account() -> None:
@@ -561,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up")
     p_up.add_argument("--profile", default="small", help="cluster profile name or file ('' for no nodes)")
     p_up.add_argument("--k8s-gates", default=None, help=f"opt-in feature gates: {', '.join(sorted(K8S_GATES))}")
+    p_up.add_argument("--real-node", action="store_true",
+                      help="also run a real kubelet node (containerd, kube-proxy, CoreDNS; needs root)")
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("nodes")
@@ -572,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(args.profile or None, args.k8s_gates)
+            up(args.profile or None, args.k8s_gates, real_node=args.real_node)
         elif args.command == "down":
             down()
         elif args.command == "status":

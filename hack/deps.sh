@@ -10,7 +10,7 @@ apt_install() {
   local missing=()
   for pair in "$@"; do
     local cmd=${pair%%:*} pkg=${pair##*:}
-    command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+    { command -v "$cmd" >/dev/null 2>&1 || [[ -x $cmd ]]; } || missing+=("$pkg")
   done
   [[ ${#missing[@]} -eq 0 ]] && return
   if [[ $(id -u) -ne 0 ]]; then
@@ -23,6 +23,10 @@ apt_install() {
 
 # promtool and prometheus (alert rule tests, and the e2e test that sees an alert fire).
 apt_install openssl:openssl promtool:prometheus
+# The rig's real node (hack/realnode.py) and its images (hack/images.py): a container runtime, the CNI
+# plugins, iptables for kube-proxy, mmdebstrap for Debian root filesystems, gcc for the pause binary.
+apt_install containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
+  iptables:iptables nft:nftables ip:iproute2 mmdebstrap:mmdebstrap gcc:gcc
 if ! command -v go >/dev/null 2>&1; then
   apt_install go:golang-go
 fi

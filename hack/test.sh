@@ -29,10 +29,19 @@ else
   phase build hack/build-binaries.sh helm  # the chart tests need it against any cluster
 fi
 phase lint bash -c '.venv/bin/ruff check . && .venv/bin/lint-imports && hack/typecheck.sh'
+real_node=()
 if [[ -z ${KUBECONFIG:-} ]]; then
   # A fresh local cluster: whatever a demo left running (jobs, its operator) would disturb the tests.
   .venv/bin/python hack/cluster.py down >/dev/null
-  phase cluster-start .venv/bin/python hack/cluster.py up --profile small
+  # With root, a real kubelet node joins the kwok nodes (its images first); the host is recorded so the
+  # check after `down` can tell whether the rig left anything behind.
+  if [[ $(id -u) -eq 0 ]]; then
+    phase images .venv/bin/python hack/images.py build
+    host_before=$(mktemp)
+    .venv/bin/python hack/realnode.py snapshot "$host_before"
+    real_node=(--real-node)
+  fi
+  phase cluster-start .venv/bin/python hack/cluster.py up --profile small "${real_node[@]}"
   started_cluster=1
   KUBECONFIG=$(.venv/bin/python hack/cluster.py kubeconfig)
   export KUBECONFIG RAILYARD_LOCAL_RIG=1
@@ -41,5 +50,8 @@ status=0
 phase tests .venv/bin/pytest tests || status=$?
 if [[ $started_cluster == 1 ]]; then
   phase cluster-stop .venv/bin/python hack/cluster.py down
+  if [[ ${#real_node[@]} -gt 0 ]]; then
+    phase host-check .venv/bin/python hack/realnode.py check "$host_before" || status=$?
+  fi
 fi
 exit $status
