@@ -339,7 +339,8 @@ def _delete_pods(core: Any) -> None:
     except Exception as e:  # the API server may be gone already: the sandboxes are removed below
         cluster.log(f"real node: pods not deleted through the API ({e}); removing sandboxes directly")
         return
-    cluster._wait(lambda: "RUNNING" not in _ctr("tasks", "list").stdout, "real node containers stopped", 60)
+    # The kubelet usually tears them down in a few seconds; what is left is killed below.
+    cluster._wait(lambda: "RUNNING" not in _ctr("tasks", "list").stdout, "real node containers stopped", 20)
 
 
 def down() -> list[str]:

@@ -2,7 +2,7 @@
 # `hack/images.py render`. Without Docker, `hack/images.py build` makes the same image as an OCI
 # archive from Debian packages and PyPI wheels (no registry).
 FROM python:3.11-slim-bookworm
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates tini && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends libstdc++6 ca-certificates tini && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY topology/ topology/

@@ -8,6 +8,7 @@ import logging
 
 def run_operator(verbose: bool = False) -> int:
     import kopf
+    from kopf._core.engines.peering import Identity  # a NewType of str Kopf does not re-export
     from railyard.operator.app.handlers import new_memo
     from railyard.operator.base.settings import Settings
 
@@ -18,6 +19,8 @@ def run_operator(verbose: bool = False) -> int:
     # Each replica runs standalone; the Lease (not Kopf peering) decides who places.
     settings = Settings()
     liveness = f"http://0.0.0.0:{settings.health.port}/healthz" if settings.health.port > 0 else None
+    # Our own identity: Kopf's default asks the passwd database, which has no entry for an arbitrary
+    # runAsUser (the chart's 65532, or a platform-assigned uid) and crashes at start.
     asyncio.run(kopf.operator(standalone=True, clusterwide=True, memo=new_memo(settings),
-                              liveness_endpoint=liveness))
+                              liveness_endpoint=liveness, identity=Identity(settings.leader.identity)))
     return 0

@@ -19,6 +19,7 @@ from tests.support.jobs import (
     get_job,
     gpus_of,
     make_job,
+    placeable_nodes,
     pods_of,
     wait_bound,
     wait_condition,
@@ -122,7 +123,7 @@ def test_gang_is_released_only_after_every_pod_exists(operator, api_client, core
 
 def test_unplaceable_job_waits_with_a_reason_and_is_placed_when_capacity_frees(
         operator, api_client, core, custom, namespace):
-    usable = len([n for n in core.list_node().items if "topology.railyard.dev/tor" in (n.metadata.labels or {})])
+    usable = len(placeable_nodes(core))
     blocker = usable - 20
     create_job(custom, namespace, make_job("blocker", blocker))
     wait_bound(api_client, core, namespace, "blocker", blocker, timeout=90)

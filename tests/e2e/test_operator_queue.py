@@ -7,7 +7,16 @@ from collections import Counter
 
 import pytest
 
-from tests.support.jobs import condition, create_job, delete_job, get_job, make_job, wait_bound, wait_condition
+from tests.support.jobs import (
+    condition,
+    create_job,
+    delete_job,
+    get_job,
+    make_job,
+    placeable_nodes,
+    wait_bound,
+    wait_condition,
+)
 from tests.support.operator import OperatorProcess, wait_for_leader
 
 pytestmark = pytest.mark.e2e
@@ -21,8 +30,7 @@ def pinned(name: str, replicas: int, tor: str) -> dict:
 
 def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, custom, coordination, namespace,
                                            lease_namespace, tmp_path):
-    sizes = Counter((n.metadata.labels or {}).get("topology.railyard.dev/tor") for n in core.list_node().items)
-    sizes.pop(None, None)
+    sizes = Counter(n.metadata.labels["topology.railyard.dev/tor"] for n in placeable_nodes(core))
     size = min(sizes.values())
     tors = sorted(t for t, count in sizes.items() if count == size)
     op = OperatorProcess(identity, lease_namespace, tmp_path, name="queue",

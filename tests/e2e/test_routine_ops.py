@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.test_faults import set_kwok_label
-from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
+from tests.support.jobs import create_job, delete_job, get_job, make_job, pods_of, wait_bound, wait_condition
 from tests.support.poll import poll
 from tests.support.rig import rig_binary
 
@@ -122,6 +122,10 @@ def test_a_restart_waits_for_old_pods_that_take_90s_to_exit_instead_of_rolling_b
     placed = next(c for c in job["status"]["conditions"] if c["type"] == "Placed")
     assert placed["reason"] == "Released" and job["status"]["restartCount"] == 1, "rolled back as BindTimeout"
     assert not job["status"].get("avoidNodes")
+    delete_job(custom, namespace, "slow-exit")
+    for pod in pods_of(api_client, core, namespace, "slow-exit"):  # not another 90 s in the namespace's teardown
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_pod(pod["metadata"]["name"], namespace, grace_period_seconds=0)
 
 
 def test_a_full_resource_quota_is_retried_not_taken_for_a_bad_spec(operator, api_client, core, custom, namespace):

@@ -72,3 +72,11 @@ def wait_bound(api_client, core, namespace: str, name: str, replicas: int, timeo
 
 def gpus_of(pod: dict[str, Any]) -> list[int]:
     return [int(g) for g in pod["metadata"]["annotations"]["railyard.dev/gpus"].split(",")]
+
+
+def placeable_nodes(core) -> list[Any]:
+    """Nodes a plain TrainingJob can land on: a TOR label, schedulable, and no NoSchedule/NoExecute taint (the
+    rig's real node is tainted so only pods meant for it go there)."""
+    return [n for n in core.list_node().items
+            if "topology.railyard.dev/tor" in (n.metadata.labels or {}) and not n.spec.unschedulable
+            and not any(t.effect in ("NoSchedule", "NoExecute") for t in n.spec.taints or [])]

@@ -1,0 +1,303 @@
+"""Real pods on a real kubelet node (issue 22): the chart installed for real, its operator image running as
+the chart says, training pods that run `examples/train/train.py`, report through the chart's
+`railyard-reports` Service with the token the kubelet mounted, take a real SIGTERM and resume.
+
+Needs a node labelled `railyard.dev/real-node=true` with Railyard's images (the local rig's
+`up --real-node` makes one; on another cluster, import `hack/images.py build`'s archives there). A
+release of its own (`railyard-real`, its Lease in its own namespace) so the suite's other operators
+never see it; no other operator runs while this module does."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.test_prometheus_alerts import RULES as ALERTS
+from tests.e2e.test_prometheus_alerts import alert_state, query
+from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
+from tests.support.operator import free_port
+from tests.support.poll import poll
+from tests.support.rig import REPO, load_hack_module, rig_binary
+
+pytestmark = pytest.mark.e2e
+RELEASE = NAMESPACE = "railyard-real"
+LEASE_NAMESPACE = "railyard-real-lease"
+FULLNAME = f"{RELEASE}-railyard"
+REAL = {"railyard.dev/real-node": "true"}
+TOLERATE = [{"key": "railyard.dev/real-node", "operator": "Exists"}]
+EXCHANGE = "/shared"
+
+
+def _real_nodes(core) -> list[str]:
+    return [n.metadata.name for n in core.list_node(label_selector="railyard.dev/real-node=true").items]
+
+
+def helm(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(rig_binary("helm")), "--kubeconfig", kubeconfig, *args], capture_output=True,
+                          text=True)
+
+
+def _install_args(tag: str | None = None) -> list[str]:
+    sets = ["crds.install=false", "replicaCount=1", f"leaderElection.namespace={LEASE_NAMESPACE}",
+            "tolerations[0].key=railyard.dev/real-node", "tolerations[0].operator=Exists",
+            "operator.extraEnv[0].name=RAILYARD_REPORT_FLUSH_SECONDS"]
+    strings = [r"nodeSelector.railyard\.dev/real-node=true", "operator.extraEnv[0].value=1"]
+    if tag:
+        sets.append(f"image.tag={tag}")
+    return [a for s in sets for a in ("--set", s)] + [a for s in strings for a in ("--set-string", s)]
+
+
+@pytest.fixture(scope="module")
+def release(kubeconfig, crds, core, api_client) -> Iterator[dict]:
+    if not _real_nodes(core):
+        if os.environ.get("RAILYARD_LOCAL_RIG"):
+            pytest.fail("the local rig runs without a real node (hack/cluster.py up --real-node, as root)")
+        pytest.skip("no node labelled railyard.dev/real-node=true")
+    for ns in (LEASE_NAMESPACE,):
+        with contextlib.suppress(client.ApiException):
+            core.create_namespace({"metadata": {"name": ns}})
+    started = time.monotonic()
+    out = helm(kubeconfig, "upgrade", "--install", RELEASE, str(REPO / "charts" / "railyard"), "-n", NAMESPACE,
+               "--create-namespace", *_install_args())
+    assert out.returncode == 0, out.stderr
+    apps = client.AppsV1Api(api_client)
+    poll(lambda: (apps.read_namespaced_deployment(FULLNAME, NAMESPACE).status.available_replicas or 0) >= 1, 180,
+         "the operator Deployment available on the real node")
+    lease = _leader(api_client)
+    timings = {"helm_install_to_leader_seconds": round(time.monotonic() - started, 1)}
+    print(json.dumps(timings))
+    yield {"lease": lease, **timings}
+    for path in _SHARED:
+        shutil.rmtree(path, ignore_errors=True)
+    helm(kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(LEASE_NAMESPACE)
+
+
+def _leader(api_client, not_pod: str | None = None) -> str:
+    """The operator pod holding the release's Lease (the holder identity starts with its hostname)."""
+    coordination, core = client.CoordinationV1Api(api_client), client.CoreV1Api(api_client)
+
+    def holder() -> str | None:
+        try:
+            lease = coordination.read_namespaced_lease("railyard-operator", LEASE_NAMESPACE)
+        except client.ApiException:
+            return None
+        who = lease.spec.holder_identity or ""
+        pods = [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items
+                if who.startswith(p.metadata.name + "-") and p.metadata.name != not_pod]
+        return pods[0] if pods else None
+
+    return poll(holder, 120, "an operator pod of the release holding its Lease")
+
+
+def _operator_pod(core) -> client.V1Pod:
+    pods = [p for p in core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/instance=" + RELEASE).items
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    assert pods, "no running operator pod"
+    return pods[0]
+
+
+def test_the_chart_runs_the_operator_image_as_it_says_with_real_probes(release, core):
+    pod = _operator_pod(core)
+    assert pod.spec.node_name in _real_nodes(core)
+    container = pod.spec.containers[0]
+    assert container.security_context.read_only_root_filesystem is True
+    assert pod.spec.security_context.run_as_user == 65532 and pod.spec.service_account_name == FULLNAME
+    status = pod.status.container_statuses[0]
+    assert status.ready and status.state.running is not None, "the kubelet's HTTP readiness probe passed"
+    assert release["lease"] == pod.metadata.name
+    # The leader labelled its own pod: the reports Service has exactly that endpoint.
+    assert (pod.metadata.labels or {}).get("railyard.dev/role") == "leader"
+    discovery = client.DiscoveryV1Api(core.api_client)
+
+    def endpoints() -> list[str]:
+        slices = discovery.list_namespaced_endpoint_slice(
+            NAMESPACE, label_selector="kubernetes.io/service-name=railyard-reports").items
+        return [ip for s in slices for e in s.endpoints or [] for ip in e.addresses]
+
+    poll(lambda: endpoints() == [pod.status.pod_ip], 30, "the reports Service selecting the leader only")
+
+
+def test_prometheus_scrapes_the_operator_pod_at_the_charts_metrics_endpoint(release, core, tmp_path):
+    """The chart's `railyard` Service's endpoint (the pod IP on the real node, port `metrics`) scraped with the
+    chart's alert rules loaded. Debian's prometheus is built without Kubernetes service discovery, so the
+    endpoint is read from the Service's EndpointSlices here and handed over as a file_sd target."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is missing: hack/deps.sh installs Debian's prometheus package"
+    discovery = client.DiscoveryV1Api(core.api_client)
+
+    def metrics_endpoints() -> list[dict]:
+        slices = discovery.list_namespaced_endpoint_slice(
+            NAMESPACE, label_selector="kubernetes.io/service-name=railyard").items
+        return [{"targets": [f"{ip}:{p.port}"], "labels": {"pod": e.target_ref.name}}
+                for s in slices for p in s.ports or [] if p.name == "metrics"
+                for e in s.endpoints or [] if e.conditions.ready for ip in e.addresses]
+
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps(poll(metrics_endpoints, 60, "the railyard Service's ready metrics endpoint")))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"""global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files: [{ALERTS}]
+scrape_configs:
+  - job_name: railyard
+    file_sd_configs: [{{files: [{targets}]}}]
+""")
+    port = free_port()
+    prometheus = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))  # noqa: SIM115
+    try:
+        pod = _operator_pod(core)
+
+        def scraped() -> list[dict]:
+            assert prometheus.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
+            return query(port, 'railyard_is_leader{job="railyard"} == 1')
+
+        leader = poll(scraped, 90, "the operator pod scraped as leader")
+        assert [r["metric"]["pod"] for r in leader] == [pod.metadata.name]
+        assert leader[0]["metric"]["instance"].startswith(f"{pod.status.pod_ip}:"), leader
+        # (pending from the first evaluation, before the first scrape answered)
+        poll(lambda: alert_state(port, "RailyardOperatorDown") is None, 30, "RailyardOperatorDown resolved")
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+
+
+def _trainer_job(name: str, replicas: int, shared: str, steps: int = 100000, **spec) -> dict:
+    body = make_job(name, replicas, gpus=4, checkpoint={"path": f"{EXCHANGE}/ckpt"}, **spec)
+    pod = body["spec"]["template"]["spec"]
+    pod["nodeSelector"] = dict(REAL)
+    pod["tolerations"] = TOLERATE
+    pod["terminationGracePeriodSeconds"] = 30
+    pod["securityContext"] = {"runAsUser": 65532, "runAsGroup": 65532}
+    pod["volumes"] = [{"name": "shared", "hostPath": {"path": shared, "type": "Directory"}}]
+    c = pod["containers"][0]
+    c.update(image="railyard-trainer:0.1.0", imagePullPolicy="IfNotPresent",
+             args=["--exchange", f"{EXCHANGE}/x", "--steps", str(steps), "--checkpoint-every", "50",
+                   "--step-sleep", "0.02"],
+             volumeMounts=[{"name": "shared", "mountPath": EXCHANGE}])
+    return body
+
+
+_SHARED: list[Path] = []  # removed when the module ends: a test's pods may still write until its namespace goes
+
+
+@pytest.fixture
+def shared() -> str:
+    """A host directory both ranks of a gang on the one real node share (their 'interconnect')."""
+    path = Path("/tmp") / f"railyard-shared-{uuid.uuid4().hex[:8]}"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)
+    _SHARED.append(path)
+    return str(path)
+
+
+def _events(core, namespace: str, pod: str) -> list[dict]:
+    try:
+        text = core.read_namespaced_pod_log(pod, namespace)
+    except client.ApiException:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_gang_runs_reports_through_the_service_and_resumes_after_a_real_sigterm(release, api_client, core, custom,
+                                                                                 namespace, shared):
+    create_job(custom, namespace, _trainer_job("real-train", 2, shared))
+    pods = wait_bound(api_client, core, namespace, "real-train", 2, timeout=120)
+    assert {p["spec"]["nodeName"] for p in pods} <= set(_real_nodes(core))
+    env = {e["name"]: e.get("value", "") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["RAILYARD_REPORT_URL"].startswith(f"https://railyard-reports.{NAMESPACE}.svc")
+    assert "BEGIN CERTIFICATE" in env["RAILYARD_REPORT_CA"]
+    wait_condition(custom, namespace, "real-train", "Running", timeout=120)
+    first = poll(lambda: (get_job(custom, namespace, "real-train").get("status") or {}).get("lastCheckpoint"), 120,
+                 "status.lastCheckpoint from the ranks' reports")
+    poll(lambda: (get_job(custom, namespace, "real-train")["status"]["lastCheckpoint"]["step"] > first["step"]), 120,
+         "status.lastCheckpoint advancing")
+    victim = pods[1]["metadata"]["name"]
+    deleted = time.monotonic()
+    core.delete_namespaced_pod(victim, namespace)  # the kubelet sends SIGTERM, waits the grace period
+    job = poll(lambda: (j := get_job(custom, namespace, "real-train")).get("status", {}).get("restartCount", 0) >= 1
+               and j, 120, "the gang restarted")
+    resume = job["status"]["lastRestart"].get("resumeStep")
+    stops = {p["metadata"]["name"]: [e for e in _events(core, namespace, p["metadata"]["name"])
+                                     if e["event"] == "stop"] for p in pods}
+    stopped = {name: s[0]["step"] for name, s in stops.items() if s}
+    assert len(set(stopped.values())) == 1 and stopped, f"the ranks agreed on the step they saved: {stopped}"
+    assert resume == next(iter(stopped.values())), (resume, stopped)
+    wait_condition(custom, namespace, "real-train", "Running", timeout=180)
+    fresh = pods_of(api_client, core, namespace, "real-train")
+
+    def started() -> dict | None:
+        for p in fresh:
+            begun = [e for e in _events(core, namespace, p["metadata"]["name"]) if e["event"] == "start"]
+            if begun:
+                return begun[0]
+        return None
+
+    begun = poll(started, 120, "the new attempt started")
+    assert begun["first_step"] == resume + 1 and begun["restart_count"] == 1
+    print(json.dumps({"sigterm_to_resumed_seconds": round(time.monotonic() - deleted, 1), "resume_step": resume}))
+
+
+def test_a_non_retryable_exit_fails_the_job_and_exit_1_restarts_it(release, api_client, core, custom, namespace,
+                                                                   shared):
+    for name, code in (("fatal", 42), ("flaky", 1)):
+        body = _trainer_job(name, 1, shared, faultPolicy={"nonRetryableExitCodes": [42], "maxRestarts": 5,
+                                                          "restartBackoff": {"initialSeconds": 1, "maxSeconds": 5}})
+        c = body["spec"]["template"]["spec"]["containers"][0]
+        c["command"] = ["python3", "-c", f"import time, sys; time.sleep(2); sys.exit({code})"]
+        c.pop("args")
+        create_job(custom, namespace, body)
+    failed = wait_condition(custom, namespace, "fatal", "Failed", timeout=120)
+    message = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
+    assert "42" in message, message
+    poll(lambda: (get_job(custom, namespace, "flaky").get("status") or {}).get("processRestarts", 0) >= 2, 120,
+         "exit 1 restarted with backoff")
+    assert not (get_job(custom, namespace, "flaky").get("status") or {}).get("completionTime")
+
+
+def test_helm_upgrade_rolls_the_operator_over_with_nothing_lost_or_doubled(release, kubeconfig, api_client, core,
+                                                                           custom, namespace, shared):
+    ctr = load_hack_module("cluster", "cluster.py").STATE / "realnode" / "containerd" / "containerd.sock"
+    if not ctr.exists():
+        pytest.skip("retagging the image needs the local rig's containerd")
+    tag = "0.1.0-next"
+    subprocess.run(["ctr", "--address", str(ctr), "-n", "k8s.io", "images", "tag", "--force",
+                    "docker.io/library/railyard:0.1.0", f"docker.io/library/railyard:{tag}"], check=True,
+                   capture_output=True)
+    create_job(custom, namespace, _trainer_job("before", 1, shared))
+    before = wait_bound(api_client, core, namespace, "before", 1, timeout=120)
+    old_leader = _operator_pod(core).metadata.name
+    out = helm(kubeconfig, "upgrade", RELEASE, str(REPO / "charts" / "railyard"), "-n", NAMESPACE,
+               *_install_args(tag))
+    assert out.returncode == 0, out.stderr
+    create_job(custom, namespace, _trainer_job("during", 1, shared))
+    new_leader = _leader(api_client, not_pod=old_leader)
+    pod = core.read_namespaced_pod(new_leader, NAMESPACE)
+    assert pod.spec.containers[0].image.endswith(f":{tag}")
+    wait_bound(api_client, core, namespace, "during", 1, timeout=120)
+    after = pods_of(api_client, core, namespace, "before")
+    assert [p["metadata"]["uid"] for p in after] == [p["metadata"]["uid"] for p in before], "a placement was lost"
+    assert (get_job(custom, namespace, "before").get("status") or {}).get("restartCount", 0) == 0
+    assert len(pods_of(api_client, core, namespace, "during")) == 1, "a placement was doubled"
+
+
+def test_helm_uninstall_leaves_the_trainingjobs_and_the_crd(release, kubeconfig, api_client, core, custom, namespace,
+                                                            shared):
+    create_job(custom, namespace, make_job("kept", 1))
+    out = helm(kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    assert out.returncode == 0, out.stderr
+    assert get_job(custom, namespace, "kept")["metadata"]["name"] == "kept"
+    ext = client.ApiextensionsV1Api(api_client)
+    assert ext.read_custom_resource_definition("trainingjobs.railyard.dev").metadata.name
