@@ -44,11 +44,12 @@ def served(api: Any, *paths: str) -> bool:
         return False
 
 
-def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False) -> dict[str, float]:
+def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
+                  started_by: str = "a benchmark") -> dict[str, float]:
     """Restart the rig (binaries already built) and return timings."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
     t0 = time.monotonic()
-    cluster.up(None, k8s_gates, keep_job_pods)
+    cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by)
     up_seconds = time.monotonic() - t0
     os.environ["KUBECONFIG"] = str(cluster.KUBECONFIG)
     figures = {"warm_up_seconds": round(up_seconds, 2)}
@@ -56,6 +57,7 @@ def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_po
         nodes = cluster.load_profile_nodes(profile)
         t0 = time.monotonic()
         cluster.create_nodes(nodes)
+        cluster.record_rig(profile)
         figures[f"create_{len(nodes)}_nodes_ready_seconds"] = round(time.monotonic() - t0, 2)
     return figures
 

@@ -2,11 +2,14 @@
 """The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
 
     hack/cluster.py up [--profile small]   start everything (no-op when running), create kwok GPU nodes
+                  [--exclusive]           refuse to reuse a running rig that holds other profiles' nodes
+                  [--real-node]           also a real kubelet node (root)
     hack/cluster.py down                   stop exactly the processes `up` started, remove state
     hack/cluster.py status                 component health
     hack/cluster.py nodes                  the simulated GPU nodes and their topology
     hack/cluster.py create-nodes PROFILE   add a profile's nodes to the running cluster
     hack/cluster.py kubeconfig             print the kubeconfig path
+    hack/cluster.py describe               what is running: the profiles its nodes came from, who started it
 
 Binaries come from hack/build-binaries.sh (versions pinned in hack/versions.env); state lives in
 $RAILYARD_CACHE/cluster (default ~/.cache/railyard/cluster), never in the repo.
@@ -15,6 +18,7 @@ $RAILYARD_CACHE/cluster (default ~/.cache/railyard/cluster), never in the repo.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -35,6 +39,7 @@ CACHE = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard
 STATE = Path(os.environ.get("RAILYARD_CLUSTER_DIR", CACHE / "cluster"))
 KUBECONFIG = STATE / "kubeconfig"
 AUDIT_LOG = STATE / "audit.log"  # write requests only (see write_configs)
+RIG_RECORD = STATE / "rig.json"  # which profiles' nodes the rig holds and which tool started it
 
 PORTS = {"etcd": 23790, "etcd-peer": 23800, "kube-apiserver": 16443, "kube-controller-manager": 17257,
          "kube-scheduler": 17259, "kwok": 17247}
@@ -430,17 +435,48 @@ def stop_all() -> list[str]:
     return stopped
 
 
+def rig_record() -> dict:
+    """{"profiles": [...], "started_by": "..."} of the running rig ({} when none is recorded)."""
+    try:
+        return json.loads(RIG_RECORD.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_rig(profile: str | None = None, started_by: str | None = None) -> None:
+    record = rig_record() or {"profiles": [], "started_by": started_by or "hack/cluster.py up"}
+    if started_by:
+        record["started_by"] = started_by
+    if profile and profile not in record["profiles"]:
+        record["profiles"].append(profile)
+    RIG_RECORD.write_text(json.dumps(record))
+
+
+def describe() -> str:
+    if not running():
+        return "no rig is running"
+    record = rig_record()
+    profiles = ", ".join(record.get("profiles") or []) or "no profile's nodes"
+    real = "; a real node" if (STATE / "real-node").exists() else ""
+    return f"a rig is running with {profiles}{real} (started by {record.get('started_by', 'unknown')})"
+
+
 def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
-       real_node: bool = False) -> None:
+       real_node: bool = False, exclusive: bool = False, started_by: str | None = None) -> None:
     if k8s_gates and k8s_gates not in K8S_GATES:
         raise RigError(f"unknown --k8s-gates {k8s_gates!r}; known: {', '.join(sorted(K8S_GATES))}")
     if profile:
         nodes = load_profile_nodes(profile)  # validate before starting anything
     state = {k: v for k, v in running().items() if k != "railyard-operator"}
     if len(state) == 5 and all(c.health() for c in components()):
+        held = rig_record().get("profiles") or []
+        if exclusive and held != ([profile] if profile else []):
+            raise RigError(f"{describe()}; this needs a rig of its own with profile {profile!r}: stop that one "
+                           "with `make cluster-down` (hack/cluster.py down) and run again")
         log(f"already running ({KUBECONFIG})")
         if profile:
             create_nodes(nodes)
+            record_rig(profile)
         if real_node and not realnode().running():
             if not _real_node():
                 raise RigError("the rig runs without a real node (its API server listens on 127.0.0.1 only); "
@@ -457,6 +493,7 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
     try:
         STATE.mkdir(parents=True, exist_ok=True)
         (STATE / "k8s-gates").write_text(k8s_gates or "")
+        record_rig(started_by=started_by)
         if real_node:
             (STATE / "real-node").write_text("1")
             realnode().prepare()  # the bridge first: the API server advertises its address
@@ -468,6 +505,7 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
         wait_for_default_service_account()
         if profile:
             create_nodes(nodes)
+            record_rig(profile)
         if real_node:
             realnode().up(node_images())
     except BaseException:
@@ -639,12 +677,16 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up")
     p_up.add_argument("--profile", default="small", help="cluster profile name or file ('' for no nodes)")
     p_up.add_argument("--k8s-gates", default=None, help=f"opt-in feature gates: {', '.join(sorted(K8S_GATES))}")
+    p_up.add_argument("--exclusive", action="store_true",
+                      help="refuse to reuse a running rig holding nodes of another profile")
+    p_up.add_argument("--started-by", default=None, help="who starts the rig (shown by describe)")
     p_up.add_argument("--real-node", action="store_true",
                       help="also run a real kubelet node (containerd, kube-proxy, CoreDNS; needs root)")
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("nodes")
     sub.add_parser("kubeconfig")
+    sub.add_parser("describe")
     sub.add_parser("state-dir")
     sub.add_parser("bin-dir", help="where the pinned kubectl and control-plane binaries are")
     p_nodes = sub.add_parser("create-nodes")
@@ -652,7 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(args.profile or None, args.k8s_gates, real_node=args.real_node)
+            up(args.profile or None, args.k8s_gates, real_node=args.real_node, exclusive=args.exclusive,
+               started_by=args.started_by)
         elif args.command == "down":
             down()
         elif args.command == "status":
@@ -661,12 +704,15 @@ def main(argv: list[str] | None = None) -> int:
             show_nodes()
         elif args.command == "kubeconfig":
             print(KUBECONFIG)
+        elif args.command == "describe":
+            print(describe())
         elif args.command == "state-dir":
             print(STATE)
         elif args.command == "bin-dir":
             print(binary("kube-apiserver").parent)
         elif args.command == "create-nodes":
             create_nodes(load_profile_nodes(args.profile))
+            record_rig(args.profile)
     except RigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

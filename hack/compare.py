@@ -53,7 +53,7 @@ _SCHEDULERS = ("kube-scheduler", "railyard-operator", "kueue", "vc-scheduler", "
 def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     # kwok completes Job-owned pods by default; here every peer's pods run until the end.
     figures: dict = fresh_cluster("superpod-2k", "workload" if peer == "kube-scheduler-gang" else None,
-                                  keep_job_pods=True)
+                                  keep_job_pods=True, started_by="make compare")
     api = KubeApi(workers=32)
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
@@ -171,11 +171,16 @@ def main() -> None:
     out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
            "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     placements = {}
-    for peer in SELECTED:
-        t0 = time.monotonic()
-        out["peers"][peer], placements[peer] = run_peer(peer, jobs)
-        out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
-        print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
+    try:
+        for peer in SELECTED:
+            t0 = time.monotonic()
+            out["peers"][peer], placements[peer] = run_peer(peer, jobs)
+            out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
+            print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
+    finally:
+        # The 2,048-node rig full of the last peer's pods is of no use to anything after: stop it.
+        if not os.environ.get("COMPARE_KEEP_RIG"):
+            cluster.down()
     out["common_jobs"] = on_common_jobs(jobs, placements)
     target = Path(os.environ.get("COMPARE_OUT", str(cluster.STATE / "compare.md")))
     target.write_text(markdown_table(out["peers"]) + "\n")

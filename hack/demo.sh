@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/build-binaries.sh
-.venv/bin/python hack/cluster.py up --profile "${PROFILE:-small}"
+# A rig of the demo's own profile: one left by `make compare` (2,048 nodes full of another peer's pods)
+# is refused with what is running and how to stop it, not reused.
+.venv/bin/python hack/cluster.py up --profile "${PROFILE:-small}" --exclusive --started-by "make demo"
 .venv/bin/python hack/cluster.py nodes
 KUBECONFIG=$(.venv/bin/python hack/cluster.py kubeconfig)
 STATE=$(.venv/bin/python hack/cluster.py state-dir)
@@ -32,8 +34,9 @@ deadline=$((SECONDS + 90))
 placed() { kubectl get tj -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Placed")].reason}{"\n"}{end}'; }
 wanted() { kubectl get tj -o jsonpath='{range .items[*]}{.status.replicas}{"\n"}{end}' | awk '{s+=$1} END {print s+0}'; }
 bound() { kubectl get pods -l railyard.dev/job-name -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c . || true; }
+status=0
 until [[ $(placed | grep -cv '^Released$' || true) == 0 && $(bound) -ge $(wanted) ]]; do
-  if (( SECONDS > deadline )); then echo "[demo] some jobs are still waiting:"; break; fi
+  if (( SECONDS > deadline )); then echo "[demo] some jobs are still waiting:"; status=1; break; fi
   sleep 1
 done
 echo
@@ -44,3 +47,8 @@ echo
 echo "The cluster and the operator keep running: KUBECONFIG=$KUBECONFIG"
 echo "Try: kubectl get tj; kubectl get pods -o wide; railyard plan --kubeconfig \$KUBECONFIG --jobs examples/jobs/llama-16n.yaml"
 echo "Stop everything with: make cluster-down"
+if (( status != 0 )); then
+  echo "[demo] FAILED: not every example job was placed and bound in 90 s (see kubectl get tj above and"
+  echo "       the operator log $STATE/logs/railyard-operator.log)"
+fi
+exit $status
