@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from railyard.topology.labels import ANNOTATION_QUARANTINED_AT, GPU_RESOURCE, OUT_OF_SERVICE_TAINT, QUARANTINE_TAINT
+from railyard.topology.labels import (
+    ANNOTATION_MAINTENANCE,
+    ANNOTATION_QUARANTINED_AT,
+    GPU_RESOURCE,
+    LABEL_NVSENTINEL_STATE,
+    NVSENTINEL_DRAINING,
+    OUT_OF_SERVICE_TAINT,
+    QUARANTINE_TAINT,
+)
 from railyard.topology.model import Taint
 from railyard.topology.quantity import parse_count
 
@@ -54,6 +62,7 @@ class LossReason(StrEnum):
     GPU_ALLOCATABLE_DROPPED = "GpuAllocatableDropped"
     NODE_NOT_USABLE = "NodeNotUsable"  # not usable for new pods (cordoned, excluded) when the gang restarts
     DRAINED = "Drained"  # a rank's pod was evicted from a cordoned node (kubectl drain)
+    MAINTENANCE = "Maintenance"  # planned: a drain held by the gang's budget, or announced (railyard.dev/maintenance)
     STRAGGLER = "Straggler"  # evicted for computing slower than its peers
 
 
@@ -82,6 +91,7 @@ class NodeHealth:
     quarantined_at: str | None = None  # the railyard.dev/quarantined-at annotation
     not_ready_seen: float | None = None  # first seen not Ready
     allocatable_seen: float = 0.0  # the current allocatable value first seen
+    maintenance: str | None = None  # planned maintenance announced on the node (maintenance_of)
 
     @property
     def quarantined(self) -> bool:
@@ -107,7 +117,7 @@ class NodeHealth:
 def _replace(health: NodeHealth, not_ready: float | None, allocatable: float) -> NodeHealth:
     return NodeHealth(health.name, health.taints, health.gpu_allocatable, health.faults, health.ready,
                       health.ready_status, health.unschedulable, health.quarantined_until, health.quarantined_at,
-                      not_ready, allocatable)
+                      not_ready, allocatable, health.maintenance)
 
 
 def read_health(node: Mapping[str, Any], quarantine_annotation: str,
@@ -134,7 +144,21 @@ def read_health(node: Mapping[str, Any], quarantine_annotation: str,
         ready_status=str(ready.get("status")) if ready is not None else "Missing",
         unschedulable=bool(spec.get("unschedulable")),
         quarantined_until=(meta.get("annotations") or {}).get(quarantine_annotation),
-        quarantined_at=(meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_AT))
+        quarantined_at=(meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_AT),
+        maintenance=maintenance_of(node))
+
+
+def maintenance_of(node: Mapping[str, Any]) -> str | None:
+    """Why the node is announced for planned maintenance (the railyard.dev/maintenance annotation, or
+    NVSentinel draining it), or None."""
+    meta = node.get("metadata") or {}
+    reason = ((meta.get("annotations") or {}).get(ANNOTATION_MAINTENANCE) or "").strip()
+    if reason:
+        return f"{ANNOTATION_MAINTENANCE}={reason[:200]}"
+    state = (meta.get("labels") or {}).get(LABEL_NVSENTINEL_STATE)
+    if state in NVSENTINEL_DRAINING:
+        return f"{LABEL_NVSENTINEL_STATE}={state}"
+    return None
 
 
 def _tolerated(taint: Taint, tolerations: Sequence[Mapping[str, Any]]) -> bool:

@@ -34,6 +34,13 @@ LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflo
 QUARANTINE_TAINT = "railyard.dev/unhealthy"
 ANNOTATION_QUARANTINED_UNTIL = "railyard.dev/quarantined-until"
 ANNOTATION_QUARANTINED_AT = "railyard.dev/quarantined-at"  # when it began: the hourly straggler cap reads it
+# Planned maintenance ahead of time (an admin, or a tool that knows of a host's maintenance window): the
+# value says why. Running gangs save a step and move off the node; no new rank lands on it.
+ANNOTATION_MAINTENANCE = "railyard.dev/maintenance"
+# NVIDIA NVSentinel's node state label: a node it is draining is maintenance too (its drain evicts through
+# the eviction API as well, which Railyard also sees).
+LABEL_NVSENTINEL_STATE = "dgxc.nvidia.com/nvsentinel-state"
+NVSENTINEL_DRAINING = ("draining",)
 # Kubernetes' non-graceful node shutdown taint: no kubelet will answer for the node's pods.
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 

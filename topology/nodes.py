@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.topology.faults import DEFAULT_FAULT_CONDITIONS
+from railyard.topology.faults import DEFAULT_FAULT_CONDITIONS, maintenance_of
 from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, QUARANTINE_TAINT, LabelScheme
 from railyard.topology.levels import Levels
 from railyard.topology.model import Exclusion, GpuNode, Snapshot, Taint
@@ -91,6 +91,9 @@ def node_from_object(node: Mapping[str, Any], scheme: LabelScheme = NATIVE) -> G
         raise NodeError("cordoned (spec.unschedulable)")
     if not _is_ready(node):
         raise NodeError("not Ready")
+    maintenance = maintenance_of(node)
+    if maintenance is not None:
+        raise NodeError(f"under planned maintenance ({maintenance})")
     # Whatever a job tolerates: a quarantined node or one whose GPUs report a fault takes no new ranks.
     for taint in spec.get("taints") or []:
         if taint.get("key") == QUARANTINE_TAINT:

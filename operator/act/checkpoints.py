@@ -42,6 +42,19 @@ class Checkpoints:
         saved = self.ctx.book.committed(job.key, job.restart_count, world)
         return (saved is not None and saved[0] >= memory.checkpoint.step) or now >= memory.checkpoint.deadline
 
+    def saved_first(self, job: Job, timeout: float) -> bool:
+        """True when the gang may be restarted now: nobody of this attempt reports, or the step every
+        rank was asked to save is in (or `timeout` passed). False while it waits (then ask again)."""
+        progress = self.ctx.book.jobs.get(job.key)
+        if progress is None or progress.restart_count != job.restart_count:
+            return True
+        memory = self.ctx.memories.recall(job)
+        step_seconds = job.status.step_time.p50_seconds if job.status.step_time is not None else None
+        if not self.ready(job, memory, timeout, step_seconds):
+            return False
+        self.end(job, memory)
+        return True
+
     def end(self, job: Job, memory: JobMemory) -> None:
         memory.checkpoint = None
         self.ctx.book.end_checkpoint_request(job.key)

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from railyard.operator.base.clock import Clock
 from railyard.operator.base.settings import Settings
+from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.memory import Memories
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
@@ -28,6 +29,7 @@ class Context:
     settings: Settings
     clock: Clock
     book: ProgressBook = field(default_factory=ProgressBook)
+    evictions: EvictionBook = field(default_factory=EvictionBook)
     memories: Memories = field(default_factory=Memories)
     _limit: asyncio.Semaphore | None = field(default=None, repr=False)
 

@@ -16,6 +16,7 @@ from typing import assert_never
 
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
+from railyard.operator.act.budgets import Budgets
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.errors import JobErrors
@@ -35,6 +36,7 @@ from railyard.operator.base.clock import Clock
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
+from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide.actions import (
@@ -63,9 +65,10 @@ log = logging.getLogger("railyard.loop")
 class PlacementLoop:
     def __init__(self, state: ClusterState, api: ClusterApi, settings: Settings, is_leader: Callable[[], bool],
                  book: ProgressBook | None = None, clock: Clock | None = None,
-                 catch_up: Callable[[], Awaitable[None]] | None = None) -> None:
+                 catch_up: Callable[[], Awaitable[None]] | None = None, evictions: EvictionBook | None = None) -> None:
         # One clock for the state's observations and the actors' timing (the state's, unless given).
-        self.ctx = Context(state, api, settings, clock or state.clock, book if book is not None else ProgressBook())
+        self.ctx = Context(state, api, settings, clock or state.clock, book if book is not None else ProgressBook(),
+                           evictions if evictions is not None else EvictionBook())
         self.is_leader = is_leader
         # A replica that becomes leader first brings its view past a fresh quorum read (kube/reflector).
         self.catch_up = catch_up
@@ -84,11 +87,12 @@ class PlacementLoop:
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
-                                 self.breaker)
+                                 self.breaker, self.checkpoints)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
         self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors)
         self.observer = Observer(ctx)
+        self.budgets = Budgets(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
 
@@ -188,6 +192,8 @@ class PlacementLoop:
                     waiting.append(queued(job, action.request, now, priority.value))
             elif isinstance(action, Wait | Done):
                 work.append(self.errors.cleared(job))
+                if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING):
+                    work.append(self.budgets.ensure(job))
             else:
                 work.append(self._step(job, action))
         await asyncio.gather(*work)
@@ -214,7 +220,9 @@ class PlacementLoop:
         released = memory.released[1] if memory.released is not None and placement is not None and \
             memory.released[0] == placement.id else None
         bound, terminating = self.ctx.state.pod_times(job.key)
-        return Seen(mono, released, bound, terminating)
+        evicting = self.ctx.evictions.requested([(job.namespace, r.pod) for r in placement.ranks if r.pod],
+                                                mono) if placement is not None else frozenset()
+        return Seen(mono, released, bound, terminating, evicting)
 
     async def dispatch(self, job: Job, action: Action) -> None:
         """Hand one decision to the actor that owns it."""

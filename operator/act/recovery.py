@@ -14,6 +14,7 @@ from datetime import datetime
 
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
+from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.pods import PodDeleter
@@ -48,8 +49,9 @@ UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent
 
 class Recovery:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
-                 quarantine: Quarantine, breaker: Breaker) -> None:
+                 quarantine: Quarantine, breaker: Breaker, checkpoints: Checkpoints) -> None:
         self.ctx = ctx
+        self.checkpoints = checkpoints
         self.breaker = breaker
         self.writer = writer
         self.events = events
@@ -73,6 +75,10 @@ class Recovery:
         holds, NotReady losses wait."""
         if self.breaker.tripped and any(loss.reason == LossReason.NODE_NOT_READY for loss in action.losses):
             return  # a partition, not a fault: the breaker marks the job and lifts the hold when it clears
+        if action.reason == LossReason.MAINTENANCE and not self.checkpoints.saved_first(
+                job, self.ctx.settings.placement.maintenance_checkpoint_seconds):
+            asyncio.get_running_loop().call_later(1.0, self.writer.wake)  # planned: save a step first
+            return
         memory = self.ctx.memories.recall(job)
         mono = self.ctx.clock.monotonic()
         if memory.losses_seen_at is None:
@@ -97,6 +103,8 @@ class Recovery:
         memory.losses_seen_at = None
         if await self.restart_now(job, action) and not action.counted:
             memory.infra_restarts.append(mono)
+            if action.reason == LossReason.MAINTENANCE:
+                metrics.MAINTENANCE_MOVES.inc()
 
     async def _capped(self, job: Job, count: int, retry: float) -> None:
         """Too many infrastructure restarts this hour: the gang waits (Degraded=RestartCap) and an alert

@@ -121,9 +121,10 @@ class Resizer:
     def _checkpoint_first(self, job: Job, wanted: bool, timeout: float) -> bool:
         """True when the resize may go ahead: no checkpoint wanted, nobody reports, or the checkpoint
         every rank was asked for is in (or timed out)."""
-        progress = self.ctx.book.jobs.get(job.key)
-        if not wanted or progress is None or progress.restart_count != job.restart_count:
+        if not wanted or self.checkpoints.saved_first(job, timeout):
             return True
+        asyncio.get_running_loop().call_later(1.0, self.writer.wake)
+        return False
         memory = self.ctx.memories.recall(job)
         step_seconds = job.status.step_time.p50_seconds if job.status.step_time is not None else None
         if not self.checkpoints.ready(job, memory, timeout, step_seconds):

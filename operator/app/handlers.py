@@ -17,6 +17,7 @@ import kopf
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base import metrics
 from railyard.operator.base.settings import Settings
+from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.client import KubeApi
@@ -63,10 +64,11 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
         how = await asyncio.gather(*(loop.run_in_executor(None, r.catch_up) for r in reflectors))
         log.info("caught up before placing: %s", dict(zip(KINDS, how, strict=True)))
 
-    loop_ = PlacementLoop(state, api, config, leader.is_leader, book, catch_up=catch_up)
+    evictions = EvictionBook()  # the report endpoint's eviction webhook notes drains; the loop acts on them
+    loop_ = PlacementLoop(state, api, config, leader.is_leader, book, catch_up=catch_up, evictions=evictions)
     sink_target.append(loop_)
     reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
-                           leader.is_leader)
+                           leader.is_leader, evictions=evictions)
     for r in reflectors:
         r.start()
     leader.start()

@@ -148,6 +148,9 @@ REPLACEMENT_SECONDS = Histogram("railyard_replacement_solve_seconds", "Time to c
                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 STRAGGLERS = Gauge("railyard_stragglers", "Nodes slow for minDurationSeconds under running gangs")
 STRAGGLER_EVICTIONS = Counter("railyard_straggler_evictions", "Gangs restarted without a slow node")
+EVICTIONS_SEEN = Counter("railyard_drain_evictions_seen", "Evictions of a running gang's pods the eviction webhook saw")
+MAINTENANCE_MOVES = Counter("railyard_maintenance_moves", "Gangs moved off nodes under planned maintenance "
+                            "(a drain or railyard.dev/maintenance)")
 REPORTS = Counter("railyard_worker_reports", "Reports from railyard.worker, by result", ["result"])
 RESIZE_SECONDS = Histogram("railyard_resize_decision_seconds", "Time to choose the replicas a resize keeps or adds",
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))

@@ -82,6 +82,9 @@ class PlacementSettings(_Settings):
     avoid_seconds: float = _seconds("AVOID_SECONDS", 600.0)
     # A pod Terminating this long on a node that is gone is deleted with gracePeriodSeconds 0.
     force_delete_seconds: float = _seconds("FORCE_DELETE_SECONDS", 60.0)
+    # A gang on a node being drained (or announced for maintenance) is asked to save a step first; it
+    # moves when every rank saved it or after this long (then from its last committed checkpoint).
+    maintenance_checkpoint_seconds: float = _seconds("MAINTENANCE_CHECKPOINT_SECONDS", 300.0)
     # Taint a failed node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted,
     # for this long (a GPU-fault quarantine also while the fault condition is True).
     quarantine: bool = Field(default_factory=_env("QUARANTINE", True, _bool))

@@ -41,6 +41,7 @@ class JobMemory:
     flushed_at: float = float("-inf")  # monotonic: report-derived status last written
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
+    budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
     grow: GrowAttempt | None = None
     released: tuple[str, float] | None = None  # (placement id, monotonic): when its release was seen
     infra_restarts: list[float] = field(default_factory=list)  # monotonic times, the last hour's

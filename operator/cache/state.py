@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from railyard.operator.base.clock import Clock, SystemClock
-from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
+from railyard.operator.base.keys import ANNOTATION_MAINTENANCE, ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
 from railyard.operator.cache.usage import Usage
 from railyard.operator.decide.priority import PriorityClassView
@@ -44,6 +44,9 @@ def _newer(candidate: int | None, held: int | None) -> bool:
     return candidate is None or held is None or candidate >= held
 
 
+NODE_ANNOTATIONS_READ = (ANNOTATION_QUARANTINED_UNTIL, ANNOTATION_QUARANTINED_AT, ANNOTATION_MAINTENANCE)
+
+
 def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
     """Everything node modelling reads; heartbeats change none of it, so they cost no re-modelling."""
     meta = body.get("metadata") or {}
@@ -52,7 +55,7 @@ def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
     conditions = tuple(sorted((c.get("type"), c.get("status"), c.get("lastTransitionTime"))
                               for c in status.get("conditions") or []))
     return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
-            (meta.get("annotations") or {}).get(ANNOTATION_QUARANTINED_UNTIL),
+            tuple((meta.get("annotations") or {}).get(a) for a in NODE_ANNOTATIONS_READ),
             tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
             tuple(sorted((status.get("allocatable") or {}).items())), conditions)
 

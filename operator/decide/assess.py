@@ -50,6 +50,7 @@ class Seen:
     released: float | None = None  # the current placement's release
     bound: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen bound
     terminating: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen Terminating
+    evicting: frozenset[str] = frozenset()  # pods whose eviction an admin asked for (the eviction webhook)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -104,6 +105,22 @@ def _drained(job_pods: Sequence[str], placement: PlacementStatus, health: Mappin
     nodes = {r.node for r in placement.ranks if (r.pod or "") in job_pods}
     return tuple(NodeLoss(n, LossReason.DRAINED, f"node {n} is cordoned and its rank's pod {why}", None)
                  for n in sorted(nodes) if (h := health.get(n)) is not None and h.unschedulable)
+
+
+def _maintenance(placement: PlacementStatus, health: Mapping[str, NodeHealth],
+                 evicting: frozenset[str]) -> tuple[NodeLoss, ...]:
+    """Nodes of the gang under planned maintenance: announced on the node, or being drained (cordoned,
+    and an eviction of a rank's pod there was asked for and held by the gang's disruption budget)."""
+    found: dict[str, str] = {}
+    for rank in placement.ranks:
+        h = health.get(rank.node)
+        if h is None or rank.node in found:
+            continue
+        if h.maintenance is not None:
+            found[rank.node] = f"node {rank.node} is announced for maintenance ({h.maintenance})"
+        elif h.unschedulable and (rank.pod or "") in evicting:
+            found[rank.node] = f"node {rank.node} is being drained (eviction of rank {rank.rank}'s pod asked for)"
+    return tuple(NodeLoss(n, LossReason.MAINTENANCE, why, None) for n, why in sorted(found.items()))
 
 
 def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
@@ -190,6 +207,11 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     phases = [mine[p].phase for p in wanted]
     if all(ph == "Succeeded" for ph in phases):
         return Finish(True, FinishReason.ALL_SUCCEEDED, f"all {len(wanted)} replicas succeeded")
+    # Planned maintenance: the gang saves a step (act/recovery) and its ranks there move, so the drain
+    # completes; the node is the admin's and is not quarantined.
+    planned = _maintenance(placement, health or {}, seen.evicting if seen is not None else frozenset())
+    if planned:
+        return Restart(LossReason.MAINTENANCE, "; ".join(p.message for p in planned), request, planned)
     unbound = [p for p in wanted if not mine[p].node_name]
     if unbound and not any(mine[p].gated for p in wanted):
         stalled = _stalled(unbound, wanted, pods, placement, placed.last_transition_time, now, seen, bind_timeout)

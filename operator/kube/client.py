@@ -34,6 +34,7 @@ __all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CONNECT_TIMEOUT = 5.0
+_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1"}  # create(): kinds outside the core group
 
 
 class Fenced(RuntimeError):
@@ -203,7 +204,7 @@ class KubeApi:
         """(True, stored object) when created; (False, the existing object) on a name conflict, so the
         caller can tell its own earlier creation from someone else's object."""
         ns, name = body["metadata"]["namespace"], body["metadata"].get("name")
-        path = f"/api/v1/namespaces/{ns}/{plural}"
+        path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}"
         try:
             return True, await self.run(self.request, "POST", path, body, query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as e:

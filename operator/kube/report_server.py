@@ -34,8 +34,10 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 from railyard.operator.base import metrics
 from railyard.operator.base.settings import ReportSettings
+from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
+from railyard.operator.decide import eviction_review
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
 from railyard.topology.documents import format_validation
@@ -98,9 +100,11 @@ class _Buckets:
 
 class ReportServer:
     def __init__(self, state: ClusterState, book: ProgressBook, reviewer: TokenReviewer, settings: ReportSettings,
-                 is_leader: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
+                 is_leader: Callable[[], bool], clock: Callable[[], float] = time.monotonic,
+                 evictions: EvictionBook | None = None) -> None:
         self.state = state
         self.book = book
+        self.evictions = evictions if evictions is not None else EvictionBook()
         self.reviewer = reviewer  # its own client, no fence: a TokenReview changes nothing
         self.settings = settings
         self.is_leader = is_leader
@@ -153,12 +157,35 @@ class ReportServer:
             log.info("report endpoint: certificate reloaded from %s", self.settings.tls_cert)
 
     async def answer(self, request: Request) -> tuple[int, dict[str, Any]]:
+        if request.path == eviction_review.PATH:
+            return self._eviction(request)
         refusal, answer = await self._judge(request)
         if refusal is not None:
             metrics.REPORTS.labels(refusal.reason).inc()
             return refusal.status, {"accepted": False, "reason": refusal.reason, "message": refusal.message}
         metrics.REPORTS.labels("accepted").inc()
         return 200, {"accepted": True, **answer}
+
+    def _eviction(self, request: Request) -> tuple[int, dict[str, Any]]:
+        """The API server asks before evicting a pod (the chart's ValidatingWebhookConfiguration). Always
+        allowed (the PodDisruptionBudget decides); an eviction of a running gang's rank is noted, and
+        the placement loop moves the gang after a checkpoint when the node is cordoned (a drain)."""
+        if request.method != "POST":
+            return 405, {"message": "POST an AdmissionReview"}
+        if not self._sources.take(request.source, self.clock()):
+            return 429, {"message": "too many requests"}
+        try:
+            ask = eviction_review.parse_review(json.loads(request.body or b"null"))
+        except ValueError as e:
+            return 400, {"message": str(e)}
+        pod = self.state.pods.get((ask.namespace, ask.pod))
+        if pod is None or pod.job is None or ask.dry_run or not self.is_leader():
+            return 200, eviction_review.allow(ask.uid)
+        if self.evictions.note((ask.namespace, ask.pod), self.clock()):
+            log.info("eviction of %s/%s (job %s, node %s) asked for", ask.namespace, ask.pod, pod.job, pod.node_name)
+            metrics.EVICTIONS_SEEN.inc()
+        return 200, eviction_review.allow(ask.uid, eviction_review.drain_warning(ask.namespace, pod.job,
+                                                                                  pod.node_name or ""))
 
     async def _judge(self, request: Request) -> tuple[Refusal | None, dict[str, Any]]:
         if request.path != PATH:

@@ -26,7 +26,8 @@ class FakeApi:
         self._rv = itertools.count(100)
         self.revision = 99
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"nodes": {}, "pods": {}, "trainingjobs": {},
-                                                                          "services": {}, "priorityclasses": {}}
+                                                                          "services": {}, "priorityclasses": {},
+                                                                          "poddisruptionbudgets": {}}
         self.log: list[Event] = []
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
@@ -56,7 +57,7 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = self._next()
         obj["metadata"].setdefault("uid", uuid.uuid4().hex)
         self.objects[kind][self._key(obj)] = obj
-        if kind != "services":
+        if kind not in ("services", "poddisruptionbudgets"):  # not watched by the operator
             self.log.append((kind, event, copy.deepcopy(obj)))
         return copy.deepcopy(obj)
 

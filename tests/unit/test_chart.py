@@ -53,7 +53,7 @@ def test_defaults_render_a_hardened_leader_elected_operator(helm):
     assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
                                          "Secret", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                                         "NetworkPolicy"}
+                                         "NetworkPolicy", "ValidatingWebhookConfiguration"}
     crd = by_kind(docs, "CustomResourceDefinition")[0]
     source = yaml.safe_load((REPO / "crds" / "railyard.dev_trainingjobs.yaml").read_text())
     assert crd["spec"] == source["spec"]
@@ -107,6 +107,24 @@ def test_reports_are_served_over_tls_with_a_generated_ca_by_default(helm):
     assert "railyard-reports.railyard-system.svc" in cert["spec"]["dnsNames"]
     plain = render(helm, "reports.tls.enabled=false")
     assert not by_kind(plain, "Secret") and not by_kind(plain, "Certificate")
+    assert not by_kind(plain, "ValidatingWebhookConfiguration"), "the API server calls webhooks over TLS only"
+
+
+def test_the_eviction_webhook_reaches_the_leader_over_the_reports_tls_and_never_blocks(helm):
+    docs = render(helm)
+    hook = by_kind(docs, "ValidatingWebhookConfiguration")[0]["webhooks"][0]
+    secret = by_kind(docs, "Secret")[0]
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "the CA that signed the serving cert"
+    assert hook["clientConfig"]["service"] == {"name": "railyard-reports", "namespace": "railyard-system",
+                                               "path": "/v1/evictions", "port": 8090}
+    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "NoneOnDryRun"
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods/eviction"], "scope": "Namespaced"}]
+    managed = render(helm, "reports.tls.certManager.enabled=true", "reports.tls.certManager.issuerRef.name=ca")
+    injected = by_kind(managed, "ValidatingWebhookConfiguration")[0]
+    assert injected["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        f"railyard-system/{by_kind(managed, 'Certificate')[0]['metadata']['name']}"
+    assert not by_kind(render(helm, "maintenance.evictionWebhook.enabled=false"), "ValidatingWebhookConfiguration")
 
 
 def test_least_privilege_objects_name_the_operators_account_and_ports(helm):
@@ -132,6 +150,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
+        ("policy", "poddisruptionbudgets"): {"create", "get"},
         ("", "events"): {"create", "patch"},
         ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
         ("railyard.dev", "trainingjobs/status"): {"patch"},

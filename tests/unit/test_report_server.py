@@ -202,3 +202,24 @@ async def _until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def _review(pod: str, dry_run: bool = False) -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "r-1", "namespace": "ml", "name": pod, "subResource": "eviction",
+                                   "operation": "CREATE", "dryRun": dry_run}}).encode()
+
+
+async def test_the_eviction_webhook_allows_and_notes_a_gang_pods_eviction_only(served):
+    server = served(Reviewer())
+    status, answer = await post(_port(server), None, _review("llm.p0-0", dry_run=True), path="/v1/evictions")
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    assert not server.evictions.requested([("ml", "llm.p0-0")], time.monotonic()), "a dry run changes nothing"
+    status, answer = await post(_port(server), None, _review("someone-elses"), path="/v1/evictions")
+    assert answer["response"] == {"uid": "r-1", "allowed": True}
+    status, answer = await post(_port(server), None, _review("llm.p0-0"), path="/v1/evictions")
+    assert status == 200 and answer["response"]["allowed"] is True and answer["response"]["uid"] == "r-1"
+    assert "saves a checkpoint" in answer["response"]["warnings"][0]
+    assert server.evictions.requested([("ml", "llm.p0-0"), ("ml", "other")], time.monotonic()) == {"llm.p0-0"}
+    status, answer = await post(_port(server), None, b'{"kind": "Pod"}', path="/v1/evictions")
+    assert status == 400 and "AdmissionReview" in answer["message"]

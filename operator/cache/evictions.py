@@ -1,0 +1,40 @@
+"""Evictions an admin asked for (kubectl drain, a node-maintenance tool), as the eviction webhook saw
+them: pod -> when first seen. Written by the report endpoint's thread, read by the placement loop,
+hence the lock. A request the PodDisruptionBudget refused leaves no trace on any object, so this is
+the only place a drain of a running gang shows before its pods are gone."""
+
+from __future__ import annotations
+
+import threading
+
+Pod = tuple[str, str]  # (namespace, name)
+KEEP_SECONDS = 900.0  # kubectl drain retries every 5 s: a request older than this is not a drain in progress
+MOST = 100_000
+
+
+class EvictionBook:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._seen: dict[Pod, float] = {}
+
+    def note(self, pod: Pod, now: float) -> bool:
+        """Record a request to evict `pod`; True when it is the first one in KEEP_SECONDS."""
+        with self.lock:
+            first = pod not in self._seen or now - self._seen[pod] > KEEP_SECONDS
+            if first:
+                if len(self._seen) >= MOST:
+                    self._prune(now)
+                self._seen[pod] = now
+            return first
+
+    def requested(self, pods: list[Pod], now: float) -> frozenset[str]:
+        """Those of `pods` (of one namespace) with an eviction asked for in the last KEEP_SECONDS."""
+        with self.lock:
+            return frozenset(name for ns, name in pods if now - self._seen.get((ns, name), -KEEP_SECONDS * 2)
+                             <= KEEP_SECONDS)
+
+    def _prune(self, now: float) -> None:
+        self._seen = {k: v for k, v in self._seen.items() if now - v <= KEEP_SECONDS}
+        if len(self._seen) >= MOST:  # a flood: keep the newest half
+            newest = sorted(self._seen.items(), key=lambda kv: kv[1])[MOST // 2:]
+            self._seen = dict(newest)
