@@ -383,6 +383,30 @@ class StepTime(_Model):
     updated_at: Timestamp | None = Field(None, alias="updatedAt")
 
 
+class LostSeconds(_Model):
+    """Wall time the job did not make progress past its best step, by cause (decide/goodput.py)."""
+
+    detection: float = 0.0
+    capacity: float = 0.0
+    restart: float = 0.0
+    recompute: float = 0.0
+    stalled: float = 0.0
+
+
+class GoodputStatus(_Model):
+    """Effective training time: productiveSeconds over the wall time from `since` to `updatedAt`."""
+
+    since: Timestamp
+    updated_at: Timestamp = Field(alias="updatedAt")
+    ratio: float | None = None
+    productive_seconds: float = Field(0.0, alias="productiveSeconds")
+    lost_seconds: LostSeconds = Field(default_factory=LostSeconds, alias="lostSeconds")
+    best_step: int = Field(0, alias="bestStep")
+    step: int | None = None  # the current attempt's step when last accounted
+    attempt: int = 0  # the restartCount that step belongs to
+    stalled_since: Timestamp | None = Field(None, alias="stalledSince")
+
+
 class StragglerRecord(_Model):
     node: str
     ranks: list[int] = []
@@ -425,6 +449,7 @@ class TrainingJobStatus(_Model):
     last_restart: RestartRecord | None = Field(None, alias="lastRestart")
     last_checkpoint: CheckpointRecord | None = Field(None, alias="lastCheckpoint")
     step_time: StepTime | None = Field(None, alias="stepTime")
+    goodput: GoodputStatus | None = None
     stragglers: list[StragglerRecord] | None = None
     # When the job was last evicted from a slow node (the last hour's, at most EVICTIONS_KEPT): the
     # hourly cap counts across restarts and operator restarts.

@@ -11,6 +11,7 @@ from collections.abc import Awaitable
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
+from railyard.operator.act.goodput import GoodputMeter
 from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
@@ -47,10 +48,12 @@ class ReportFlusher:
         self.events = events
         self.checkpoints = checkpoints
         self.recovery = recovery
+        self.goodput = GoodputMeter(ctx)
 
     async def flush(self) -> None:
         state, book = self.ctx.state, self.ctx.book
         book.forget(set(state.jobs))
+        self.goodput.forget(set(state.jobs))
         mono, now = self.ctx.clock.monotonic(), self.ctx.clock.time()
         writes: list[Awaitable[object]] = []
         persistent = 0
@@ -64,6 +67,9 @@ class ReportFlusher:
             if job.deleting or job.finished:
                 continue
             fields: dict[str, object] = {}
+            accounted = self.goodput.account(job, memory)
+            if accounted is not None:
+                fields["goodput"] = accounted
             committed = self.checkpoints.committed(job)
             if committed is not None and committed is not job.status.last_checkpoint:
                 fields["last_checkpoint"] = committed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter as Tally
 from dataclasses import dataclass
@@ -151,6 +152,12 @@ STRAGGLER_EVICTIONS = Counter("railyard_straggler_evictions", "Gangs restarted w
 EVICTIONS_SEEN = Counter("railyard_drain_evictions_seen", "Evictions of a running gang's pods the eviction webhook saw")
 MAINTENANCE_MOVES = Counter("railyard_maintenance_moves", "Gangs moved off nodes under planned maintenance "
                             "(a drain or railyard.dev/maintenance)")
+JOB_GOODPUT = Gauge("railyard_job_goodput_ratio", "Productive time over wall time since the gang first ran "
+                    "(status.goodput.ratio; jobs whose ranks report)", ["namespace", "job"])
+JOB_PRODUCTIVE_SECONDS = Counter("railyard_job_productive_seconds", "Wall time the job's ranks made progress past "
+                                 "their best previous step", ["namespace", "job"])
+JOB_LOST_SECONDS = Counter("railyard_job_lost_seconds", "Wall time the job made no new progress, by cause "
+                           "(detection, capacity, restart, recompute, stalled)", ["namespace", "job", "cause"])
 REPORTS = Counter("railyard_worker_reports", "Reports from railyard.worker, by result", ["result"])
 RESIZE_SECONDS = Histogram("railyard_resize_decision_seconds", "Time to choose the replicas a resize keeps or adds",
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
@@ -160,3 +167,13 @@ UNREADY_RANKED_NODES = Gauge("railyard_unready_ranked_nodes", "Nodes holding Rai
 INFRA_RESTARTS_CAPPED = Gauge("railyard_infra_restarts_capped_jobs",
                               "Jobs whose infrastructure restarts hit the hourly cap (they wait, Degraded)")
 JOB_ERRORS = Counter("railyard_job_errors", "Unexpected errors handling one job (the pass went on)", ["stage"])
+
+
+def forget_job_goodput(namespace: str, job: str) -> None:
+    """A deleted job's goodput series go with it."""
+    for metric in (JOB_GOODPUT, JOB_PRODUCTIVE_SECONDS):
+        with contextlib.suppress(KeyError):
+            metric.remove(namespace, job)
+    for cause in ("detection", "capacity", "restart", "recompute", "stalled"):
+        with contextlib.suppress(KeyError):
+            JOB_LOST_SECONDS.remove(namespace, job, cause)

@@ -162,6 +162,8 @@ class ReportSettings(_Settings):
     reviews_per_second: float = Field(default_factory=_env("REPORT_REVIEWS_PER_SECOND", 200.0, float), gt=0)
     # A job's status is written at most this often for report-derived fields (lastCheckpoint).
     flush_seconds: float = _seconds("REPORT_FLUSH_SECONDS", 5.0)
+    # status.goodput is accounted on every flush and written this often (and when an attempt begins).
+    goodput_write_seconds: float = _seconds("GOODPUT_WRITE_SECONDS", 30.0)
     # How often railyard.worker reports by default (Reporter.min_interval): a checkpoint request
     # targets a step far enough ahead that every rank hears of it first.
     worker_interval_seconds: float = 5.0

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from railyard.operator.base.objects import Job
+from railyard.operator.decide.goodput import Ledger
 from railyard.operator.decide.queue import Failure
 from railyard.operator.decide.stragglers import StragglerTracker
 from railyard.topology.solver import Decision
@@ -42,6 +43,9 @@ class JobMemory:
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
+    goodput: Ledger | None = None  # decide/goodput: accounted up to now, written to status now and then
+    goodput_written: float = float("-inf")  # monotonic: status.goodput last written
+    goodput_restart: str | None = None  # lastRestart.decidedAt already accounted as detection
     grow: GrowAttempt | None = None
     released: tuple[str, float] | None = None  # (placement id, monotonic): when its release was seen
     infra_restarts: list[float] = field(default_factory=list)  # monotonic times, the last hour's

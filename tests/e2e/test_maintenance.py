@@ -1,0 +1,150 @@
+"""Planned maintenance on the real control plane: `kubectl drain` of a node under a running gang. The
+gang's PodDisruptionBudget holds the drain's eviction; the eviction webhook (registered here as the
+chart registers it, over TLS) tells the operator; it asks every rank to save a step (the test reports on
+behalf of the ranks with pod-bound tokens, as railyard.worker does); once they have, the gang restarts
+with that node's rank replaced and the drain completes; the new attempt resumes after the saved step."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from kubernetes import client
+
+from tests.support.faults import bound_generation, ranks_of
+from tests.support.jobs import create_job, get_job, make_job, wait_bound, wait_condition
+from tests.support.operator import OperatorProcess, free_port, wait_for_leader
+from tests.support.poll import poll
+from tests.support.rig import rig_binary
+from tests.support.worker import pod_token
+
+pytestmark = pytest.mark.e2e
+
+CERTS = """\
+{{- $ca := genCA "railyard-e2e-ca" 1 }}
+{{- $cert := genSignedCert "127.0.0.1" (list "127.0.0.1") nil 1 $ca }}
+ca: {{ $ca.Cert | b64enc }}
+crt: {{ $cert.Cert | b64enc }}
+key: {{ $cert.Key | b64enc }}
+"""
+
+
+def _certs(directory: Path) -> dict[str, Path]:
+    """A CA and a serving certificate for 127.0.0.1, made as the chart makes its own (helm's genCA)."""
+    chart = directory / "certs"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: certs\nversion: 0.0.1\n")
+    (chart / "templates" / "certs.yaml").write_text(CERTS)
+    out = subprocess.run([str(rig_binary("helm")), "template", "x", str(chart)], capture_output=True, text=True,
+                         check=True).stdout
+    paths = {}
+    for key, value in yaml.safe_load(out).items():
+        paths[key] = directory / f"{key}.pem"
+        paths[key].write_bytes(base64.b64decode(value))
+    return paths
+
+
+@pytest.fixture
+def tls_operator(identity, crds, api_client, coordination, core, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    """An operator serving reports and the eviction webhook over TLS, and the webhook registered for
+    this test's namespace (the chart's ValidatingWebhookConfiguration, pointed at this process)."""
+    certs = _certs(tmp_path)
+    lease = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/v1/reports"
+    op = OperatorProcess(identity, lease, tmp_path, name="maintenance", extra_env={
+        "RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_URL": url,
+        "RAILYARD_REPORT_TLS_CERT": str(certs["crt"]), "RAILYARD_REPORT_TLS_KEY": str(certs["key"]),
+        "RAILYARD_REPORT_CA_FILE": str(certs["ca"])})
+    op.report_url, op.report_port = url, port
+    admission = client.AdmissionregistrationV1Api(api_client)
+    hook = f"railyard-e2e-evictions-{namespace}"
+    admission.create_validating_webhook_configuration({
+        "metadata": {"name": hook},
+        "webhooks": [{"name": "evictions.railyard.dev", "admissionReviewVersions": ["v1"],
+                      "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore", "timeoutSeconds": 2,
+                      "clientConfig": {"url": f"https://127.0.0.1:{port}/v1/evictions",
+                                       "caBundle": base64.b64encode(certs["ca"].read_bytes()).decode()},
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                 "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})
+    try:
+        wait_for_leader(coordination, lease)
+        yield op
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_validating_webhook_configuration(hook)
+        op.stop()
+        print(op.log_tail(30))
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(lease)
+
+
+def test_kubectl_drain_waits_for_the_gang_to_save_a_step_then_completes_and_the_gang_resumes_after_it(
+        tls_operator, api_client, core, custom, namespace, kubeconfig, tmp_path):
+    ca = str(tmp_path / "ca.pem")
+    create_job(custom, namespace, make_job("maint", 2, checkpoint={"path": "/c"}))
+    pods = wait_bound(api_client, core, namespace, "maint", 2)
+    wait_condition(custom, namespace, "maint", "Running", timeout=60)
+    policy = client.PolicyV1Api(api_client)
+    budget = poll(lambda: policy.read_namespaced_pod_disruption_budget("maint", namespace), 30,
+                  "the gang's PodDisruptionBudget")
+    assert budget.spec.max_unavailable == 0
+    before = ranks_of(pods)
+    node = before["0"]
+    tokens = {int(p["metadata"]["labels"]["railyard.dev/rank"]): pod_token(core, namespace, p) for p in pods}
+    started = time.monotonic()
+    drain = subprocess.Popen([str(rig_binary("kubectl")), "--kubeconfig", kubeconfig, "drain", node,
+                              "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    step, target, saved_at = 0, None, None
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            status = get_job(custom, namespace, "maint").get("status") or {}
+            if status.get("restartCount") == 1:
+                break
+            checkpoints = [{"step": target, "path": f"/c/step-{target}"}] if target is not None and \
+                step >= target else []
+            for rank, token in tokens.items():
+                answer = requests.post(tls_operator.report_url, timeout=10, verify=ca,
+                                       headers={"Authorization": f"Bearer {token}"},
+                                       json={"namespace": namespace, "job": "maint", "rank": rank,
+                                             "restartCount": 0, "step": step, "checkpoints": checkpoints})
+                assert answer.status_code in ((200, 429, 403, 409) if checkpoints else (200, 429)), answer.text
+                if answer.ok:
+                    target = (answer.json()["directives"].get("checkpoint") or {}).get("step", target)
+            if checkpoints and saved_at is None:
+                saved_at = time.monotonic()
+            step += 5
+            time.sleep(1)  # the simulated ranks' pace: 5 steps a second
+        assert drain.poll() is None or saved_at is not None, f"the drain did not wait: {drain.communicate()[0]}"
+        output, _ = drain.communicate(timeout=120)
+        assert drain.returncode == 0, output
+        drained_seconds = time.monotonic() - started
+        job = get_job(custom, namespace, "maint")
+        assert target is not None, "no checkpoint was asked for"
+        restart = job["status"]["lastRestart"]
+        assert restart["reason"] == "Maintenance" and restart["lostNodes"] == [node], restart
+        assert restart["resumeStep"] == target, "the new attempt resumes from the step saved for the drain"
+        assert "saves a checkpoint" in output, f"kubectl shows the webhook's warning: {output}"
+        after = ranks_of(bound_generation(api_client, core, namespace, "maint", 2))
+        assert after["0"] != node and after["1"] == before["1"], "the drained rank moved, the other stayed"
+        assert not [t for t in core.read_node(node).spec.taints or [] if t.key == "railyard.dev/unhealthy"]
+        env = {e["name"]: e.get("value") for e in next(
+            p for p in bound_generation(api_client, core, namespace, "maint", 2)
+            if p["metadata"]["labels"]["railyard.dev/rank"] == "0")["spec"]["containers"][0]["env"]}
+        assert env.get("RAILYARD_RESUME_STEP") == str(target)
+        print(f'{{"drain_seconds": {drained_seconds:.1f}, "checkpoint_step": {target}}}')
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        core.patch_node(node, {"spec": {"unschedulable": None}})

@@ -1,0 +1,81 @@
+"""Goodput accounting (decide/goodput.py): every second of wall time since the gang first ran is either
+productive or lost to exactly one cause; a fault's timeline lands in the causes a platform team reads;
+and the operator keeps the ledger in status.goodput from the ranks' reports."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from railyard.operator.decide import goodput
+from railyard.operator.decide.goodput import Activity
+from railyard.operator.decide.reports import WorkerReport
+
+from tests.support.harness import rig
+from tests.support.jobs import make_job
+
+observations = st.lists(st.tuples(
+    st.floats(min_value=0.0, max_value=120.0), st.sampled_from(list(Activity)), st.booleans(),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=10_000)), st.booleans()), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(observations)
+def test_productive_and_lost_time_add_up_to_the_wall_time_and_never_go_negative(steps):
+    ledger = goodput.start(1000.0, 0)
+    now, attempt = 1000.0, 0
+    for dt, activity, new_attempt, step, restart in steps:
+        now += dt
+        attempt += int(new_attempt)
+        ledger = goodput.observe(ledger, now, activity, attempt, step)
+        if restart:
+            ledger = goodput.restarted(ledger, now - dt / 2, now)
+        parts = [ledger.productive, *ledger.lost_by_cause().values()]
+        assert all(p >= -1e-9 for p in parts)
+        assert math.isclose(sum(parts), ledger.wall, rel_tol=1e-9, abs_tol=1e-6)
+        assert ledger.best_step >= (ledger.step or 0)
+        assert ledger.ratio is None or 0.0 <= ledger.ratio <= 1.0
+
+
+def test_a_fault_timeline_is_split_into_detection_capacity_restart_and_recompute():
+    t0 = 1_000.0
+    ledger = goodput.start(t0, 0)
+    ledger = goodput.observe(ledger, t0 + 100, Activity.RUNNING, 0, 100)  # 100 s, 100 new steps
+    ledger = goodput.observe(ledger, t0 + 110, Activity.RUNNING, 0, 100)  # a GPU hangs: 10 s, no step
+    ledger = goodput.restarted(ledger, detected=t0 + 105, decided=t0 + 110)  # seen at 105, decided at 110
+    ledger = goodput.observe(ledger, t0 + 130, Activity.WAITING, 1, None)  # 20 s: replacement binding
+    ledger = goodput.observe(ledger, t0 + 145, Activity.STARTING, 1, None)  # 15 s: start-up, NCCL, load
+    ledger = goodput.observe(ledger, t0 + 146, Activity.RUNNING, 1, 61)  # first report: resumed at 60
+    ledger = goodput.observe(ledger, t0 + 185, Activity.RUNNING, 1, 100)  # 39 s re-doing steps 61..100
+    ledger = goodput.observe(ledger, t0 + 195, Activity.RUNNING, 1, 110)  # 10 s of new steps
+    assert ledger.productive == 110
+    assert ledger.lost_by_cause() == {"detection": 5, "stalled": 5, "capacity": 20, "restart": 16, "recompute": 39}
+    assert ledger.ratio == round(110 / 195, 4)
+    back = goodput.from_status(goodput.to_status(ledger))
+    assert (back.productive, back.recompute, back.best_step, back.attempt) == (110, 39, 110, 1)
+
+
+def test_the_operator_keeps_status_goodput_from_the_ranks_reports():
+    r = rig(nodes=4)
+    r.submit(make_job("measured", 2, checkpoint={"path": "/c"}))
+    r.running()
+
+    def report(step: int) -> None:
+        for rank in (0, 1):
+            r.loop.book.record(WorkerReport.model_validate({
+                "namespace": "default", "job": "measured", "rank": rank, "restartCount": 0, "step": step}),
+                r.clock.time())
+
+    report(10)
+    r.step()
+    for step in range(20, 120, 10):
+        r.clock.advance(10)
+        report(step)
+        r.step()
+    status = r.status("measured")["goodput"]  # written every RAILYARD_GOODPUT_WRITE_SECONDS (30 s)
+    assert status["productiveSeconds"] >= 70 and status["ratio"] > 0.95, status
+    assert status["bestStep"] >= 80 and status["attempt"] == 0
+    assert r.loop.ctx.memories.recall(r.state.jobs[("default", "measured")]).goodput.productive == 100
+    from railyard.operator.base import metrics
+    assert metrics.JOB_GOODPUT.labels("default", "measured")._value.get() == 1.0
