@@ -14,7 +14,6 @@ from railyard.operator.decide import goodput
 from railyard.operator.decide.goodput import Activity, Ledger
 from railyard.topology.api import GoodputStatus
 
-
 START_ACCOUNTED_SECONDS = 600.0
 
 
@@ -83,6 +82,8 @@ class GoodputMeter:
         return restart.decided_at.isoformat() if restart is not None and restart.decided_at is not None else None
 
     def _export(self, job: Job, before: Ledger, after: Ledger) -> None:
+        if job.key not in self._exported and len(self._exported) >= self.ctx.settings.metrics.job_limit:
+            return  # RAILYARD_JOB_METRICS_LIMIT: status.goodput still has it
         self._exported.add(job.key)
         productive = max(0.0, after.productive - before.productive)
         metrics.JOB_PRODUCTIVE_SECONDS.labels(job.namespace, job.name).inc(productive)

@@ -153,11 +153,11 @@ EVICTIONS_SEEN = Counter("railyard_drain_evictions_seen", "Evictions of a runnin
 MAINTENANCE_MOVES = Counter("railyard_maintenance_moves", "Gangs moved off nodes under planned maintenance "
                             "(a drain or railyard.dev/maintenance)")
 JOB_GOODPUT = Gauge("railyard_job_goodput_ratio", "Productive time over wall time since the gang first ran "
-                    "(status.goodput.ratio; jobs whose ranks report)", ["namespace", "job"])
+                    "(status.goodput.ratio; jobs whose ranks report)", ["namespace", "trainingjob"])
 JOB_PRODUCTIVE_SECONDS = Counter("railyard_job_productive_seconds", "Wall time the job's ranks made progress past "
-                                 "their best previous step", ["namespace", "job"])
+                                 "their best previous step", ["namespace", "trainingjob"])
 JOB_LOST_SECONDS = Counter("railyard_job_lost_seconds", "Wall time the job made no new progress, by cause "
-                           "(detection, capacity, restart, recompute, stalled)", ["namespace", "job", "cause"])
+                           "(detection, capacity, restart, recompute, stalled)", ["namespace", "trainingjob", "cause"])
 REPORTS = Counter("railyard_worker_reports", "Reports from railyard.worker, by result", ["result"])
 RESIZE_SECONDS = Histogram("railyard_resize_decision_seconds", "Time to choose the replicas a resize keeps or adds",
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
