@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""Goodput benchmark (issue 23). Prints JSON.
+
+On a fresh superpod-2k rig (2,048 kwok nodes x 8 GPUs): two operator replicas (one Lease), a 128 x 8
+TrainingJob and background jobs. A driver plays the 128 ranks: one `railyard.worker` Reporter per pod of
+the current attempt, with a token bound to that pod, stepping every BENCH_STEP_SECONDS, saving a
+checkpoint every BENCH_CHECKPOINT_STEPS (and the step the operator asks for), resuming from the new
+pods' RAILYARD_RESUME_STEP. While a fault has hung the gang (anything but a planned drain) no rank steps.
+
+Faults follow Llama 3's interruption mix (466 in 54 days on 16,384 H100) mapped onto Railyard's signals:
+GPU (faulty GPU, HBM3, SRAM, GSP, SDC, thermal: 58.7 %) -> a GPU health condition True on the node;
+software bugs and NCCL watchdog (14.6 %) -> a rank's process exits 1; network switch/cable and NIC
+(10.1 %) -> an untolerated NoExecute taint; host maintenance (7.6 %) -> `railyard.dev/maintenance` on the
+node (planned: the gang saves first); the rest (SSD, PSU, CPU: 9.0 %) -> the node's heartbeat stops.
+BENCH_FAULTS faults in that proportion (largest remainder), then two leader kills (SIGKILL the Lease
+holder, then a GPU fault the standby must handle). For every fault: detection (inject -> the restart
+decided, as the driver sees restartCount change), all pods of the new attempt bound, the new attempt's
+first step, the steps recomputed (the step reached before the fault - the step resumed from).
+
+Baseline (same run, same rig): what a JobSet-style user gets — any fault deletes the whole gang, which is
+created again anywhere, with no drain handling. Measured here: deleting and re-creating the 128 x 8 gang
+until every pod is bound (BENCH_BASELINE_RUNS times). Its detection is Kubernetes' own per signal (stated,
+not measured: a process exit at once; a NoExecute taint at once; a NotReady node after the node
+controller's 40 s grace plus the pods' 300 s not-ready toleration; a GPU condition never, so the NCCL
+watchdog's 600 s timeout), and every interruption, planned ones included, recomputes half a checkpoint
+interval on average.
+
+The projection: goodput = 1 - rate x cost per interruption, at Llama 3's rate scaled to 1,024 and 16,384
+GPUs, for 5-, 10- and 30-minute checkpoint intervals; cost = detection + re-bind + first step (measured,
+per signal, weighted by the mix) + BENCH_STARTUP_SECONDS (process start, rendezvous, checkpoint load; the
+same assumption on both sides: kwok starts nothing) + recompute (half an interval for unplanned faults;
+what was measured for the planned ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench_common import cluster, fresh_cluster, wait
+from bench_operator import apply_crds, gauge, scrape, settled
+from railyard.operator.kube.client import ApiException, KubeApi
+from railyard.worker import Reporter, context
+
+NS = "bench-goodput"
+LEASE_NS = "railyard-bench"
+JOB = "goodput-main"
+REPLICAS = int(os.environ.get("BENCH_REPLICAS", "128"))
+FAULTS = int(os.environ.get("BENCH_FAULTS", "12"))
+STEP_SECONDS = float(os.environ.get("BENCH_STEP_SECONDS", "0.5"))
+CHECKPOINT_STEPS = int(os.environ.get("BENCH_CHECKPOINT_STEPS", "60"))
+STARTUP_SECONDS = float(os.environ.get("BENCH_STARTUP_SECONDS", "120"))
+BASELINE_RUNS = int(os.environ.get("BENCH_BASELINE_RUNS", "3"))
+BACKGROUND = int(os.environ.get("BENCH_BACKGROUND_JOBS", "24"))  # 16 x 8 each
+
+# Llama 3 (Dubey et al. 2024, table 5): share of the 466 interruptions by the signal each maps onto.
+MIX = {"gpu": 0.587, "exit": 0.146, "taint": 0.101, "maintenance": 0.076, "heartbeat": 0.090}
+LLAMA3_PER_HOUR_AT_16K = 466 / (54 * 24)
+# What Kubernetes alone does per signal (the baseline's detection; see the docstring).
+BASELINE_DETECTION = {"gpu": 600.0, "exit": 0.0, "taint": 0.0, "maintenance": 0.0, "heartbeat": 340.0}
+FAULT_CONDITION = "GpuMemWatch"  # one of topology/faults.DEFAULT_FAULT_CONDITIONS (NVSentinel's)
+
+
+def log(msg: str) -> None:
+    print(f"# {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Operator:
+    name: str
+    metrics_port: int
+    report_port: int
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(self.metrics_port),
+               "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": LEASE_NS,
+               "RAILYARD_REPORT_PORT": str(self.report_port),
+               "RAILYARD_REPORT_URL": f"http://127.0.0.1:{self.report_port}/v1/reports",
+               "RAILYARD_REPORT_FLUSH_SECONDS": "1"}
+        out = open(cluster.STATE / "logs" / f"{self.name}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"], stdout=out,
+                                     stderr=subprocess.STDOUT, env=env)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+@dataclass
+class Rank:
+    pod: str
+    reporter: Reporter
+
+
+@dataclass
+class Driver:
+    """The 128 simulated ranks of the current attempt."""
+
+    api: KubeApi
+    leader_url: Callable[[], str]  # the reports Service sends ranks to the leader; here, the driver does
+    tokens: Path
+    step: int = 0
+    best: int = 0
+    attempt: int = -1
+    ranks: list[Rank] = field(default_factory=list)
+    halted: bool = False
+    first_step_at: float | None = None
+    resumed_from: int | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _pods(self) -> list[dict]:
+        return self.api.request("GET", f"/api/v1/namespaces/{NS}/pods",
+                                query=[("labelSelector", f"railyard.dev/job-name={JOB}")])["items"]
+
+    def _token(self, pod: dict) -> Path:
+        meta = pod["metadata"]
+        answer = self.api.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/default/token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": ["railyard.dev"], "expirationSeconds": 3600,
+                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}}})
+        path = self.tokens / meta["name"]
+        path.write_text(answer["status"]["token"])
+        return path
+
+    def _adopt(self, attempt: int, pods: list[dict]) -> None:
+        """A new attempt is running: reporters for its pods, from its resume step."""
+        ranks = []
+        for pod in sorted(pods, key=lambda p: int(p["metadata"]["labels"]["railyard.dev/rank"])):
+            env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
+            env["RAILYARD_REPORT_URL"] = self.leader_url()
+            env["RAILYARD_TOKEN_FILE"] = str(self._token(pod))
+            ranks.append(Rank(pod["metadata"]["name"], Reporter(context(env), min_interval=1.0, timeout=2.0)))
+        resume = ranks[0].reporter.ctx.resume_step if ranks else None
+        with self.lock:
+            self.ranks, self.attempt, self.halted = ranks, attempt, False
+            self.resumed_from = resume
+            self.step = resume if resume is not None else 0
+            self.first_step_at = None
+
+    def watch_attempt(self) -> None:
+        """Find the running attempt (the pods labelled with the job's newest restart count, all Running)."""
+        status = self.api.request("GET", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs/{JOB}").get(
+            "status") or {}
+        attempt = status.get("restartCount", 0)
+        if attempt == self.attempt:
+            return
+        pods = [p for p in self._pods() if p["metadata"]["labels"].get("railyard.dev/restart-count") == str(attempt)
+                and not p["metadata"].get("deletionTimestamp")]
+        if len(pods) == REPLICAS and all(p["status"].get("phase") == "Running" for p in pods):
+            self._adopt(attempt, pods)
+
+    def follow_leader(self) -> None:
+        url = self.leader_url()
+        with self.lock:
+            for r in self.ranks:
+                r.reporter.ctx = dataclasses.replace(r.reporter.ctx, report_url=url)
+
+    def run(self) -> None:
+        next_tick = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                self.watch_attempt()
+            except (ApiException, OSError) as e:
+                log(f"driver: {e}")
+            with self.lock:
+                ranks = list(self.ranks) if not self.halted else []
+                if ranks:
+                    self.step += 1
+                    self.best = max(self.best, self.step)
+                    step = self.step
+            if ranks:
+                asked = any(r.reporter.checkpoint_requested(step) for r in ranks)
+                for r in ranks:
+                    r.reporter.progress(step, STEP_SECONDS * 0.9, STEP_SECONDS)
+                    if step % CHECKPOINT_STEPS == 0 or asked:
+                        r.reporter.checkpoint_saved(step, f"/ckpt/step-{step}")
+                if self.first_step_at is None and all(r.reporter.sent for r in ranks):
+                    self.first_step_at = time.monotonic()
+            next_tick += STEP_SECONDS
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+
+
+def _job(name: str, replicas: int, checkpoint: bool) -> dict:
+    spec: dict[str, Any] = {"replicas": replicas, "template": {"spec": {"containers": [
+        {"name": "trainer", "image": "registry.invalid/trainer:0", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}
+    if checkpoint:
+        spec["checkpoint"] = {"path": "/ckpt", "intervalSeconds": int(CHECKPOINT_STEPS * STEP_SECONDS)}
+    return {"apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+def _status(api: KubeApi) -> dict:
+    return api.request("GET", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs/{JOB}").get("status") or {}
+
+
+def _all_bound(api: KubeApi, name: str, attempt: int | None = None) -> bool:
+    pods = api.request("GET", f"/api/v1/namespaces/{NS}/pods",
+                       query=[("labelSelector", f"railyard.dev/job-name={name}")])["items"]
+    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp") and (
+        attempt is None or p["metadata"]["labels"].get("railyard.dev/restart-count") == str(attempt))]
+    return len(pods) == REPLICAS and all(p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
+                                         for p in pods)
+
+
+def _node_of_rank(api: KubeApi, rank: int) -> tuple[str, str]:
+    ranks = _status(api)["placement"]["ranks"]
+    r = next(x for x in ranks if x["rank"] == rank)
+    return r["node"], r.get("pod") or ""
+
+
+def inject(api: KubeApi, kind: str, rank: int) -> str:
+    node, pod = _node_of_rank(api, rank)
+    if kind == "gpu":
+        api.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [
+            {"type": FAULT_CONDITION, "status": "True", "reason": "XID79", "message": "GPU has fallen off the bus",
+             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}},
+            "application/strategic-merge-patch+json")
+    elif kind == "exit":
+        api.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod}",
+                    {"metadata": {"annotations": {"railyard.dev/simulate": "fail"}}},
+                    "application/merge-patch+json")
+    elif kind == "taint":
+        taints = (api.request("GET", f"/api/v1/nodes/{node}")["spec"].get("taints") or [])
+        api.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [
+            *taints, {"key": "example.com/nic-down", "value": "rail3", "effect": "NoExecute"}]}},
+            "application/merge-patch+json")
+    elif kind == "maintenance":
+        api.request("PATCH", f"/api/v1/nodes/{node}",
+                    {"metadata": {"annotations": {"railyard.dev/maintenance": "bench: firmware"}}},
+                    "application/merge-patch+json")
+    elif kind == "heartbeat":
+        api.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"type": None}}},
+                    "application/merge-patch+json")
+    return node
+
+
+def schedule(count: int) -> list[str]:
+    """`count` faults in MIX proportions (largest remainder), interleaved."""
+    exact = {k: v * count for k, v in MIX.items()}
+    counts = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True)[:count - sum(counts.values())]:
+        counts[k] += 1
+    out: list[str] = []
+    while any(counts.values()):
+        for k in MIX:
+            if counts[k]:
+                out.append(k)
+                counts[k] -= 1
+    return out
+
+
+def one_fault(api: KubeApi, driver: Driver, kind: str, rank: int, before_kill: float | None = None) -> dict:
+    attempt = driver.attempt
+    t0 = time.monotonic() if before_kill is None else before_kill
+    with driver.lock:
+        reached = driver.step
+        if kind != "maintenance":  # the gang hangs on a lost rank; a planned move lets it train on
+            driver.halted = True
+    node = inject(api, kind, rank)
+    wait(lambda: _status(api).get("restartCount", 0) > attempt, 600, f"the restart after {kind}", interval=0.2)
+    decided = time.monotonic()
+    with driver.lock:
+        reached = max(reached, driver.step)
+        driver.halted = True
+    status = _status(api)
+    new = status.get("restartCount", 0)
+    wait(lambda: _all_bound(api, JOB, new), 600, f"attempt {new} bound", interval=0.2)
+    bound = time.monotonic()
+    wait(lambda: driver.attempt == new and driver.first_step_at is not None, 120, f"attempt {new}'s first step",
+         interval=0.1)
+    first = driver.first_step_at or time.monotonic()
+    resumed = driver.resumed_from or 0
+    restart = status.get("lastRestart") or {}
+    record = {"fault": kind, "node": node, "reason": restart.get("reason"), "detect_seconds": round(decided - t0, 2),
+              "bind_seconds": round(bound - decided, 2), "first_step_seconds": round(first - bound, 2),
+              "total_seconds": round(first - t0, 2), "steps_recomputed": max(0, reached - resumed),
+              "resume_step": resumed, "step_reached": reached}
+    log(json.dumps(record))
+    return record
+
+
+def baseline_recreate(api: KubeApi) -> float:
+    """JobSet-style recovery: the whole gang deleted, then created again (placed anywhere), until bound."""
+    name = "goodput-baseline"
+    api.request("POST", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs", _job(name, REPLICAS, False))
+    wait(lambda: _all_bound(api, name), 600, "baseline gang bound", interval=0.2)
+    t0 = time.monotonic()
+    api.request("DELETE", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs/{name}",
+                {"propagationPolicy": "Foreground"})
+
+    def gone() -> bool:
+        try:
+            api.request("GET", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs/{name}")
+            return False
+        except ApiException as e:
+            return e.status == 404
+
+    wait(gone, 600, "baseline gang deleted", interval=0.2)
+    api.request("POST", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs", _job(name, REPLICAS, False))
+    wait(lambda: _all_bound(api, name), 600, "baseline gang bound again", interval=0.2)
+    seconds = time.monotonic() - t0
+    api.request("DELETE", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs/{name}")
+    wait(gone, 600, "baseline gang deleted", interval=0.2)
+    return seconds
+
+
+def project(records: list[dict], recreate: float, gpus: int, interval_min: float) -> dict:
+    """Goodput = 1 - rate x cost, at Llama 3's interruption rate scaled to `gpus`."""
+    rate = LLAMA3_PER_HOUR_AT_16K * gpus / 16384  # interruptions per hour
+    interval = interval_min * 60
+    by_kind: dict[str, list[dict]] = {}
+    for r in records:
+        by_kind.setdefault(r["fault"], []).append(r)
+    railyard = baseline = 0.0
+    for kind, share in MIX.items():
+        measured = by_kind.get(kind) or by_kind["gpu"]
+        cost = statistics.mean(r["total_seconds"] for r in measured) + STARTUP_SECONDS
+        planned = kind == "maintenance"
+        lost_steps = statistics.mean(r["steps_recomputed"] for r in measured) if planned else None
+        cost += (lost_steps * STEP_SECONDS) if planned and lost_steps is not None else interval / 2
+        railyard += share * cost
+        baseline += share * (BASELINE_DETECTION[kind] + recreate + STARTUP_SECONDS + interval / 2)
+    return {"gpus": gpus, "checkpoint_minutes": interval_min, "interruptions_per_day": round(rate * 24, 2),
+            "railyard_seconds_per_interruption": round(railyard, 1),
+            "baseline_seconds_per_interruption": round(baseline, 1),
+            "railyard_goodput": round(1 - rate * railyard / 3600, 4),
+            "baseline_goodput": round(1 - rate * baseline / 3600, 4),
+            "lost_time_ratio": round(railyard / baseline, 3)}
+
+
+def main() -> None:
+    figures: dict[str, Any] = {"rig": fresh_cluster("superpod-2k", started_by="hack/bench_goodput.py")}
+    api = KubeApi(workers=16)
+    wait(lambda: settled(api), 300, "nodes settled", interval=1)
+    for ns in (NS, LEASE_NS):
+        api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    apply_crds()
+    operators = [Operator("goodput-a", 18081, 18091), Operator("goodput-b", 18082, 18092)]
+    for op in operators:
+        op.start()
+    wait(lambda: any(gauge(scrape(op.metrics_port), "railyard_is_leader") == 1 for op in operators), 90, "a leader")
+    t0 = time.monotonic()
+    api.request("POST", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs", _job(JOB, REPLICAS, True))
+    for i in range(BACKGROUND):
+        api.request("POST", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs", _job(f"bg-{i}", 16, False))
+    wait(lambda: _all_bound(api, JOB), 600, "the 128 x 8 gang bound", interval=0.5)
+    figures["gang_bound_seconds"] = round(time.monotonic() - t0, 1)
+    with tempfile.TemporaryDirectory() as tokens:
+        current = [next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)]
+        driver = Driver(api, lambda: f"http://127.0.0.1:{current[0].report_port}/v1/reports", Path(tokens))
+        thread = threading.Thread(target=driver.run, daemon=True)
+        thread.start()
+        wait(lambda: driver.first_step_at is not None, 120, "the ranks reporting", interval=0.2)
+        records = []
+        for i, kind in enumerate(schedule(FAULTS)):
+            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 0.7)  # the gang trains between faults
+            records.append(one_fault(api, driver, kind, (i * 37) % REPLICAS))
+        for i in range(2):  # leader kills: the standby handles the next fault
+            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 0.5)
+            leader = next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)
+            killed = time.monotonic()
+            leader.kill()
+            standby = next(op for op in operators if op is not leader)
+            current[0] = standby  # the reports Service would send the ranks to the new leader
+            driver.follow_leader()
+            record = one_fault(api, driver, "gpu", (i * 53 + 11) % REPLICAS, before_kill=killed)
+            record["after_leader_kill"] = True
+            records.append(record)
+            leader.start()
+        status = _status(api)
+        driver.stop.set()
+        thread.join(10)
+    figures["faults"] = records
+    figures["operator_goodput_status"] = status.get("goodput")
+    recreate = [baseline_recreate(api) for _ in range(BASELINE_RUNS)]
+    figures["baseline_recreate_seconds"] = [round(s, 1) for s in recreate]
+    by_kind: dict[str, list[float]] = {}
+    for r in records:
+        by_kind.setdefault(r["fault"], []).append(r["total_seconds"])
+    figures["railyard_seconds_by_signal"] = {k: round(statistics.mean(v), 1) for k, v in by_kind.items()}
+    figures["planned_steps_recomputed"] = [r["steps_recomputed"] for r in records if r["fault"] == "maintenance"]
+    figures["assumptions"] = {"startup_seconds": STARTUP_SECONDS, "baseline_detection_seconds": BASELINE_DETECTION,
+                              "mix": MIX, "interruptions_per_hour_at_16384_gpus": round(LLAMA3_PER_HOUR_AT_16K, 3)}
+    figures["projection"] = [project(records, statistics.mean(recreate), g, m)
+                             for g in (1024, 16384) for m in (5, 10, 30)]
+    for op in operators:
+        op.kill()
+    print(json.dumps(figures, indent=2))
+    if not os.environ.get("BENCH_KEEP_RIG"):
+        cluster.down()
+
+
+if __name__ == "__main__":
+    main()
