@@ -1,6 +1,7 @@
 """Each released gang's PodDisruptionBudget (decide/builders.disruption_budget): created once per job
 and operator lifetime, kept by the API server with the job (owner reference). It is what makes
-`kubectl drain` wait while the gang saves a step and moves (decide/assess: planned maintenance)."""
+`kubectl drain` wait while the gang saves a step and moves (decide/assess: planned maintenance). Only
+with RAILYARD_DISRUPTION_BUDGETS (the chart sets it with its eviction webhook)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class Budgets:
 
     async def ensure(self, job: Job) -> None:
         memory = self.ctx.memories.recall(job)
-        if memory.budgeted:
+        if memory.budgeted or not self.ctx.settings.placement.disruption_budgets:
             return
         try:
             created, existing = await self.ctx.limited(self.ctx.api.create("poddisruptionbudgets",

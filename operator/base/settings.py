@@ -85,6 +85,10 @@ class PlacementSettings(_Settings):
     # A gang on a node being drained (or announced for maintenance) is asked to save a step first; it
     # moves when every rank saved it or after this long (then from its last committed checkpoint).
     maintenance_checkpoint_seconds: float = _seconds("MAINTENANCE_CHECKPOINT_SECONDS", 300.0)
+    # A PodDisruptionBudget per running gang, so a drain waits for that checkpoint. Only where the
+    # eviction webhook tells this operator of drains (the chart sets it with the webhook): without it a
+    # budget would hold `kubectl drain` for ever; then a drain evicts and the gang restarts (Drained).
+    disruption_budgets: bool = Field(default_factory=_env("DISRUPTION_BUDGETS", False, _bool))
     # Taint a failed node railyard.dev/unhealthy=<reason>:NoSchedule so no job uses it until lifted,
     # for this long (a GPU-fault quarantine also while the fault condition is True).
     quarantine: bool = Field(default_factory=_env("QUARANTINE", True, _bool))

@@ -124,7 +124,13 @@ def test_the_eviction_webhook_reaches_the_leader_over_the_reports_tls_and_never_
     injected = by_kind(managed, "ValidatingWebhookConfiguration")[0]
     assert injected["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         f"railyard-system/{by_kind(managed, 'Certificate')[0]['metadata']['name']}"
-    assert not by_kind(render(helm, "maintenance.evictionWebhook.enabled=false"), "ValidatingWebhookConfiguration")
+    env = {e["name"]: e.get("value") for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"][
+        "containers"][0]["env"]}
+    assert env["RAILYARD_DISRUPTION_BUDGETS"] == "true", "budgets only where the webhook shows drains"
+    off = render(helm, "maintenance.evictionWebhook.enabled=false")
+    assert not by_kind(off, "ValidatingWebhookConfiguration")
+    assert "RAILYARD_DISRUPTION_BUDGETS" not in {e["name"] for e in by_kind(off, "Deployment")[0]["spec"][
+        "template"]["spec"]["containers"][0]["env"]}
 
 
 def test_least_privilege_objects_name_the_operators_account_and_ports(helm):

@@ -23,7 +23,7 @@ def _asked(r: Rig, job: str) -> int | None:
 
 
 def _running(name: str, replicas: int = 2, **placement) -> tuple[Rig, list[str]]:
-    r = rig(nodes=4, **placement)
+    r = rig(nodes=4, **{"disruption_budgets": True, **placement})
     r.submit(make_job(name, replicas, checkpoint={"path": "/c"}))
     r.running()
     r.step()  # the running gang gets its disruption budget
@@ -40,6 +40,9 @@ def test_a_running_gang_gets_a_budget_that_lets_no_voluntary_eviction_through():
     writes = len(r.api.writes)
     r.step(3)
     assert not [w for w in r.api.writes[writes:] if w == ("POST", "poddisruptionbudgets")], "created once"
+    # Without the eviction webhook nobody would see a drain: no budget, or kubectl drain would wait for ever.
+    unseen, _ = _running("unseen", disruption_budgets=False)
+    assert not unseen.api.objects["poddisruptionbudgets"]
 
 
 def test_a_drain_held_by_the_budget_saves_a_step_then_moves_the_ranks_and_resumes_after_it():
