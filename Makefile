@@ -3,13 +3,14 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
 	@echo "make test   - lint, unit, integration and e2e tests against the local control plane"
 	@echo "make bench  - placement benchmark (JSON)"
 	@echo "make compare - Railyard next to kube-scheduler gang scheduling and a naive baseline on the rig"
+	@echo "make goodput - goodput under Llama 3's failure mix (JSON); make soak - a fault a minute for 30 min"
 
 deps:
 	@hack/deps.sh
@@ -46,6 +47,15 @@ train-torch:
 
 bench: deps
 	.venv/bin/railyard bench | tee bench-placement.json
+
+# Goodput under Llama 3's failure mix on a fresh superpod-2k rig (restarts the local rig; ~15 min), and
+# the 30-minute soak (a fault a minute; exits 1 on a double-booked GPU, a partial gang or a restart of
+# a job no fault touched). Neither is part of `make test`.
+goodput: deps build
+	.venv/bin/python hack/bench_goodput.py | tee bench-goodput.json
+
+soak: deps build
+	.venv/bin/python hack/bench_goodput.py --soak | tee bench-soak.json
 
 # Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
 # fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.

@@ -17,6 +17,10 @@ holder, then a GPU fault the standby must handle). For every fault: detection (i
 decided, as the driver sees restartCount change), all pods of the new attempt bound, the new attempt's
 first step, the steps recomputed (the step reached before the fault - the step resumed from).
 
+`--soak` (`make soak`, not part of `make test`): the same driver with a fault every ~60 s for 30 minutes
+(BENCH_SOAK_MINUTES, BENCH_SOAK_EVERY_SECONDS), every 10th after a leader kill; after each recovery: 0
+GPUs double-booked, 0 partial gangs, no other job restarted; exits 1 on any violation.
+
 Baseline (same run, same rig): what a JobSet-style user gets — any fault deletes the whole gang, which is
 created again anywhere, with no drain handling. Measured here: deleting and re-creating the 128 x 8 gang
 until every pod is bound (BENCH_BASELINE_RUNS times). Its detection is Kubernetes' own per signal (stated,
@@ -60,10 +64,13 @@ JOB = "goodput-main"
 REPLICAS = int(os.environ.get("BENCH_REPLICAS", "128"))
 FAULTS = int(os.environ.get("BENCH_FAULTS", "12"))
 STEP_SECONDS = float(os.environ.get("BENCH_STEP_SECONDS", "0.5"))
-CHECKPOINT_STEPS = int(os.environ.get("BENCH_CHECKPOINT_STEPS", "60"))
+CHECKPOINT_STEPS = int(os.environ.get("BENCH_CHECKPOINT_STEPS", "30"))
 STARTUP_SECONDS = float(os.environ.get("BENCH_STARTUP_SECONDS", "120"))
 BASELINE_RUNS = int(os.environ.get("BENCH_BASELINE_RUNS", "3"))
 BACKGROUND = int(os.environ.get("BENCH_BACKGROUND_JOBS", "24"))  # 16 x 8 each
+# Soak (`make soak`): a fault every SOAK_EVERY seconds for SOAK_MINUTES, invariants after each.
+SOAK_MINUTES = float(os.environ.get("BENCH_SOAK_MINUTES", "30" if "--soak" in sys.argv else "0"))
+SOAK_EVERY = float(os.environ.get("BENCH_SOAK_EVERY_SECONDS", "60"))
 
 # Llama 3 (Dubey et al. 2024, table 5): share of the 466 interruptions by the signal each maps onto.
 MIX = {"gpu": 0.587, "exit": 0.146, "taint": 0.101, "maintenance": 0.076, "heartbeat": 0.090}
@@ -89,7 +96,9 @@ class Operator:
                "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": LEASE_NS,
                "RAILYARD_REPORT_PORT": str(self.report_port),
                "RAILYARD_REPORT_URL": f"http://127.0.0.1:{self.report_port}/v1/reports",
-               "RAILYARD_REPORT_FLUSH_SECONDS": "1"}
+               "RAILYARD_REPORT_FLUSH_SECONDS": "1",
+               # Every simulated rank reports from 127.0.0.1: the per-source limit is for real pod addresses.
+               "RAILYARD_REPORT_SOURCE_RATE": "100000"}
         out = open(cluster.STATE / "logs" / f"{self.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"], stdout=out,
                                      stderr=subprocess.STDOUT, env=env)
@@ -144,13 +153,16 @@ class Driver:
             env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
             env["RAILYARD_REPORT_URL"] = self.leader_url()
             env["RAILYARD_TOKEN_FILE"] = str(self._token(pod))
-            ranks.append(Rank(pod["metadata"]["name"], Reporter(context(env), min_interval=1.0, timeout=2.0)))
+            ranks.append(Rank(pod["metadata"]["name"], Reporter(context(env), min_interval=2.0, timeout=2.0)))
         resume = ranks[0].reporter.ctx.resume_step if ranks else None
         with self.lock:
-            self.ranks, self.attempt, self.halted = ranks, attempt, False
+            old, self.ranks, self.attempt, self.halted = self.ranks, ranks, attempt, False
             self.resumed_from = resume
             self.step = resume if resume is not None else 0
             self.first_step_at = None
+        for r in old:  # the old attempt's ranks are gone: their senders stop
+            r.reporter.stale = True
+            r.reporter.close(timeout=0.1)
 
     def watch_attempt(self) -> None:
         """Find the running attempt (the pods labelled with the job's newest restart count, all Running)."""
@@ -329,8 +341,10 @@ def project(records: list[dict], recreate: float, gpus: int, interval_min: float
     railyard = baseline = 0.0
     for kind, share in MIX.items():
         measured = by_kind.get(kind) or by_kind["gpu"]
-        cost = statistics.mean(r["total_seconds"] for r in measured) + STARTUP_SECONDS
         planned = kind == "maintenance"
+        # A planned move trains on until the step it saves: only re-binding and the first step are lost.
+        cost = statistics.mean(r["total_seconds"] - (r["detect_seconds"] if planned else 0) for r in measured)
+        cost += STARTUP_SECONDS
         lost_steps = statistics.mean(r["steps_recomputed"] for r in measured) if planned else None
         cost += (lost_steps * STEP_SECONDS) if planned and lost_steps is not None else interval / 2
         railyard += share * cost
@@ -341,6 +355,63 @@ def project(records: list[dict], recreate: float, gpus: int, interval_min: float
             "railyard_goodput": round(1 - rate * railyard / 3600, 4),
             "baseline_goodput": round(1 - rate * baseline / 3600, 4),
             "lost_time_ratio": round(railyard / baseline, 3)}
+
+
+def invariants(api: KubeApi) -> dict:
+    """0 GPUs double-booked, 0 partial gangs (some but not all of an attempt's pods bound), and which
+    jobs other than the main gang restarted (none should: no fault touched them)."""
+    pods = [p for p in api.list_all(f"/api/v1/namespaces/{NS}/pods") if not p["metadata"].get("deletionTimestamp")
+            and p["status"].get("phase") not in ("Succeeded", "Failed")]
+    held: dict[tuple[str, int], int] = {}
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        for gpu in (p["metadata"].get("annotations") or {}).get("railyard.dev/gpus", "").split(","):
+            if node and gpu.strip():
+                held[(node, int(gpu))] = held.get((node, int(gpu)), 0) + 1
+    partial = []
+    jobs = api.list_all(f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs")
+    for job in jobs:
+        attempt = str((job.get("status") or {}).get("restartCount", 0))
+        mine = [p for p in pods if p["metadata"]["labels"].get("railyard.dev/job-name") == job["metadata"]["name"]
+                and p["metadata"]["labels"].get("railyard.dev/restart-count") == attempt]
+        bound = sum(1 for p in mine if p["spec"].get("nodeName"))
+        if 0 < bound < job["spec"]["replicas"]:
+            partial.append(job["metadata"]["name"])
+    restarted = [j["metadata"]["name"] for j in jobs
+                 if j["metadata"]["name"] != JOB and (j.get("status") or {}).get("restartCount", 0)]
+    return {"gpus_double_booked": sum(1 for n in held.values() if n > 1), "partial_gangs": partial,
+            "other_jobs_restarted": restarted}
+
+
+def soak(api: KubeApi, driver: Driver, operators: list[Operator], minutes: float, every: float) -> dict:
+    """A fault every `every` seconds for `minutes` (the mix in turn, every 10th a leader kill first);
+    the invariants after each recovery."""
+    end = time.monotonic() + minutes * 60
+    kinds = schedule(max(1, int(minutes * 60 / every)))
+    records, violations = [], []
+    for i, kind in enumerate(kinds):
+        if time.monotonic() >= end:
+            break
+        started = time.monotonic()
+        killed = None
+        if i % 10 == 9:
+            leader = next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)
+            killed = time.monotonic()
+            leader.kill()
+            current = next(op for op in operators if op is not leader)
+            driver.leader_url = lambda op=current: f"http://127.0.0.1:{op.report_port}/v1/reports"
+            driver.follow_leader()
+        records.append(one_fault(api, driver, kind, (i * 37 + 5) % REPLICAS, before_kill=killed))
+        if killed is not None:
+            leader.start()
+        found = invariants(api)
+        if found["gpus_double_booked"] or found["partial_gangs"] or found["other_jobs_restarted"]:
+            violations.append({"after_fault": i, **found})
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+    return {"minutes": minutes, "faults": len(records), "recovered": len(records), "violations": violations,
+            "mean_recovery_seconds": round(statistics.mean(r["total_seconds"] for r in records), 1)
+            if records else None,
+            "final": invariants(api)}
 
 
 def main() -> None:
@@ -366,12 +437,22 @@ def main() -> None:
         thread = threading.Thread(target=driver.run, daemon=True)
         thread.start()
         wait(lambda: driver.first_step_at is not None, 120, "the ranks reporting", interval=0.2)
+        if SOAK_MINUTES:
+            figures["soak"] = soak(api, driver, operators, SOAK_MINUTES, SOAK_EVERY)
+            driver.stop.set()
+            for op in operators:
+                op.kill()
+            print(json.dumps(figures, indent=2))
+            if not os.environ.get("BENCH_KEEP_RIG"):
+                cluster.down()
+            sys.exit(1 if figures["soak"]["violations"] else 0)
         records = []
         for i, kind in enumerate(schedule(FAULTS)):
-            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 0.7)  # the gang trains between faults
+            # The gang trains between faults, past at least one periodic checkpoint.
+            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 1.5)
             records.append(one_fault(api, driver, kind, (i * 37) % REPLICAS))
         for i in range(2):  # leader kills: the standby handles the next fault
-            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 0.5)
+            time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 1.5)
             leader = next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)
             killed = time.monotonic()
             leader.kill()

@@ -28,6 +28,7 @@ from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.policy import (
     NoReplacementStep,
+    failure_streak,
     force_delete,
     infra_backoff,
     no_replacement_step,
@@ -84,10 +85,12 @@ class Recovery:
         if memory.losses_seen_at is None:
             memory.losses_seen_at = mono
         placement = self.ctx.settings.placement
-        delay = restart_delay(action, job.fault_policy, job.status.process_restarts, placement.loss_debounce_seconds,
+        streak = failure_streak(memory.failure_streak, self._attempt_ran(job))
+        delay = restart_delay(action, job.fault_policy, streak, placement.loss_debounce_seconds,
                               placement.not_ready_debounce_seconds)
         wait = delay - (mono - memory.losses_seen_at)
-        if not action.counted:
+        # A planned move goes at the admin's pace: the storm brake is for faults.
+        if not action.counted and action.reason != LossReason.MAINTENANCE:
             recent = [t for t in memory.infra_restarts if mono - t < 3600]
             memory.infra_restarts = recent
             if len(recent) >= placement.infra_restarts_per_hour:
@@ -101,10 +104,20 @@ class Recovery:
             asyncio.get_running_loop().call_later(wait, self.writer.wake)
             return
         memory.losses_seen_at = None
-        if await self.restart_now(job, action) and not action.counted:
+        restarted = await self.restart_now(job, action)
+        if restarted and action.counted:
+            memory.failure_streak = streak + 1
+        elif restarted and action.reason == LossReason.MAINTENANCE:
+            metrics.MAINTENANCE_MOVES.inc()
+        elif restarted:
             memory.infra_restarts.append(mono)
-            if action.reason == LossReason.MAINTENANCE:
-                metrics.MAINTENANCE_MOVES.inc()
+
+    def _attempt_ran(self, job: Job) -> float | None:
+        """Seconds since the current attempt was released (None: not known)."""
+        restart = job.status.last_restart
+        began = restart.released_at if restart is not None and restart.released_at is not None else \
+            job.status.start_time
+        return self.ctx.clock.time() - began.timestamp() if began is not None else None
 
     async def _capped(self, job: Job, count: int, retry: float) -> None:
         """Too many infrastructure restarts this hour: the gang waits (Degraded=RestartCap) and an alert

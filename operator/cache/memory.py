@@ -49,6 +49,7 @@ class JobMemory:
     grow: GrowAttempt | None = None
     released: tuple[str, float] | None = None  # (placement id, monotonic): when its release was seen
     infra_restarts: list[float] = field(default_factory=list)  # monotonic times, the last hour's
+    failure_streak: int = 0  # process failures in a row, each after a short attempt (decide/policy)
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)

@@ -49,6 +49,16 @@ def restart_delay(action: Restart, policy: FaultPolicy, process_restarts: int, l
     return loss_debounce
 
 
+BACKOFF_RESET_SECONDS = 600.0  # as the kubelet's CrashLoopBackOff: an attempt that ran this long resets it
+
+
+def failure_streak(previous: int, ran_seconds: float | None) -> int:
+    """Process failures in a row the backoff doubles over: none once the failed attempt had run for
+    BACKOFF_RESET_SECONDS. Without the reset a month-long job's every software fault would wait the
+    maximum backoff after its first few (processRestarts only grows)."""
+    return 0 if ran_seconds is not None and ran_seconds >= BACKOFF_RESET_SECONDS else previous
+
+
 def infra_backoff(recent: int, initial: float, cap: float) -> float:
     """How long after its last one a job's next infrastructure restart waits, with `recent` of them in
     the last hour: none for the first, then doubling from `initial` up to `cap`."""

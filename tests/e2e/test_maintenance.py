@@ -149,3 +149,22 @@ def test_kubectl_drain_waits_for_the_gang_to_save_a_step_then_completes_and_the_
         if drain.poll() is None:
             drain.kill()
         core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
+def test_a_node_announced_for_maintenance_moves_its_ranks_ahead_of_time_and_takes_no_new_ones(
+        tls_operator, api_client, core, custom, namespace):
+    create_job(custom, namespace, make_job("ahead", 2))
+    before = ranks_of(wait_bound(api_client, core, namespace, "ahead", 2))
+    wait_condition(custom, namespace, "ahead", "Running", timeout=60)
+    node = before["1"]
+    core.patch_node(node, {"metadata": {"annotations": {"railyard.dev/maintenance": "e2e: firmware window"}}})
+    try:
+        job = poll(lambda: (j := get_job(custom, namespace, "ahead"))["status"].get("restartCount") == 1 and j, 60,
+                   "the gang moved off the announced node")
+        assert job["status"]["lastRestart"]["reason"] == "Maintenance"
+        after = ranks_of(bound_generation(api_client, core, namespace, "ahead", 2))
+        assert after["1"] != node and after["0"] == before["0"], (before, after)
+        assert not core.read_node(node).spec.unschedulable, "Railyard never cordons: the admin's node is left as is"
+        assert not [t for t in core.read_node(node).spec.taints or [] if t.key == "railyard.dev/unhealthy"]
+    finally:
+        core.patch_node(node, {"metadata": {"annotations": {"railyard.dev/maintenance": None}}})

@@ -350,3 +350,36 @@ def test_a_status_write_that_keeps_failing_backs_off_and_never_stops_the_others(
     assert attempts[-1] <= 4, f"retried in a tight loop: {attempts}"
     events = [e for e in r.api.posted_events if e["reason"] == "InternalError"]
     assert events and "422" in events[0]["message"], events
+
+
+def test_process_failure_backoff_doubles_for_quick_failures_and_resets_after_a_long_healthy_run():
+    r = rig(nodes=2)
+    r.submit(make_job("crashy", 1, faultPolicy={"maxRestarts": 10}))
+    r.running()
+
+    def fail_and_wait() -> float:
+        """The current attempt's process fails; seconds until the gang restarts."""
+        count = r.status("crashy").get("restartCount", 0)
+        name = next(n for (_, n) in r.api.objects["pods"])
+        failed = copy.deepcopy(r.api.objects["pods"][("default", name)])
+        failed["status"] = {"phase": "Failed"}
+        r.api._store("pods", failed, "MODIFIED")
+        r.deliver()
+        waited = 0.0
+        r.step()
+        while r.status("crashy").get("restartCount", 0) == count:
+            r.clock.advance(1)
+            waited += 1
+            r.step()
+            assert waited < 400
+        r.api.finish_terminating()
+        r.api.bind_released()
+        r.deliver()
+        r.step()
+        return waited
+
+    quick = [fail_and_wait() for _ in range(3)]
+    assert quick[1] > quick[0] and quick[2] > quick[1], f"quick failures back off, doubling: {quick}"
+    r.clock.advance(700)  # the attempt runs healthy for over 10 minutes
+    r.step()
+    assert fail_and_wait() <= quick[0] + 1, "a long healthy run resets the backoff (as the kubelet's)"
