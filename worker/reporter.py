@@ -96,6 +96,21 @@ class Reporter:
         target = (self.directives.get("checkpoint") or {}).get("step")
         return target is not None and step == target
 
+    def holding(self, step: int) -> bool:
+        """The operator asked for a checkpoint of a step this rank has reached and to hold after it (the
+        gang is about to restart from it: a further step would be lost)."""
+        target = self.directives.get("checkpoint") or {}
+        return bool(target.get("hold")) and target.get("step") is not None and step >= target["step"]
+
+    def hold(self, step: int, until: Any = lambda: False, poll_seconds: float = 1.0) -> None:
+        """After saving a requested step, wait while `holding(step)` (reporting, so the operator's next
+        word arrives): the restart ends it (SIGTERM: `until` turns True, or this attempt goes stale), or
+        the request is withdrawn and training goes on."""
+        while self.holding(step) and not until() and not self.stale:
+            time.sleep(poll_seconds)
+            if self.enabled:
+                self.flush()
+
     def payload(self) -> dict[str, Any]:
         with self._lock:
             return {

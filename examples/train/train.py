@@ -117,10 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop.requested, args.peer_timeout)
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
         reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
-        if stopping or (step + 1) % args.checkpoint_every == 0:
+        requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
+        if stopping or requested or (step + 1) % args.checkpoint_every == 0:
             path = save(ctx, step, weights)
             reporter.checkpoint_saved(step, path)
             emit("checkpoint", step=step, path=path, reported=reporter.enabled)
+        if requested:  # the gang restarts from this step: hold rather than compute steps that would be lost
+            reporter.hold(step, until=lambda: stop.requested)
+            stopping = stopping or stop.requested
         if stopping:
             reporter.close()  # the checkpoint saved on SIGTERM is delivered before the process exits
             emit("stop", step=step, loss=loss)

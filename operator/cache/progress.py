@@ -147,11 +147,12 @@ class ProgressBook:
             return dict(job.directives) if job is not None else {}
 
     def ask_checkpoint(self, key: Key, step: int) -> None:
-        """Every rank is asked (on its next report answer) to save `step`."""
+        """Every rank is asked (on its next report answer) to save `step` and then hold (not step on)
+        while the request stands: the gang restarts from that step, so any step after it would be lost."""
         with self.lock:
             job = self.jobs.get(key)
             if job is not None:
-                job.directives["checkpoint"] = {"step": step}
+                job.directives["checkpoint"] = {"step": step, "hold": True}
 
     def end_checkpoint_request(self, key: Key) -> None:
         with self.lock:

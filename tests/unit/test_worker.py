@@ -184,3 +184,26 @@ def test_the_report_url_never_goes_through_a_proxy(tmp_path, monkeypatch):
     finally:
         server.shutdown()
         proxy.close()
+
+
+def test_a_rank_holds_after_the_requested_checkpoint_until_the_request_ends_or_sigterm(tmp_path):
+    reporter = Reporter(context({"RAILYARD_JOB_NAME": "j"}), background=False)  # directives set by hand here
+    reporter.directives = {"checkpoint": {"step": 40, "hold": True}}
+    assert not reporter.holding(39) and reporter.holding(40), "hold from the requested step on"
+    polls: list[int] = []
+
+    def withdrawn() -> bool:  # the operator's later answer: the request is over (a resize called off)
+        polls.append(1)
+        if len(polls) == 3:
+            reporter.directives = {}
+        return False
+
+    reporter.hold(40, until=withdrawn, poll_seconds=0.01)
+    assert len(polls) == 3 and not reporter.holding(40), "training goes on once the request is withdrawn"
+    reporter.directives = {"checkpoint": {"step": 40, "hold": True}}
+    stop = StopFlag()
+    threading.Timer(0.05, stop.request).start()  # SIGTERM: the restart has begun
+    reporter.hold(40, until=lambda: stop.requested, poll_seconds=0.01)
+    assert stop.requested
+    reporter.directives = {"checkpoint": {"step": 40}}
+    assert not reporter.holding(41), "a request without hold (an older operator) never pauses"
