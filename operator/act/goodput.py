@@ -44,14 +44,15 @@ class GoodputMeter:
             else:
                 return None
         before = ledger
-        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step)
         decided = self._decided(job)
         if decided is not None and decided != memory.goodput_restart:
+            # First, while the stall that led to it is still the ledger's: part of it was detection.
             restart = job.status.last_restart
             assert restart is not None and restart.decided_at is not None
             detected = restart.detected_at.timestamp() if restart.detected_at is not None else None
             ledger = goodput.restarted(ledger, detected, restart.decided_at.timestamp())
             memory.goodput_restart = decided
+        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step)
         memory.goodput = ledger
         self._export(job, before, ledger)
         if mono - memory.goodput_written < self.ctx.settings.reports.goodput_write_seconds and \

@@ -5,6 +5,7 @@ and the operator keeps the ledger in status.goodput from the ranks' reports."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -79,3 +80,41 @@ def test_the_operator_keeps_status_goodput_from_the_ranks_reports():
     assert r.loop.ctx.memories.recall(r.state.jobs[("default", "measured")]).goodput.productive == 100
     from railyard.operator.base import metrics
     assert metrics.JOB_GOODPUT.labels("default", "measured")._value.get() == 1.0
+
+
+def test_the_stall_before_a_restart_decision_counts_as_detection_from_when_the_fault_was_seen():
+    from tests.support.nodes import update_node
+
+    r = rig(nodes=4)
+    r.submit(make_job("hit", 2, checkpoint={"path": "/c"}))
+    r.running()
+
+    def report(step: int) -> None:
+        restart = r.status("hit").get("restartCount", 0)
+        for rank in (0, 1):
+            r.loop.book.record(WorkerReport.model_validate({
+                "namespace": "default", "job": "hit", "rank": rank, "restartCount": restart, "step": step}),
+                r.clock.time())
+
+    for step in range(0, 50, 10):
+        report(step)
+        r.step()
+        r.clock.advance(10)
+    r.clock.advance(20)  # the gang stalls at t=40; the GPU's health monitor flags it at t=55
+    r.step()
+    node = r.nodes_of("hit")[0]
+    flagged = datetime.fromtimestamp(r.clock.time() - 15, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def gpu_fault(obj: dict) -> None:
+        obj["status"]["conditions"].append({"type": "GpuMemWatch", "status": "True", "message": "XID 48",
+                                            "lastTransitionTime": flagged})
+
+    update_node(r.api, r.state, node, gpu_fault)
+    r.step()
+    assert r.status("hit")["restartCount"] == 1
+    r.clock.advance(6)  # the next report flush (RAILYARD_REPORT_FLUSH_SECONDS) accounts it
+    r.step()
+    ledger = r.loop.ctx.memories.recall(r.state.jobs[("default", "hit")]).goodput
+    assert ledger.productive == 40 and ledger.detection == 15 and ledger.stalled == 15, ledger
+    assert ledger.stalled_since is None
+    assert math.isclose(sum(ledger.lost_by_cause().values()) + ledger.productive, ledger.wall)
