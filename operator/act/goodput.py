@@ -88,8 +88,9 @@ class GoodputMeter:
         self._exported.add(job.key)
         productive = max(0.0, after.productive - before.productive)
         metrics.JOB_PRODUCTIVE_SECONDS.labels(job.namespace, job.name).inc(productive)
+        was = before.lost_by_cause()
         for cause, seconds in after.lost_by_cause().items():
-            gained = seconds - before.lost_by_cause()[cause]
+            gained = seconds - was[cause]
             if gained > 0:  # (detection moves time out of stalled: a counter only ever grows)
                 metrics.JOB_LOST_SECONDS.labels(job.namespace, job.name, cause.value).inc(gained)
         if after.ratio is not None:

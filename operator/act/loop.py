@@ -220,9 +220,7 @@ class PlacementLoop:
         released = memory.released[1] if memory.released is not None and placement is not None and \
             memory.released[0] == placement.id else None
         bound, terminating = self.ctx.state.pod_times(job.key)
-        evicting = self.ctx.evictions.requested([(job.namespace, r.pod) for r in placement.ranks if r.pod],
-                                                mono) if placement is not None else frozenset()
-        return Seen(mono, released, bound, terminating, evicting)
+        return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono))
 
     async def dispatch(self, job: Job, action: Action) -> None:
         """Hand one decision to the actor that owns it."""

@@ -27,11 +27,14 @@ class EvictionBook:
                 self._seen[pod] = now
             return first
 
-    def requested(self, pods: list[Pod], now: float) -> frozenset[str]:
-        """Those of `pods` (of one namespace) with an eviction asked for in the last KEEP_SECONDS."""
+    def requested(self, namespace: str, now: float) -> frozenset[str]:
+        """Pods of `namespace` with an eviction asked for in the last KEEP_SECONDS. Asked by every job
+        on every pass: a few noted pods are scanned, never a gang's ranks (and nothing when none are)."""
+        if not self._seen:
+            return frozenset()
         with self.lock:
-            return frozenset(name for ns, name in pods if now - self._seen.get((ns, name), -KEEP_SECONDS * 2)
-                             <= KEEP_SECONDS)
+            return frozenset(name for (ns, name), at in self._seen.items()
+                             if ns == namespace and now - at <= KEEP_SECONDS)
 
     def _prune(self, now: float) -> None:
         self._seen = {k: v for k, v in self._seen.items() if now - v <= KEEP_SECONDS}

@@ -50,7 +50,7 @@ class Seen:
     released: float | None = None  # the current placement's release
     bound: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen bound
     terminating: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen Terminating
-    evicting: frozenset[str] = frozenset()  # pods whose eviction an admin asked for (the eviction webhook)
+    evicting: frozenset[str] = frozenset()  # pods of its namespace whose eviction was asked for (the webhook)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
