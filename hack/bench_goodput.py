@@ -51,7 +51,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,7 +98,7 @@ class Operator:
         env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(self.metrics_port),
                "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": LEASE_NS,
                "RAILYARD_REPORT_PORT": str(self.report_port),
-               "RAILYARD_REPORT_URL": f"http://127.0.0.1:{self.report_port}/v1/reports",
+               "RAILYARD_REPORT_URL": self.report_url,
                "RAILYARD_REPORT_FLUSH_SECONDS": "1",
                # Every simulated rank reports from 127.0.0.1: the per-source limit is for real pod addresses.
                "RAILYARD_REPORT_SOURCE_RATE": "100000",
@@ -109,6 +108,13 @@ class Operator:
         out = open(cluster.STATE / "logs" / f"{self.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"], stdout=out,
                                      stderr=subprocess.STDOUT, env=env)
+
+    @property
+    def report_url(self) -> str:
+        return f"http://127.0.0.1:{self.report_port}/v1/reports"
+
+    def is_leader(self) -> bool:
+        return gauge(scrape(self.metrics_port), "railyard_is_leader") == 1
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -127,7 +133,7 @@ class Driver:
     """The 128 simulated ranks of the current attempt."""
 
     api: KubeApi
-    leader_url: Callable[[], str]  # the reports Service sends ranks to the leader; here, the driver does
+    leader: Operator  # the reports Service sends ranks to the leader; here, the driver does
     tokens: Path
     step: int = 0
     best: int = 0
@@ -161,7 +167,7 @@ class Driver:
         ranks = []
         for pod, token in zip(ordered, tokens, strict=True):
             env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
-            env["RAILYARD_REPORT_URL"] = self.leader_url()
+            env["RAILYARD_REPORT_URL"] = self.leader.report_url
             env["RAILYARD_TOKEN_FILE"] = str(token)
             ranks.append(Rank(pod["metadata"]["name"], Reporter(context(env), min_interval=2.0, timeout=2.0)))
         resume = ranks[0].reporter.ctx.resume_step if ranks else None
@@ -186,8 +192,9 @@ class Driver:
         if len(pods) == REPLICAS and all(p["status"].get("phase") == "Running" for p in pods):
             self._adopt(attempt, pods)
 
-    def follow_leader(self) -> None:
-        url = self.leader_url()
+    def follow(self, leader: Operator) -> None:
+        self.leader = leader
+        url = leader.report_url
         with self.lock:
             for r in self.ranks:
                 r.reporter.ctx = dataclasses.replace(r.reporter.ctx, report_url=url)
@@ -252,6 +259,10 @@ def _node_of_rank(api: KubeApi, rank: int) -> tuple[str, str]:
     return r["node"], r.get("pod") or ""
 
 
+def _merge(api: KubeApi, path: str, body: dict) -> None:
+    api.request("PATCH", path, body, "application/merge-patch+json")
+
+
 def inject(api: KubeApi, kind: str, rank: int) -> str:
     node, pod = _node_of_rank(api, rank)
     if kind == "gpu":
@@ -260,21 +271,16 @@ def inject(api: KubeApi, kind: str, rank: int) -> str:
              "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}},
             "application/strategic-merge-patch+json")
     elif kind == "exit":
-        api.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod}",
-                    {"metadata": {"annotations": {"railyard.dev/simulate": "fail"}}},
-                    "application/merge-patch+json")
+        _merge(api, f"/api/v1/namespaces/{NS}/pods/{pod}",
+               {"metadata": {"annotations": {"railyard.dev/simulate": "fail"}}})
     elif kind == "taint":
         taints = (api.request("GET", f"/api/v1/nodes/{node}")["spec"].get("taints") or [])
-        api.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [
-            *taints, {"key": "example.com/nic-down", "value": "rail3", "effect": "NoExecute"}]}},
-            "application/merge-patch+json")
+        _merge(api, f"/api/v1/nodes/{node}", {"spec": {"taints": [
+            *taints, {"key": "example.com/nic-down", "value": "rail3", "effect": "NoExecute"}]}})
     elif kind == "maintenance":
-        api.request("PATCH", f"/api/v1/nodes/{node}",
-                    {"metadata": {"annotations": {"railyard.dev/maintenance": "bench: firmware"}}},
-                    "application/merge-patch+json")
+        _merge(api, f"/api/v1/nodes/{node}", {"metadata": {"annotations": {"railyard.dev/maintenance": "bench"}}})
     elif kind == "heartbeat":
-        api.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {"type": None}}},
-                    "application/merge-patch+json")
+        _merge(api, f"/api/v1/nodes/{node}", {"metadata": {"labels": {"type": None}}})
     return node
 
 
@@ -400,6 +406,15 @@ def invariants(api: KubeApi) -> dict:
             "other_jobs_restarted": restarted}
 
 
+def kill_leader(operators: list[Operator], driver: Driver) -> tuple[Operator, float]:
+    """SIGKILL the Lease holder; the ranks report to the standby, which takes over. (killed, when)."""
+    leader = next(op for op in operators if op.is_leader())
+    killed = time.monotonic()
+    leader.kill()
+    driver.follow(next(op for op in operators if op is not leader))
+    return leader, killed
+
+
 def soak(api: KubeApi, driver: Driver, operators: list[Operator], minutes: float, every: float) -> dict:
     """A fault every `every` seconds for `minutes` (the mix in turn, every 10th a leader kill first);
     the invariants after each recovery."""
@@ -410,17 +425,11 @@ def soak(api: KubeApi, driver: Driver, operators: list[Operator], minutes: float
         if time.monotonic() >= end:
             break
         started = time.monotonic()
-        killed = None
-        if i % 10 == 9:
-            leader = next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)
-            killed = time.monotonic()
-            leader.kill()
-            current = next(op for op in operators if op is not leader)
-            driver.leader_url = lambda op=current: f"http://127.0.0.1:{op.report_port}/v1/reports"
-            driver.follow_leader()
-        records.append(one_fault(api, driver, kind, (i * 37 + 5) % REPLICAS, before_kill=killed))
-        if killed is not None:
-            leader.start()
+        killed = kill_leader(operators, driver) if i % 10 == 9 else None
+        records.append(one_fault(api, driver, kind, (i * 37 + 5) % REPLICAS,
+                                 before_kill=killed[1] if killed else None))
+        if killed:
+            killed[0].start()
         found = invariants(api)
         if found["gpus_double_booked"] or found["partial_gangs"] or found["other_jobs_restarted"]:
             violations.append({"after_fault": i, **found})
@@ -441,7 +450,7 @@ def main() -> None:
     operators = [Operator("goodput-a", 18081, 18091), Operator("goodput-b", 18082, 18092)]
     for op in operators:
         op.start()
-    wait(lambda: any(gauge(scrape(op.metrics_port), "railyard_is_leader") == 1 for op in operators), 90, "a leader")
+    wait(lambda: any(op.is_leader() for op in operators), 90, "a leader")
     t0 = time.monotonic()
     api.request("POST", f"/apis/railyard.dev/v1alpha1/namespaces/{NS}/trainingjobs", _job(JOB, REPLICAS, True))
     for i in range(BACKGROUND):
@@ -449,8 +458,7 @@ def main() -> None:
     wait(lambda: _all_bound(api, JOB), 600, "the 128 x 8 gang bound", interval=0.5)
     figures["gang_bound_seconds"] = round(time.monotonic() - t0, 1)
     with tempfile.TemporaryDirectory() as tokens:
-        current = [next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)]
-        driver = Driver(api, lambda: f"http://127.0.0.1:{current[0].report_port}/v1/reports", Path(tokens))
+        driver = Driver(api, next(op for op in operators if op.is_leader()), Path(tokens))
         thread = threading.Thread(target=driver.run, daemon=True)
         thread.start()
         wait(lambda: driver.first_step_at is not None, 120, "the ranks reporting", interval=0.2)
@@ -470,12 +478,7 @@ def main() -> None:
             records.append(one_fault(api, driver, kind, (i * 37) % REPLICAS))
         for i in range(2):  # leader kills: the standby handles the next fault
             time.sleep(CHECKPOINT_STEPS * STEP_SECONDS * 1.5)
-            leader = next(op for op in operators if gauge(scrape(op.metrics_port), "railyard_is_leader") == 1)
-            killed = time.monotonic()
-            leader.kill()
-            standby = next(op for op in operators if op is not leader)
-            current[0] = standby  # the reports Service would send the ranks to the new leader
-            driver.follow_leader()
+            leader, killed = kill_leader(operators, driver)
             record = one_fault(api, driver, "gpu", (i * 53 + 11) % REPLICAS, before_kill=killed)
             record["after_leader_kill"] = True
             records.append(record)
