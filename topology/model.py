@@ -144,6 +144,28 @@ class Snapshot:
         derived.memo = self.memo
         return derived
 
+    def release(self, allocations: Iterable[tuple[str, Iterable[int]]],
+                requests: Mapping[str, int] | None = None) -> Snapshot:
+        """The inverse of `allocate`: these GPUs free again and, per allocation, `requests` given back
+        (what a gang leaving would leave behind)."""
+        used = {k: set(v) for k, v in self.used.items()}
+        requested = {k: dict(v) for k, v in self.requested.items()}
+        for node_name, gpus in allocations:
+            used.get(node_name, set()).difference_update(gpus)
+            if requests and node_name in requested:
+                on_node = requested[node_name]
+                for name, amount in requests.items():
+                    on_node[name] = max(0, on_node.get(name, 0) - amount)
+        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items() if v}, self.excluded, requested,
+                           self.levels)
+        derived.memo = self.memo
+        return derived
+
+    def only_nodes(self, names: frozenset[str]) -> Snapshot:
+        """The snapshot restricted to these nodes (a domain)."""
+        return Snapshot(tuple(n for n in self.nodes if n.name in names), self.used, self.excluded,
+                        self.requested, self.levels)
+
     def without_nodes(self, names: frozenset[str]) -> Snapshot:
         if not names:
             return self

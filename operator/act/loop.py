@@ -26,6 +26,7 @@ from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.observe import Observer
 from railyard.operator.act.placing import QueuePass, queued
 from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.progress import ReportFlusher
 from railyard.operator.act.quarantine import Quarantine
 from railyard.operator.act.recovery import Recovery
@@ -90,7 +91,8 @@ class PlacementLoop:
                                  self.breaker, self.checkpoints)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
         self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
-        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors)
+        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
+        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.preemptions)
         self.observer = Observer(ctx)
         self.budgets = Budgets(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
@@ -183,6 +185,9 @@ class PlacementLoop:
             except Exception as e:  # one job's trouble is that job's: the pass goes on
                 work.append(self.errors.report(job, "assess", e))
                 continue
+            if self.preemptions.marked(job) and not isinstance(action, Finish | Cleanup | Done | Invalid):
+                work.append(self._evict(job))
+                continue
             if isinstance(action, Queue):
                 priority = resolve(job.priority_class_name, state.priority_classes)
                 if priority is None:
@@ -203,6 +208,9 @@ class PlacementLoop:
         state.prune_tombstones()
         placed = await self.queue.run(waiting, snapshot, now)
         self.observer.observe(state.snapshot() if placed else snapshot)
+
+    async def _evict(self, job: Job) -> None:
+        await self.writer.guard(job.key, self.preemptions.evict(job))
 
     async def _step(self, job: Job, action: Action) -> None:
         if await self.writer.guard(job.key, self.dispatch(job, action)):

@@ -16,6 +16,7 @@ from railyard.operator.act.context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
@@ -47,8 +48,9 @@ def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJ
 
 class QueuePass:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
-                 errors: JobErrors) -> None:
+                 errors: JobErrors, preemptions: Preemptions) -> None:
         self.ctx = ctx
+        self.preemptions = preemptions
         self.writer = writer
         self.events = events
         self.materialiser = materialiser
@@ -103,9 +105,10 @@ class QueuePass:
         """Place what fits; the number of gangs placed."""
         state, settings = self.ctx.state, self.ctx.settings.placement
         mono = self.ctx.clock.monotonic()
+        await self.preemptions.expire(mono)
         current = snapshot
         placed: list[tuple[Job, Decision]] = []
-        unplaced: list[tuple[Job, Decision, bool]] = []
+        unplaced: list[tuple[Job, Decision, PlacedReason]] = []
         holding, ordered = self._holding(queue.order(waiting), mono)
         holder = holding.key if holding is not None else None
         reserved = queue.reserved_nodes(holding, current) if holding is not None else frozenset()
@@ -126,7 +129,7 @@ class QueuePass:
                                        settings.retry_seconds) and not may_hold:
                 continue
             view = current.without_nodes(reserved) if holder is not None and candidate.key != holder else current
-            view = view.without_nodes(candidate.avoid)
+            view = view.without_nodes(candidate.avoid | self.preemptions.held_for_others(candidate.key))
             if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
                 pods = [*state.pod_infos(), *(p for _, earlier in placed for p in placed_pods(earlier))]
             started = time.perf_counter()
@@ -147,6 +150,7 @@ class QueuePass:
                     pods.extend(placed_pods(decision))
                 placed.append((job, decision))
                 memory.failure = None
+                self.preemptions.placed(candidate.key)
                 if candidate.key == holder:  # the reservation served its purpose
                     holder, reserved, memory.reserved_at = None, frozenset(), None
                 continue
@@ -158,10 +162,18 @@ class QueuePass:
             elif candidate.avoid:
                 decision = Decision(decision.request, None, f"{decision.reason}; avoiding nodes "
                                     f"{', '.join(sorted(candidate.avoid))} after a bind failure")
-            if may_hold and never is None:
+            reason = PlacedReason.UNSCHEDULABLE
+            if never is None:
+                preempting = await self._preempt(job, candidate, view, now)
+                if preempting is not None:
+                    decision, reason = Decision(decision.request, None, f"{decision.reason}; {preempting}"), \
+                        PlacedReason.PREEMPTING
+            if may_hold and never is None and reason != PlacedReason.PREEMPTING:
                 holder, reserved = candidate.key, queue.reserved_nodes(candidate, current)
                 memory.reserved_at = mono
-            unplaced.append((job, decision, candidate.key == holder))
+            if candidate.key == holder and reason != PlacedReason.PREEMPTING:
+                reason = PlacedReason.RESERVING
+            unplaced.append((job, decision, reason))
         await asyncio.gather(*(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))
         # Record every placement now (the next pass's snapshot holds them), then create and release
         # the gangs in turn while the loop goes on placing what arrives meanwhile.
@@ -179,8 +191,21 @@ class QueuePass:
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
         await self.writer.patch(job, patch)
 
-    async def _mark_unplaced(self, job: Job, decision: Decision, reserving: bool) -> None:
-        reason = PlacedReason.RESERVING if reserving else PlacedReason.UNSCHEDULABLE
+    async def _preempt(self, job: Job, candidate: QueuedJob, view: Snapshot, now: float) -> str | None:
+        """What the gang's preemption is doing (its Placed message), or None: not preempting."""
+        hold = self.preemptions.holding(candidate.key)
+        if hold is not None:
+            return (f"evicting {', '.join(hold.victims)}; the domain is held for it" if hold.victims else
+                    f"waiting for {len(hold.nodes)} nodes lower-priority gangs are leaving (held for it)")
+        try:
+            plan = self.preemptions.plan(job, candidate, view, now)
+        except Exception as e:  # one job's trouble is that job's: the pass goes on
+            await self.errors.report(job, "preempt", e)
+            return None
+        return await self.preemptions.start(job, plan) if plan is not None else None
+
+    async def _mark_unplaced(self, job: Job, decision: Decision, reason: PlacedReason) -> None:
+        reserving = reason == PlacedReason.RESERVING
         message = decision.reason or "no placement"
         if reserving:
             message += "; waited past the starvation limit: its domain is reserved"

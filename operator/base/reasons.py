@@ -23,6 +23,7 @@ class ConditionType(StrEnum):
     BELOW_DESIRED = "BelowDesired"  # an elastic job runs with fewer replicas than spec.replicas
     STRAGGLING = "Straggling"  # a node slow for minDurationSeconds (Slow) or a whole TOR (Network)
     STALLED = "Stalled"  # the operator keeps failing on this placed job (kstatus' convention); retried
+    PREEMPTED = "Preempted"  # chosen as a victim of a higher-priority gang (saving a step, or requeued)
 
 
 class ConditionStatus(StrEnum):
@@ -47,6 +48,7 @@ class PlacedReason(StrEnum):
     NEW = "New"
     UNSCHEDULABLE = "Unschedulable"  # the message names the binding constraint per tier
     RESERVING = "Reserving"  # starving: the domain it waits for is held for it
+    PREEMPTING = "Preempting"  # lower-priority gangs are leaving the domain held for it
     INVALID_SPEC = "InvalidSpec"  # names the field and value; holds nothing
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.priorityClassName names no PriorityClass
     NAME_CONFLICT = "NameConflict"  # a pod or Service of its name belongs to someone else
@@ -54,6 +56,7 @@ class PlacedReason(StrEnum):
     NODE_LOST = "NodeLost"  # a node of an unreleased placement is gone
     STALE_PODS = "StalePods"  # pods without a recorded placement
     NO_REPLACEMENT = "NoReplacement"  # re-queued whole after lost ranks found no replacement
+    PREEMPTED = "Preempted"  # re-queued whole: a higher-priority gang took its place
     QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused its pods: retried with backoff
     INTERNAL_ERROR = "InternalError"  # the operator failed on this job (its log says how); retried
     PLACING = "Placing"  # recorded, pods being created
@@ -76,6 +79,7 @@ class RestartReason(StrEnum):
     PROCESS_FAILED = "ProcessFailed"  # the training process exited non-zero (counts against maxRestarts)
     SCALE_UP = "ScaleUp"
     SCALE_DOWN = "ScaleDown"
+    PREEMPTED = "Preempted"  # evicted whole for a higher-priority gang (requeued, never counted)
 
 
 Cause = LossReason | RestartReason  # what a restart record and railyard_restarts_total{reason} name
@@ -95,6 +99,7 @@ class RunningReason(StrEnum):
     ALL_RUNNING = "AllRunning"
     RESTARTING = "Restarting"  # Running=False while a new attempt is placed
     NO_REPLACEMENT = "NoReplacement"  # Running=False: re-queued whole
+    PREEMPTED = "Preempted"  # Running=False: evicted for a higher-priority gang
 
 
 class RecoveryReason(StrEnum):
@@ -107,6 +112,24 @@ class RecoveryReason(StrEnum):
     RELEASED = "Released"  # Restarting=False: the new attempt is released
     PARTITION = "Partition"  # Degraded=True: many nodes went dark together; the fault path holds still
     RESTART_CAP = "RestartCap"  # Degraded=True: infrastructure restarts hit the hourly cap
+
+
+class PreemptedReason(StrEnum):
+    """Preempted condition reasons."""
+
+    SAVING = "SavingCheckpoint"  # True: chosen as a victim; its ranks save a step, then it is requeued
+    PREEMPTED = "Preempted"  # True: requeued for the preemptor the message names
+    CANCELLED = "Cancelled"  # False: the preemptor no longer needs the room (placed, gone, timed out)
+    READMITTED = "Readmitted"  # False: placed again
+
+
+class PreemptionOutcome(StrEnum):
+    """railyard_preemptions_total{outcome}."""
+
+    PLANNED = "planned"
+    EVICTED = "evicted"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
 
 
 class SizeReason(StrEnum):
@@ -139,10 +162,11 @@ class EventReason(StrEnum):
     SHRUNK = "Shrunk"
     STRAGGLER_DETECTED = "StragglerDetected"
     QUARANTINE_SKIPPED = "QuarantineSkipped"  # a loss called for one; the operator's limits said no
+    PREEMPTION_TIMED_OUT = "PreemptionTimedOut"  # victims did not leave in time: the hold is released
 
 
 Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason
-          | StragglingReason | StalledReason | EventReason)
+          | StragglingReason | StalledReason | EventReason | PreemptedReason)
 
 
 class EventType(StrEnum):

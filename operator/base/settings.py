@@ -120,6 +120,17 @@ class PlacementSettings(_Settings):
     infra_backoff_seconds: float = _seconds("INFRA_BACKOFF_SECONDS", 10.0)
     infra_backoff_max_seconds: float = _seconds("INFRA_BACKOFF_MAX_SECONDS", 300.0)
     infra_restarts_per_hour: int = Field(default_factory=_env("INFRA_RESTARTS_PER_HOUR", 20, int), ge=1)
+    # Gang preemption (docs/placement.md, "Preemption"): a job that cannot be placed evicts whole
+    # lower-priority gangs from one domain. Victims are asked to save a step first (at most the
+    # checkpoint grace); a preemptor holds its domain at most the hold time, then gives it up; a job is
+    # preempted at most this many times an hour.
+    preemption: bool = Field(default_factory=_env("PREEMPTION", True, _bool))
+    preemption_checkpoint_seconds: float = _seconds("PREEMPTION_CHECKPOINT_SECONDS", 120.0)
+    preemption_hold_seconds: float = _seconds("PREEMPTION_HOLD_SECONDS", 600.0)
+    preemptions_per_hour: int = Field(default_factory=_env("PREEMPTIONS_PER_HOUR", 2, int), ge=0)
+    # Hot spares: this many whole free nodes per TOR are kept out of first placements (jobs with
+    # spec.preemption.backfillSpares may use them); replacements and restarts use them first.
+    spares_per_tor: int = Field(default_factory=_env("SPARES_PER_TOR", 0, int), ge=0)
     # Time budget of one pass's solves: what does not fit in it waits for the next pass.
     solve_budget_seconds: float = _seconds("SOLVE_BUDGET_SECONDS", 2.0)
     master_port: int = 29500

@@ -25,7 +25,7 @@ from typing import Any
 from railyard.operator.base.clock import Clock, SystemClock
 from railyard.operator.base.keys import ANNOTATION_MAINTENANCE, ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
-from railyard.operator.cache.usage import Usage
+from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
 from railyard.topology.affinity import PodInfo
 from railyard.topology.faults import NodeHealth, read_health
@@ -409,6 +409,22 @@ class ClusterState:
                 continue
             labels = job.request.pod_labels if job.request is not None else {}
             out += [PodInfo(key[0], labels, usage.node) for rank, usage in entry[1].values() if rank in ranks]
+        return out
+
+    def leaving(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(node, GPUs) held by Terminating pods: free once they have gone. A preemption already under
+        way frees them, so a preemptor waits for them rather than choosing more victims."""
+        holders: dict[str, set[Holder]] = {}
+        for key, pod in self.pods.items():
+            if pod.terminating and pod.node_name:
+                holders.setdefault(pod.node_name, set()).add(("pod", key))
+        out = []
+        for name, leaving in holders.items():
+            node = self.nodes.get(name)
+            if node is not None:
+                freed = self.usage.gpus(node) - self.usage.gpus_without(node, leaving)
+                if freed:
+                    out.append((name, tuple(sorted(freed))))
         return out
 
     def snapshot(self) -> Snapshot:

@@ -5,6 +5,7 @@ node, so a placement iteration never re-reads 20,000 pods."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from collections.abc import Set as AbstractSet
 
 from railyard.topology.model import GpuNode
 from railyard.topology.nodes import PodUsage, gpus_in_use
@@ -59,6 +60,11 @@ class Usage:
             cached = gpus_in_use(node.gpu_count, (self._by_node.get(node.name) or {}).values())
             self._gpus[node.name] = cached
         return cached
+
+    def gpus_without(self, node: GpuNode, leaving: AbstractSet[Holder]) -> frozenset[int]:
+        """The GPUs in use on the node were these holders gone."""
+        kept = [u for h, u in (self._by_node.get(node.name) or {}).items() if h not in leaving]
+        return gpus_in_use(node.gpu_count, kept)
 
     def requested(self, node: str) -> Mapping[str, int]:
         return self._requested.get(node) or {}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PREEMPT_LOWER = "PreemptLowerPriority"
+from railyard.topology.api import PreemptionPolicy
 
 
 @dataclass(frozen=True)
@@ -17,31 +17,39 @@ class PriorityClassView:
     name: str
     value: int
     global_default: bool = False
-    preemption_policy: str = PREEMPT_LOWER  # or Never: read by preemption, never by the queue
+    # Read by preemption, never by the queue. A value this version does not know reads as Never.
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PriorityClassView:
+        raw = body.get("preemptionPolicy") or PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+        policy = PreemptionPolicy(raw) if raw in tuple(PreemptionPolicy) else PreemptionPolicy.NEVER
         return cls(name=str(body["metadata"]["name"]), value=int(body.get("value") or 0),
-                   global_default=bool(body.get("globalDefault")),
-                   preemption_policy=str(body.get("preemptionPolicy") or PREEMPT_LOWER))
+                   global_default=bool(body.get("globalDefault")), preemption_policy=policy)
 
 
 @dataclass(frozen=True)
 class Priority:
     value: int
     class_name: str | None  # the class it came from (None: no class, 0)
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
 
 
 def resolve(name: str | None, classes: Mapping[str, PriorityClassView]) -> Priority | None:
     """The priority a job with spec.priorityClassName `name` has; None when that class does not exist."""
     if name:
         found = classes.get(name)
-        return Priority(found.value, found.name) if found is not None else None
+        return Priority(found.value, found.name, found.preemption_policy) if found is not None else None
     defaults = [c for c in classes.values() if c.global_default]
     if not defaults:
         return Priority(0, None)
     chosen = min(defaults, key=lambda c: (-c.value, c.name))  # two defaults: the API allows one; be stable
-    return Priority(chosen.value, chosen.name)
+    return Priority(chosen.value, chosen.name, chosen.preemption_policy)
+
+
+def may_preempt(priority: Priority, own: PreemptionPolicy | None) -> bool:
+    """Never on the class or on the job (spec.preemption.policy) wins: the job waits instead."""
+    return PreemptionPolicy.NEVER not in (priority.preemption_policy, own)
 
 
 def missing_message(name: str) -> str:

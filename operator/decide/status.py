@@ -14,8 +14,10 @@ from railyard.operator.base.reasons import (
     ConditionType,
     FinishReason,
     PlacedReason,
+    PreemptedReason,
     Reason,
     RecoveryReason,
+    RestartReason,
     RunningReason,
     SizeReason,
     StalledReason,
@@ -104,6 +106,9 @@ def released(job: Job, now: datetime) -> TrainingJobStatus:
     if is_true(conditions, ConditionType.DEGRADED):
         conditions = _set(job, conditions, ConditionType.DEGRADED, FALSE, RecoveryReason.RECOVERED,
                           "every rank has a node again", now)
+    if is_true(conditions, ConditionType.PREEMPTED):
+        conditions = _set(job, conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.READMITTED,
+                          "placed again after a preemption", now)
     return TrainingJobStatus(conditions=conditions, **patch)
 
 
@@ -217,6 +222,36 @@ def requeued(job: Job, cause: Cause, lost_names: list[str], unhealthy: list[Unhe
     return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1,
                              unhealthy_nodes=unhealthy, last_restart=restart, conditions=conditions,
                              **fields)
+
+
+def preemption_chosen(job: Job, by: str, message: str, now: datetime) -> TrainingJobStatus:
+    """Chosen as a victim: Preempted=True (SavingCheckpoint) while its ranks save a step."""
+    conditions = _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SAVING, message, now)
+    return TrainingJobStatus(conditions=conditions, preempted_by=by)
+
+
+def preemption_cancelled(job: Job, message: str, now: datetime) -> TrainingJobStatus:
+    conditions = _set(job, job.conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.CANCELLED, message, now)
+    return TrainingJobStatus(conditions=conditions, preempted_by=None)
+
+
+def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: datetime,
+              hour: float = 3600.0) -> TrainingJobStatus:
+    """Evicted whole for a higher-priority gang: re-queued (never failed, never counted against
+    maxRestarts), to resume from its last committed checkpoint."""
+    conditions = _set(job, job.conditions, ConditionType.PLACED, FALSE, PlacedReason.PREEMPTED, message, now)
+    if any(c.type == ConditionType.RUNNING for c in conditions):
+        conditions = _set(job, conditions, ConditionType.RUNNING, FALSE, RunningReason.PREEMPTED, message, now)
+    conditions = _set(job, conditions, ConditionType.RESTARTING, TRUE, RestartReason.PREEMPTED, message, now)
+    conditions = _set(job, conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.PREEMPTED, message, now)
+    current = job.placement
+    restart = RestartRecord(reason=RestartReason.PREEMPTED, lost_nodes=[], replacements=[],
+                            moved_ranks=len(current.ranks) if current is not None else 0, detected_at=now,
+                            decided_at=now, released_at=None, **resume_point(checkpoint))
+    recent = [t for t in job.status.preemptions if (now - t).total_seconds() < hour]
+    fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
+    return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1, last_restart=restart,
+                             conditions=conditions, preemptions=[*recent, now][-16:], preempted_by=None, **fields)
 
 
 def no_room_to_grow(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:

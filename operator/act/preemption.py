@@ -1,0 +1,241 @@
+"""Gang preemption: a queued gang that does not fit takes the place of whole lower-priority gangs.
+
+The victims are chosen by `topology.preemption.plan_preemption` (one domain, cheapest first). Then,
+write-ahead: each victim is marked (Preempted=True, SavingCheckpoint; status.preemptedBy) before
+anything is evicted, so a successor operator finishes what this one started. The preemptor's target
+nodes are held for it (no other job lands there) until it is placed or the hold time ends. A marked
+victim's ranks are asked to save a step and hold (checkpoint first, at most the checkpoint grace); it
+is then requeued (Preempted=True, Preempted), never failed, and resumes from that step when placed
+again. A victim whose preemptor no longer needs the room (placed, deleted) is let go on.
+
+Planning looks past what is already leaving (Terminating pods, marked victims): a preemptor that fits
+once they have gone waits for them and chooses nobody new, so evictions are never wasted by
+switching domains between passes, and an operator restart does not pick a second set of victims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from railyard.operator.act.checkpoints import Checkpoints
+from railyard.operator.act.context import Context
+from railyard.operator.act.events import Events
+from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job, Key
+from railyard.operator.base.reasons import (
+    ConditionStatus,
+    ConditionType,
+    PlacedReason,
+    PreemptedReason,
+    PreemptionOutcome,
+)
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.preemption import (
+    describe_plan,
+    lost_gpu_seconds,
+    parse_key,
+    recent_preemptions,
+    victim_message,
+)
+from railyard.operator.decide.priority import may_preempt, resolve
+from railyard.operator.decide.queue import QueuedJob
+from railyard.topology.model import Snapshot
+from railyard.topology.preemption import PreemptionPlan, RunningGang, plan_preemption
+from railyard.topology.solver import solve
+
+log = logging.getLogger("railyard.preemption")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Nodes held for a preemptor while its victims leave (monotonic deadline)."""
+
+    nodes: frozenset[str]
+    victims: tuple[str, ...]
+    until: float
+
+
+class Preemptions:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter,
+                 checkpoints: Checkpoints) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.events = events
+        self.pods = pods
+        self.checkpoints = checkpoints
+        self._holds: dict[Key, Hold] = {}
+        self._cooling: dict[Key, float] = {}  # monotonic: a timed-out preemptor plans again after this
+
+    # --- holds ---------------------------------------------------------------------------------------
+
+    def held_for_others(self, key: Key) -> frozenset[str]:
+        """Nodes held for every preemptor but this job."""
+        out: set[str] = set()
+        for holder, hold in self._holds.items():
+            if holder != key:
+                out |= hold.nodes
+        return frozenset(out)
+
+    def holding(self, key: Key) -> Hold | None:
+        return self._holds.get(key)
+
+    def placed(self, key: Key) -> None:
+        """The preemptor is placed: its hold served its purpose."""
+        self._holds.pop(key, None)
+
+    async def expire(self, mono: float) -> None:
+        """Holds past their time (victims stuck terminating, checkpoints slow) are given up, saying so."""
+        for key, hold in list(self._holds.items()):
+            job = self.ctx.state.jobs.get(key)
+            if job is None or job.deleting or job.placement is not None:
+                del self._holds[key]
+                continue
+            if mono < hold.until:
+                continue
+            del self._holds[key]
+            self._cooling[key] = mono + self.ctx.settings.placement.preemption_hold_seconds
+            message = (f"the nodes held for it ({len(hold.nodes)}) were not free within "
+                       f"{self.ctx.settings.placement.preemption_hold_seconds:.0f}s "
+                       f"(RAILYARD_PREEMPTION_HOLD_SECONDS): released; victims {', '.join(hold.victims) or 'none'} "
+                       "stay requeued")
+            metrics.PREEMPTIONS.labels(PreemptionOutcome.TIMED_OUT).inc()
+            await self.events.warning(job, PlacedReason.PREEMPTING, message, key="timeout")
+
+    # --- planning --------------------------------------------------------------------------------------
+
+    def _candidates(self, priority: int, exclude: Key, now: float) -> list[RunningGang]:
+        """Running gangs of lower priority that may be evicted now (under the hourly cap, not already marked)."""
+        state, settings = self.ctx.state, self.ctx.settings.placement
+        out = []
+        for key, job in state.jobs.items():
+            if key == exclude or job.deleting or job.finished or job.placement is None or job.spec is None:
+                continue
+            placed = job.condition(ConditionType.PLACED)
+            if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
+                continue
+            own = resolve(job.priority_class_name, state.priority_classes)
+            if own is None or own.value >= priority:
+                continue
+            if len(recent_preemptions(job.status.preemptions, now)) >= settings.preemptions_per_hour:
+                continue
+            slots = tuple((r.node, tuple(r.gpus)) for r in job.placement.ranks)
+            gpus = sum(len(g) for _, g in slots)
+            request = job.request
+            out.append(RunningGang(f"{key[0]}/{key[1]}", own.value, slots,
+                                   lost_gpu_seconds(gpus, self._last_saved(job), now),
+                                   dict(request.resources) if request is not None else {}))
+        return out
+
+    def _last_saved(self, job: Job) -> float | None:
+        """When the work the gang would keep was saved: its last committed checkpoint, else the start
+        of its current attempt (everything since would be recomputed)."""
+        committed = self.checkpoints.committed(job)
+        if committed is not None and committed.time is not None and committed.restart_count == job.restart_count:
+            return committed.time.timestamp()
+        restart = job.status.last_restart
+        began = restart.released_at if restart is not None and restart.released_at is not None else \
+            job.status.start_time
+        return began.timestamp() if began is not None else None
+
+    def _leaving(self, key: Key) -> list[tuple[str, tuple[int, ...]]]:
+        """GPUs already on their way out: Terminating pods, and gangs marked as victims (for anyone)."""
+        out = list(self.ctx.state.leaving())
+        for other, job in self.ctx.state.jobs.items():
+            if other != key and job.placement is not None and _saving(job):
+                out += [(r.node, tuple(r.gpus)) for r in job.placement.ranks]
+        return out
+
+    def plan(self, job: Job, candidate: QueuedJob, view: Snapshot, now: float) -> PreemptionPlan | Hold | None:
+        """For a queued gang that did not fit on `view`: a plan whose victims are to be evicted, a Hold
+        (it fits once what is leaving has gone: wait for that, evict nobody new), or None."""
+        settings = self.ctx.settings.placement
+        mono = self.ctx.clock.monotonic()
+        if not settings.preemption or job.spec is None or candidate.key in self._holds:
+            return None
+        if self._cooling.get(candidate.key, 0.0) > mono:
+            return None
+        priority = resolve(job.priority_class_name, self.ctx.state.priority_classes)
+        if priority is None or not may_preempt(priority, job.spec.preemption.policy):
+            return None
+        leaving = [(n, tuple(g for g in gpus if g in view.used.get(n, frozenset())))
+                   for n, gpus in self._leaving(candidate.key) if view.has_node(n)]
+        after = view.release([(n, g) for n, g in leaving if g])
+        waiting = solve(after, candidate.request).placement
+        if waiting is not None:
+            nodes = frozenset(r.node for r in waiting.replicas)
+            return Hold(nodes, (), mono + settings.preemption_hold_seconds)
+        candidates = [c for c in self._candidates(candidate.priority, candidate.key, now) if
+                      all(view.has_node(n) for n in c.nodes)]
+        return plan_preemption(after, candidate.request, candidates)
+
+    async def start(self, job: Job, plan: PreemptionPlan | Hold) -> str:
+        """Hold the target for the preemptor and mark its victims (write-ahead); the Placed message."""
+        mono = self.ctx.clock.monotonic()
+        hold_seconds = self.ctx.settings.placement.preemption_hold_seconds
+        if isinstance(plan, Hold):
+            self._holds[job.key] = plan
+            return f"waiting for {len(plan.nodes)} nodes that lower-priority gangs are leaving (held for it)"
+        names = tuple(v.key for v in plan.victims)
+        self._holds[job.key] = Hold(plan.nodes, names, mono + hold_seconds)
+        preemptor = f"{job.namespace}/{job.name}"
+        now = utc(self.ctx.clock.time())
+        metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
+        summary = describe_plan(plan)
+        for victim in plan.victims:
+            key = parse_key(victim.key)
+            target = self.ctx.state.jobs.get(key)
+            if target is None:
+                continue
+            message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds)
+            if await self.writer.patch(target, transitions.preemption_chosen(target, preemptor, message, now)) \
+                    is not None:
+                await self.events.warning(target, PreemptedReason.SAVING, message, key=f"{preemptor}/{job.uid}")
+        await self.events.normal(job, PlacedReason.PREEMPTING, f"evicting {summary}", key=",".join(names))
+        log.info("%s preempts %s", preemptor, summary)
+        return f"evicting {summary}; the domain is held for it"
+
+    # --- victims ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def marked(job: Job) -> bool:
+        return _saving(job)
+
+    async def evict(self, job: Job) -> None:
+        """A marked victim: let it go on if its preemptor no longer needs the room; else, once its
+        ranks saved a step (or the grace ran out), requeue it and delete its pods."""
+        now = self.ctx.clock.time()
+        by = job.status.preempted_by or ""
+        preemptor = self.ctx.state.jobs.get(parse_key(by)) if by else None
+        if preemptor is None or preemptor.deleting or preemptor.finished or (
+                preemptor.placement is not None and preemptor.key not in self._holds):
+            why = "it is gone" if preemptor is None or preemptor.deleting else "it was placed without this job's room"
+            message = f"preemption for {by or 'an unknown job'} cancelled: {why}; the job runs on"
+            self.checkpoints.end(job, self.ctx.memories.recall(job))
+            if await self.writer.patch(job, transitions.preemption_cancelled(job, message, utc(now))) is not None:
+                metrics.PREEMPTIONS.labels(PreemptionOutcome.CANCELLED).inc()
+                await self.events.normal(job, PreemptedReason.CANCELLED, message)
+            return
+        if not self.checkpoints.saved_first(job, self.ctx.settings.placement.preemption_checkpoint_seconds):
+            asyncio.get_running_loop().call_later(1.0, self.writer.wake)
+            return
+        checkpoint = self.checkpoints.committed(job)
+        resume = f"; resumes from step {checkpoint.step}" if checkpoint is not None else \
+            "; no checkpoint committed: restarts from the beginning"
+        message = f"preempted by {by} (higher priority){resume}; requeued"
+        everyone = tuple(p.name for p in self.ctx.state.job_pods(job.key) if not p.terminating)
+        if await self.writer.patch(job, transitions.preempted(job, message, checkpoint, utc(now))) is None:
+            return
+        metrics.PREEMPTIONS.labels(PreemptionOutcome.EVICTED).inc()
+        await self.events.warning(job, PreemptedReason.PREEMPTED, message)
+        await self.pods.delete(job.key, everyone)
+
+
+def _saving(job: Job) -> bool:
+    condition = job.condition(ConditionType.PREEMPTED)
+    return condition is not None and condition.status == ConditionStatus.TRUE and \
+        condition.reason == PreemptedReason.SAVING

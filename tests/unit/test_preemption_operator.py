@@ -1,0 +1,176 @@
+"""Gang preemption against the decision core (in-memory API): a higher-priority gang that does not fit
+evicts whole lower-priority gangs from one TOR, checkpoint first; they are requeued, not failed; its
+target is held while they go; Never is honoured; the hourly cap holds; a preemption nobody needs any
+more is cancelled and the victim runs on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railyard.operator.decide.reports import WorkerReport
+
+from tests.support.harness import Rig, rig
+from tests.support.jobs import make_job
+
+
+def _class(r: Rig, name: str, value: int, policy: str | None = None) -> None:
+    body: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name}, "value": value}
+    if policy:
+        body["preemptionPolicy"] = policy
+    r.api._store("priorityclasses", body, "ADDED")
+    r.deliver()
+
+
+def _job(name: str, replicas: int, class_name: str, **spec: Any) -> dict[str, Any]:
+    body = make_job(name, replicas, **spec)
+    body["spec"]["priorityClassName"] = class_name
+    return body
+
+
+def _report(r: Rig, job: str, rank: int, step: int, saved: tuple[int, ...] = ()) -> None:
+    r.loop.book.record(WorkerReport.model_validate({
+        "namespace": "default", "job": job, "rank": rank, "restartCount": r.status(job).get("restartCount", 0),
+        "step": step, "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}), r.clock.time())
+
+
+def _full(**placement: Any) -> Rig:
+    """Two TORs of two 8-GPU nodes, each node running a one-node low-priority job; the TOR-1 jobs
+    saved recently, the TOR-0 jobs long ago."""
+    r = rig(nodes=2, tors=2, **placement)
+    _class(r, "low", 10)
+    _class(r, "high", 1000)
+    for name in ("a", "b", "c", "d"):
+        r.submit(_job(name, 1, "low", checkpoint={"path": "/c"}))
+    r.running()
+    return r
+
+
+def _tor(r: Rig, job: str) -> str:
+    node = r.nodes_of(job)[0]
+    return r.state.nodes[node].tor
+
+
+def _conditions(r: Rig, job: str) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in r.status(job).get("conditions") or []}
+
+
+def test_a_high_priority_gang_clears_one_tor_of_the_gangs_that_lose_least_and_lands_there():
+    r = _full()
+    tors = {name: _tor(r, name) for name in "abcd"}
+    r.clock.advance(600)
+    # The two jobs of one TOR committed a checkpoint a moment ago: evicting them loses the least work.
+    fresh_tor = tors["c"]
+    fresh = [n for n in "abcd" if tors[n] == fresh_tor]
+    for name in fresh:
+        _report(r, name, 0, 100, saved=(100,))
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    assert r.reason("urgent") == "Preempting"
+    assert {n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"} == set(fresh)
+    assert all(_conditions(r, n)["Preempted"] == ("True", "SavingCheckpoint") for n in fresh)
+    # Their ranks report and are asked to save a step; once saved, they are requeued and their pods deleted.
+    r.step()
+    assert all(_conditions(r, n)["Preempted"][1] == "SavingCheckpoint" for n in fresh), "not before they saved"
+    for name in fresh:
+        step = (r.loop.book.directives(("default", name)).get("checkpoint") or {}).get("step")
+        assert step is not None and step > 100, "asked to save ahead of where it is"
+        _report(r, name, 0, step, saved=(step,))
+    r.step()
+    for name in fresh:
+        status = r.status(name)
+        assert _conditions(r, name)["Preempted"] == ("True", "Preempted")
+        assert _conditions(r, name)["Placed"] == ("False", "Preempted")
+        assert "Failed" not in _conditions(r, name)
+        assert status["lastRestart"]["reason"] == "Preempted" and status["lastRestart"]["resumeStep"] > 100
+        assert len(status["preemptions"]) == 1 and not status.get("processRestarts")
+    events = [e for e in r.api.posted_events if e["reason"] == "Preempted"]
+    assert events and all("default/urgent" in e["message"] for e in events), "Events name the preemptor"
+    r.api.finish_terminating()
+    r.deliver()
+    r.step()
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    placed = {r.state.nodes[n].tor for n in r.nodes_of("urgent")}
+    assert placed == {fresh_tor}
+    untouched = [n for n in "abcd" if n not in fresh]
+    assert all(_conditions(r, n).get("Preempted") is None for n in untouched), "the other TOR kept its gangs"
+
+
+def test_the_target_is_held_while_the_victims_go():
+    r = _full()
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)  # victims chosen, then (nobody reports) requeued at once; their pods terminate slowly
+    victims = [n for n in "abcd" if _conditions(r, n).get("Placed", ("", ""))[1] == "Preempted"]
+    assert len(victims) == 2
+    r.api.finish_terminating()
+    r.deliver()
+    # Before the preemptor's next pass, a low job arrives that would fit on the freed nodes: it may not.
+    r.submit(_job("sneaky", 1, "low"))
+    r.step()
+    assert r.reason("sneaky") != "Placing" and not r.status("sneaky").get("placement")
+    assert r.status("urgent").get("placement"), "the preemptor got its domain"
+
+
+def test_never_on_the_class_or_on_the_job_waits_instead():
+    for preemptor in ({"class": "never"}, {"class": "high", "spec": {"preemption": {"policy": "Never"}}}):
+        r = _full()
+        _class(r, "never", 1000, policy="Never")
+        r.submit(_job("polite", 2, preemptor["class"], topology={"requiredTier": "tor"}, **preemptor.get("spec", {})))
+        r.step(2)
+        assert r.reason("polite") in ("Unschedulable", "Reserving")
+        assert not any(r.status(n).get("preemptedBy") for n in "abcd")
+
+
+def test_equal_priority_never_preempts():
+    r = _full()
+    r.submit(_job("peer", 2, "low", topology={"requiredTier": "tor"}))
+    r.step(2)
+    assert r.reason("peer") in ("Unschedulable", "Reserving")
+    assert not any(r.status(n).get("preemptedBy") for n in "abcd")
+
+
+def test_a_job_is_preempted_at_most_n_times_an_hour():
+    r = _full(preemptions_per_hour=1)
+    r.submit(_job("first", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)
+    victims = sorted(n for n in "abcd" if r.status(n).get("preemptions"))
+    assert len(victims) == 2
+    # The victims come back (the first preemptor finished), then a second urgent job wants a TOR again.
+    r.api.delete_job("default", "first")
+    r.api.finish_terminating()
+    r.deliver()
+    r.step()
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    r.submit(_job("second", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)
+    again = [n for n in victims if len(r.status(n).get("preemptions") or []) > 1]
+    assert not again, "a job preempted once this hour is not a victim again (RAILYARD_PREEMPTIONS_PER_HOUR=1)"
+
+
+def test_a_preemption_nobody_needs_any_more_is_cancelled_and_the_victim_runs_on():
+    r = _full()
+    for name in "abcd":
+        _report(r, name, 0, 10)
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    marked = [n for n in "abcd" if r.status(n).get("preemptedBy")]
+    assert len(marked) == 2
+    r.api.delete_job("default", "urgent")
+    r.deliver()
+    r.step()
+    for name in marked:
+        assert _conditions(r, name)["Preempted"] == ("False", "Cancelled")
+        assert _conditions(r, name)["Running"][0] == "True" and r.status(name).get("placement")
+        assert not r.loop.book.directives(("default", name)).get("checkpoint"), "the hold on its ranks is lifted"
+
+
+def test_a_gang_too_big_for_any_domain_preempts_nobody():
+    r = _full()
+    r.submit(_job("huge", 3, "high", topology={"requiredTier": "tor"}))  # 3 nodes; a TOR has 2
+    r.step(2)
+    assert not any(r.status(n).get("preemptedBy") for n in "abcd")
+    assert "can never fit" in r.condition("huge", "Placed")["message"]

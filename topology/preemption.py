@@ -1,0 +1,160 @@
+"""Who has to go so a waiting gang fits: victims chosen inside one domain, cheapest first.
+
+A pending gang that does not fit may take the place of whole running gangs of lower priority. The
+victims all come from one domain of the gang's required tier (without one: the lowest level whose
+domains can hold it at all, then the levels above), so evicting them clears that domain instead of
+freeing scattered GPUs the gang still cannot use. Among the domains where enough can be freed, the
+plan chosen minimises, in this order: the highest priority among its victims, the work they lose
+(GPUs x seconds since each victim's last committed checkpoint), and the number of victims.
+
+In a domain, victims are added cheapest first until the gang fits there (solved on the domain alone,
+with the victims' GPUs and requests given back), then each victim is dropped again, most costly
+first, if the gang still fits without it: no plan evicts a gang it does not need. Pure: the caller
+says which gangs may be victims (priority, preemptionPolicy, hourly caps are its business).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from railyard.topology.levels import NODE
+from railyard.topology.model import Snapshot
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import Placement, solve
+
+WHOLE_CLUSTER = ""  # the domain id of a plan that is not inside one domain of any level
+
+
+@dataclass(frozen=True)
+class RunningGang:
+    """A running gang that may be evicted: what it holds and what evicting it would cost."""
+
+    key: str  # namespace/name
+    priority: int
+    slots: tuple[tuple[str, tuple[int, ...]], ...]  # (node, GPU indices) per rank
+    lost_gpu_seconds: float  # GPUs x seconds since its last committed checkpoint
+    requests: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)  # per replica
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(node for node, _ in self.slots)
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(g) for _, g in self.slots)
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    level: str  # the level of the domain cleared ("node".. top), or "cluster"
+    domain: str  # its id (WHOLE_CLUSTER for the cluster)
+    nodes: frozenset[str]  # the domain's nodes: held for the preemptor while the victims go
+    victims: tuple[RunningGang, ...]
+    placement: Placement  # where the gang lands once they have gone
+
+    @property
+    def cost(self) -> tuple[int, float, int]:
+        return (max(v.priority for v in self.victims), sum(v.lost_gpu_seconds for v in self.victims),
+                len(self.victims))
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return sum(v.lost_gpu_seconds for v in self.victims) / 3600
+
+
+def victim_order(gang: RunningGang) -> tuple[int, float, int, str]:
+    """Cheapest first: lower priority, less work lost, then larger (fewer victims), then by name."""
+    return (gang.priority, gang.lost_gpu_seconds, -gang.gpus, gang.key)
+
+
+def _freed(snapshot: Snapshot, victims: Sequence[RunningGang]) -> Snapshot:
+    for victim in victims:
+        snapshot = snapshot.release(victim.slots, victim.requests)
+    return snapshot
+
+
+def _fits(domain: Snapshot, request: GangRequest, victims: Sequence[RunningGang]) -> Placement | None:
+    return solve(_freed(domain, victims), request).placement
+
+
+def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
+                   candidates: Sequence[RunningGang]) -> tuple[tuple[RunningGang, ...], Placement] | None:
+    """The fewest, cheapest victims among `candidates` whose leaving lets the gang fit on `nodes`."""
+    domain = snapshot.only_nodes(nodes)
+    inside = sorted((c for c in candidates if c.nodes & nodes), key=victim_order)
+    size = max(1, request.gpus_per_replica)
+    need = request.smallest * request.gpus_per_replica
+    free = sum(len(domain.free(n)) for n in domain.nodes)
+    chosen: list[RunningGang] = []
+    placement: Placement | None = None
+    for victim in inside:
+        chosen.append(victim)
+        free += sum(len(g) for n, g in victim.slots if n in nodes)
+        if free < need or free < size:
+            continue  # not enough GPUs yet: no solve can succeed
+        placement = _fits(domain, request, chosen)
+        if placement is not None:
+            break
+    if placement is None:
+        return None
+    for victim in sorted(chosen, key=victim_order, reverse=True):  # drop any it does not need
+        if len(chosen) == 1:
+            break
+        rest = [v for v in chosen if v is not victim]
+        without = _fits(domain, request, rest)
+        if without is not None:
+            chosen, placement = rest, without
+    return tuple(sorted(chosen, key=victim_order)), placement
+
+
+def _domains(snapshot: Snapshot, level: int) -> dict[str, frozenset[str]]:
+    levels = snapshot.levels
+    out: dict[str, set[str]] = {}
+    for node in snapshot.nodes:
+        out.setdefault(levels.domain_of(node, level), set()).add(node.name)
+    return {d: frozenset(n) for d, n in out.items()}
+
+
+def _scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[str, frozenset[str]]]]:
+    """The levels to look for a domain to clear, in turn: the required tier alone; without one, from
+    the lowest level above the node upwards, then the whole cluster."""
+    levels = snapshot.levels
+    if request.required_tier is not None:
+        level = levels.index(request.required_tier)
+        return [(request.required_tier, _domains(snapshot, level))]
+    scopes = [(levels.name(level), _domains(snapshot, level)) for level in range(1, levels.depth + 1)]
+    scopes.append(("cluster", {WHOLE_CLUSTER: frozenset(n.name for n in snapshot.nodes)}))
+    return scopes
+
+
+def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequence[RunningGang],
+                    max_domains: int = 64) -> PreemptionPlan | None:
+    """The cheapest plan that clears room for the gang inside one domain, or None (no set of these
+    candidates would make room, e.g. the blockers are of higher priority or not preemptible).
+    `max_domains`: per level, the domains tried (those with the most GPUs free or held by candidates
+    first): the search stays bounded on a cluster of thousands of TORs."""
+    if not candidates:
+        return None
+    need = request.smallest * request.gpus_per_replica
+    held: dict[str, int] = {}
+    for gang in candidates:
+        for node, gpus in gang.slots:
+            held[node] = held.get(node, 0) + len(gpus)
+    for level, domains in _scopes(snapshot, request):
+        if level == NODE and request.replicas > 1:
+            continue
+        reachable = {d: sum(len(snapshot.free(snapshot.node(n))) + held.get(n, 0) for n in nodes)
+                     for d, nodes in domains.items()}
+        tried = sorted((d for d in domains if reachable[d] >= need), key=lambda d: (-reachable[d], d))[:max_domains]
+        best: PreemptionPlan | None = None
+        for domain in tried:
+            found = plan_in_domain(snapshot, request, domains[domain], candidates)
+            if found is None:
+                continue
+            plan = PreemptionPlan(level, domain, domains[domain], *found)
+            if best is None or (plan.cost, plan.domain) < (best.cost, best.domain):
+                best = plan
+        if best is not None:
+            return best
+    return None
