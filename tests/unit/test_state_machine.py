@@ -6,7 +6,8 @@ kube-scheduler bind released pods; and runs placement iterations. Invariants, ch
 API's objects (the truth), after every step:
 - no GPU is held by two live pods;
 - no gang is partly released: a pod of a placement is ungated only if every pod of it exists;
-- no job is Failed: nothing in this world ever fails (no pod is deleted behind its back).
+- no job is Failed: nothing in this world ever fails (no pod is deleted behind its back); gangs of a
+  high PriorityClass preempt gangs of a low one, and a preempted gang is requeued, never failed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
 from railyard.operator.base.settings import Settings
@@ -36,6 +37,9 @@ class OperatorUnderChaos(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.api = FakeApi(profile_nodes(leaves=1, tors=2, nodes=3))
+        for name, value in (("low", 10), ("high", 1000)):  # gangs of "high" preempt gangs of "low"
+            self.api._store("priorityclasses", {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                                "metadata": {"name": name}, "value": value}, "ADDED")
         self.pending: list = []  # watch events not yet delivered, in API order
         self.delivered: list = []
         self.jobs = 0
@@ -65,10 +69,20 @@ class OperatorUnderChaos(RuleBasedStateMachine):
 
     # --- the world ---------------------------------------------------------------------------------
 
-    @rule(shape=st.sampled_from(SHAPES))
-    def create_job(self, shape: tuple[int, int]) -> None:
+    @initialize(count=st.integers(0, 6))
+    def low_priority_jobs_fill_the_cluster(self, count: int) -> None:
+        """A cluster busy with low-priority one-node gangs, so a "high" gang has someone to preempt."""
+        for _ in range(count):
+            self.create_job((1, 8), "low", None)
+
+    @rule(shape=st.sampled_from(SHAPES), class_name=st.sampled_from([None, "low", "high"]),
+          tier=st.sampled_from([None, "tor"]))
+    def create_job(self, shape: tuple[int, int], class_name: str | None, tier: str | None) -> None:
         replicas, gpus = shape
-        self.api.create_job(make_job(f"job-{self.jobs}", replicas, gpus=gpus))
+        body = make_job(f"job-{self.jobs}", replicas, gpus=gpus, topology={"requiredTier": tier} if tier else None)
+        if class_name:
+            body["spec"]["priorityClassName"] = class_name
+        self.api.create_job(body)
         self.jobs += 1
         self._collect()
 
@@ -82,6 +96,11 @@ class OperatorUnderChaos(RuleBasedStateMachine):
     @rule()
     def kube_scheduler_binds(self) -> None:
         self.api.bind_released()
+        self._collect()
+
+    @rule()
+    def kubelets_finish_terminating(self) -> None:
+        self.api.finish_terminating()
         self._collect()
 
     # --- the watch ---------------------------------------------------------------------------------
@@ -162,6 +181,6 @@ class OperatorUnderChaos(RuleBasedStateMachine):
             assert not cond.is_true(conditions, cond.FAILED), cond.get(conditions, cond.FAILED)
 
 
-OperatorUnderChaos.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+OperatorUnderChaos.TestCase.settings = settings(max_examples=100, stateful_step_count=60, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestOperatorUnderChaos = OperatorUnderChaos.TestCase
