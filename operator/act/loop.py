@@ -87,11 +87,11 @@ class PlacementLoop:
         self.quarantine = Quarantine(ctx, self.breaker)
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
+        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
-                                 self.breaker, self.checkpoints)
+                                 self.breaker, self.checkpoints, self.preemptions)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
         self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
-        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.preemptions)
         self.observer = Observer(ctx)
         self.budgets = Budgets(ctx)
@@ -206,7 +206,9 @@ class PlacementLoop:
         await self.reports.flush()
         await self.quarantine.lift_expired(now)
         state.prune_tombstones()
-        placed = await self.queue.run(waiting, snapshot, now)
+        # A fresh snapshot: restarts, resizes and rollbacks of this pass took or freed nodes since the
+        # first (a replacement's node looked free to the queue otherwise: a queued gang could take it too).
+        placed = await self.queue.run(waiting, state.snapshot(), now)
         self.observer.observe(state.snapshot() if placed else snapshot)
 
     async def _evict(self, job: Job) -> None:

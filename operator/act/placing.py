@@ -25,6 +25,7 @@ from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.decide import queue
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.queue import QueuedJob
+from railyard.operator.decide.spares import spare_nodes, tors_short
 from railyard.topology.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.decision import decide, never_fits, placed_pods, taken
 from railyard.topology.model import Snapshot
@@ -106,6 +107,7 @@ class QueuePass:
         state, settings = self.ctx.state, self.ctx.settings.placement
         mono = self.ctx.clock.monotonic()
         await self.preemptions.expire(mono)
+        spares = spare_nodes(snapshot, settings.spares_per_tor)
         current = snapshot
         placed: list[tuple[Job, Decision]] = []
         unplaced: list[tuple[Job, Decision, PlacedReason]] = []
@@ -129,7 +131,9 @@ class QueuePass:
                                        settings.retry_seconds) and not may_hold:
                 continue
             view = current.without_nodes(reserved) if holder is not None and candidate.key != holder else current
-            view = view.without_nodes(candidate.avoid | self.preemptions.held_for_others(candidate.key))
+            view = view.without_nodes(candidate.avoid | self.preemptions.held_for_others(candidate.key) |
+                                      (frozenset() if job.spec is not None and job.spec.preemption.backfill_spares
+                                       else spares))
             if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
                 pods = [*state.pod_infos(), *(p for _, earlier in placed for p in placed_pods(earlier))]
             started = time.perf_counter()
@@ -184,7 +188,15 @@ class QueuePass:
                 self.materialiser.enqueue(recorded)
                 await self.errors.cleared(recorded)
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
+        metrics.TORS_WITHOUT_SPARE.set(tors_short(current, settings.spares_per_tor, self._backfilled()))
         return len(placed)
+
+    def _backfilled(self) -> set[str]:
+        """Nodes lent to jobs that backfill the hot spares (they give them back on demand)."""
+        if self.ctx.settings.placement.spares_per_tor <= 0:
+            return set()
+        return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
+                and job.spec.preemption.backfill_spares for r in job.placement.ranks}
 
     async def _record(self, job: Job, decision: Decision) -> None:
         assert decision.placement is not None

@@ -58,6 +58,7 @@ class Hold:
     nodes: frozenset[str]
     victims: tuple[str, ...]
     until: float
+    spare: bool = False  # for a running gang's replacement (its spares lent to backfilling jobs)
 
 
 class Preemptions:
@@ -92,7 +93,7 @@ class Preemptions:
         """Holds past their time (victims stuck terminating, checkpoints slow) are given up, saying so."""
         for key, hold in list(self._holds.items()):
             job = self.ctx.state.jobs.get(key)
-            if job is None or job.deleting or job.placement is not None:
+            if job is None or job.deleting or (job.placement is not None and not hold.spare):
                 del self._holds[key]
                 continue
             if mono < hold.until:
@@ -198,6 +199,63 @@ class Preemptions:
         await self.events.normal(job, PlacedReason.PREEMPTING, f"evicting {summary}", key=",".join(names))
         log.info("%s preempts %s", preemptor, summary)
         return f"evicting {summary}; the domain is held for it"
+
+    # --- spares -----------------------------------------------------------------------------------------
+
+    async def reclaim_spares(self, job: Job, lost: list[str]) -> bool:
+        """A running gang lost these nodes and its TORs' spares are lent to backfilling jobs: evict those
+        (checkpoint first) and hold their nodes for it. True while the gang should wait for them."""
+        settings = self.ctx.settings.placement
+        if settings.spares_per_tor <= 0 or not lost:
+            return False
+        mono = self.ctx.clock.monotonic()
+        hold = self._holds.get(job.key)
+        if hold is not None and hold.spare:
+            if mono >= hold.until:
+                return False  # they did not go in time: replace from what is free
+            state = self.ctx.state
+            gone = all(not any(p.node_name in hold.nodes for p in state.job_pods(parse_key(v)))
+                       for v in hold.victims)
+            return not gone
+        state = self.ctx.state
+        models = {n: state.last_model[n] for n in lost if n in state.last_model}
+        need: dict[str, int] = {}
+        for model in models.values():
+            need[model.tor] = need.get(model.tor, 0) + 1
+        snapshot = state.snapshot()
+        free: dict[str, int] = {}
+        for node in snapshot.nodes:
+            if node.name not in lost and node.tor in need and len(snapshot.free(node)) == node.gpu_count:
+                free[node.tor] = free.get(node.tor, 0) + 1
+        short = {tor for tor, count in need.items() if free.get(tor, 0) < count}
+        if not short:
+            return False
+        victims: list[Job] = []
+        nodes: set[str] = set()
+        for key, other in state.jobs.items():
+            if key == job.key or other.placement is None or other.spec is None or _saving(other):
+                continue
+            ranks = other.placement.ranks
+            if other.spec.preemption.backfill_spares and any(
+                    (m := state.nodes.get(r.node)) is not None and m.tor in short for r in ranks):
+                victims.append(other)
+                nodes |= {r.node for r in ranks}
+        if not victims:
+            return False
+        names = tuple(f"{v.namespace}/{v.name}" for v in victims)
+        self._holds[job.key] = Hold(frozenset(nodes), names, mono + settings.preemption_hold_seconds, spare=True)
+        by = f"{job.namespace}/{job.name}"
+        now = utc(self.ctx.clock.time())
+        message = (f"preempted by {by}: it lost nodes in TOR {', '.join(sorted(short))} and needs the hot spares "
+                   f"this job backfilled; its ranks save a step first (at most "
+                   f"{settings.preemption_checkpoint_seconds:.0f}s), then it is requeued")
+        for victim in victims:
+            if await self.writer.patch(victim, transitions.preemption_chosen(victim, by, message, now)) is not None:
+                await self.events.warning(victim, PreemptedReason.SAVING, message,
+                                          key=f"spare/{by}/{job.restart_count}")
+        metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
+        log.info("%s reclaims spares from %s", by, ", ".join(names))
+        return True
 
     # --- victims ---------------------------------------------------------------------------------------
 

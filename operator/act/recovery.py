@@ -18,6 +18,7 @@ from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.quarantine import Quarantine
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
@@ -50,8 +51,10 @@ UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent
 
 class Recovery:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
-                 quarantine: Quarantine, breaker: Breaker, checkpoints: Checkpoints) -> None:
+                 quarantine: Quarantine, breaker: Breaker, checkpoints: Checkpoints,
+                 preemptions: Preemptions) -> None:
         self.ctx = ctx
+        self.preemptions = preemptions
         self.checkpoints = checkpoints
         self.breaker = breaker
         self.writer = writer
@@ -103,8 +106,12 @@ class Recovery:
         if wait > 0:
             asyncio.get_running_loop().call_later(wait, self.writer.wake)
             return
+        if await self.preemptions.reclaim_spares(job, [loss.node for loss in action.losses]):
+            asyncio.get_running_loop().call_later(1.0, self.writer.wake)  # backfilled spares are being freed
+            return
         memory.losses_seen_at = None
         restarted = await self.restart_now(job, action)
+        self.preemptions.placed(job.key)
         if restarted and action.counted:
             memory.failure_streak = streak + 1
         elif restarted and action.reason == LossReason.MAINTENANCE:

@@ -222,7 +222,7 @@ def test_a_job_that_can_never_fit_says_so_and_never_reserves_the_cluster():
 
 
 def test_reservations_are_time_boxed_and_rotate_between_starving_jobs():
-    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=0)
+    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=0, bind_timeout_seconds=1e9)
     r.submit(make_job("hog", 2))
     r.step()
     r.submit(make_job("first", 2))

@@ -13,6 +13,7 @@ API's objects (the truth), after every step:
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import Counter
 
 from hypothesis import HealthCheck, settings
@@ -96,6 +97,19 @@ class OperatorUnderChaos(RuleBasedStateMachine):
     @rule()
     def kube_scheduler_binds(self) -> None:
         self.api.bind_released()
+        self._collect()
+
+    @rule(data=st.data(), faulty=st.booleans())
+    def a_gpu_fault_comes_or_goes(self, data, faulty: bool) -> None:
+        """A health agent sets (or clears) a GPU fault condition: gangs there restart elsewhere."""
+        name = data.draw(st.sampled_from(sorted(n for _, n in self.api.objects["nodes"])))
+        node = copy.deepcopy(self.api.objects["nodes"][("", name)])
+        conditions = [c for c in node["status"].get("conditions") or [] if c["type"] != "GpuNvlinkWatch"]
+        if faulty:
+            conditions.append({"type": "GpuNvlinkWatch", "status": "True", "message": "NVLink down",
+                               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        node["status"]["conditions"] = conditions
+        self.api._store("nodes", node, "MODIFIED")
         self._collect()
 
     @rule()
