@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak preemption
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -11,6 +11,7 @@ help:
 	@echo "make bench  - placement benchmark (JSON)"
 	@echo "make compare - Railyard next to kube-scheduler gang scheduling and a naive baseline on the rig"
 	@echo "make goodput - goodput under Llama 3's failure mix (JSON); make soak - a fault a minute for 30 min"
+	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
 
 deps:
 	@hack/deps.sh
@@ -56,6 +57,9 @@ goodput: deps build
 
 soak: deps build
 	.venv/bin/python hack/bench_goodput.py --soak | tee bench-soak.json
+
+preemption: deps
+	.venv/bin/python hack/bench_preemption.py | tee bench-preemption.json
 
 # Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
 # fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.

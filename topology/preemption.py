@@ -55,8 +55,7 @@ class PreemptionPlan:
 
     @property
     def cost(self) -> tuple[int, float, int]:
-        return (max(v.priority for v in self.victims), sum(v.lost_gpu_seconds for v in self.victims),
-                len(self.victims))
+        return _cost(self.victims)
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -78,34 +77,54 @@ def _fits(domain: Snapshot, request: GangRequest, victims: Sequence[RunningGang]
     return solve(_freed(domain, victims), request).placement
 
 
+def _enough(domain: Snapshot, request: GangRequest, nodes: frozenset[str], victims: Sequence[RunningGang]) -> bool:
+    """Would these victims leave GPUs enough in the domain at all (no solve can succeed otherwise)?"""
+    free = sum(len(domain.free(n)) for n in domain.nodes)
+    free += sum(len(g) for v in victims for n, g in v.slots if n in nodes)
+    return free >= max(request.smallest * request.gpus_per_replica, request.gpus_per_replica, 1)
+
+
+def sufficient_prefix(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
+                      candidates: Sequence[RunningGang]) -> tuple[RunningGang, ...] | None:
+    """The cheapest candidates touching the domain, in victim order, until they free GPUs enough (no
+    solve: the estimate domains are tried in)."""
+    domain = snapshot.only_nodes(nodes)
+    chosen: list[RunningGang] = []
+    for victim in sorted((c for c in candidates if c.nodes & nodes), key=victim_order):
+        chosen.append(victim)
+        if _enough(domain, request, nodes, chosen):
+            return tuple(chosen)
+    return None
+
+
 def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
                    candidates: Sequence[RunningGang]) -> tuple[tuple[RunningGang, ...], Placement] | None:
     """The fewest, cheapest victims among `candidates` whose leaving lets the gang fit on `nodes`."""
     domain = snapshot.only_nodes(nodes)
     inside = sorted((c for c in candidates if c.nodes & nodes), key=victim_order)
-    size = max(1, request.gpus_per_replica)
-    need = request.smallest * request.gpus_per_replica
-    free = sum(len(domain.free(n)) for n in domain.nodes)
     chosen: list[RunningGang] = []
     placement: Placement | None = None
     for victim in inside:
         chosen.append(victim)
-        free += sum(len(g) for n, g in victim.slots if n in nodes)
-        if free < need or free < size:
-            continue  # not enough GPUs yet: no solve can succeed
+        if not _enough(domain, request, nodes, chosen):
+            continue
         placement = _fits(domain, request, chosen)
         if placement is not None:
             break
     if placement is None:
         return None
     for victim in sorted(chosen, key=victim_order, reverse=True):  # drop any it does not need
-        if len(chosen) == 1:
-            break
         rest = [v for v in chosen if v is not victim]
+        if not rest or not _enough(domain, request, nodes, rest):
+            continue
         without = _fits(domain, request, rest)
         if without is not None:
             chosen, placement = rest, without
     return tuple(sorted(chosen, key=victim_order)), placement
+
+
+def _cost(victims: Sequence[RunningGang]) -> tuple[int, float, int]:
+    return (max(v.priority for v in victims), sum(v.lost_gpu_seconds for v in victims), len(victims))
 
 
 def _domains(snapshot: Snapshot, level: int) -> dict[str, frozenset[str]]:
@@ -129,27 +148,30 @@ def _scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[st
 
 
 def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequence[RunningGang],
-                    max_domains: int = 64) -> PreemptionPlan | None:
+                    max_domains: int = 4) -> PreemptionPlan | None:
     """The cheapest plan that clears room for the gang inside one domain, or None (no set of these
     candidates would make room, e.g. the blockers are of higher priority or not preemptible).
-    `max_domains`: per level, the domains tried (those with the most GPUs free or held by candidates
-    first): the search stays bounded on a cluster of thousands of TORs."""
+    Per level, domains are tried in the order of their estimated cost (the cheapest victims that free
+    GPUs enough, no solve), and at most `max_domains` of them are solved: one plan costs a few solves
+    on a cluster of thousands of TORs. No domain left untried can have a victim of lower priority than
+    the best plan's (the estimate's highest priority is the least any plan there needs)."""
     if not candidates:
         return None
-    need = request.smallest * request.gpus_per_replica
-    held: dict[str, int] = {}
-    for gang in candidates:
-        for node, gpus in gang.slots:
-            held[node] = held.get(node, 0) + len(gpus)
     for level, domains in _scopes(snapshot, request):
         if level == NODE and request.replicas > 1:
             continue
-        reachable = {d: sum(len(snapshot.free(snapshot.node(n))) + held.get(n, 0) for n in nodes)
-                     for d, nodes in domains.items()}
-        tried = sorted((d for d in domains if reachable[d] >= need), key=lambda d: (-reachable[d], d))[:max_domains]
+        estimates = []
+        for domain, nodes in domains.items():
+            prefix = sufficient_prefix(snapshot, request, nodes, candidates)
+            if prefix is not None:
+                estimates.append((_cost(prefix), domain))
         best: PreemptionPlan | None = None
-        for domain in tried:
+        solved = 0
+        for estimate, domain in sorted(estimates):
+            if solved >= max_domains or (best is not None and estimate[0] > best.cost[0]):
+                break
             found = plan_in_domain(snapshot, request, domains[domain], candidates)
+            solved += 1
             if found is None:
                 continue
             plan = PreemptionPlan(level, domain, domains[domain], *found)

@@ -182,7 +182,9 @@ class Preemptions:
             self._holds[job.key] = plan
             return f"waiting for {len(plan.nodes)} nodes that lower-priority gangs are leaving (held for it)"
         names = tuple(v.key for v in plan.victims)
-        self._holds[job.key] = Hold(plan.nodes, names, mono + hold_seconds)
+        # Held: where it will land, not the whole domain (nothing else waits for no reason).
+        landing = frozenset(r.node for r in plan.placement.replicas)
+        self._holds[job.key] = Hold(landing, names, mono + hold_seconds)
         preemptor = f"{job.namespace}/{job.name}"
         now = utc(self.ctx.clock.time())
         metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
