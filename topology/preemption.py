@@ -55,7 +55,7 @@ class PreemptionPlan:
 
     @property
     def cost(self) -> tuple[int, float, int]:
-        return _cost(self.victims)
+        return cost_of(self.victims)
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -77,7 +77,7 @@ def _fits(domain: Snapshot, request: GangRequest, victims: Sequence[RunningGang]
     return solve(_freed(domain, victims), request).placement
 
 
-def _enough(domain: Snapshot, request: GangRequest, nodes: frozenset[str], victims: Sequence[RunningGang]) -> bool:
+def enough(domain: Snapshot, request: GangRequest, nodes: frozenset[str], victims: Sequence[RunningGang]) -> bool:
     """Would these victims leave GPUs enough in the domain at all (no solve can succeed otherwise)?"""
     free = sum(len(domain.free(n)) for n in domain.nodes)
     free += sum(len(g) for v in victims for n, g in v.slots if n in nodes)
@@ -92,7 +92,7 @@ def sufficient_prefix(snapshot: Snapshot, request: GangRequest, nodes: frozenset
     chosen: list[RunningGang] = []
     for victim in sorted((c for c in candidates if c.nodes & nodes), key=victim_order):
         chosen.append(victim)
-        if _enough(domain, request, nodes, chosen):
+        if enough(domain, request, nodes, chosen):
             return tuple(chosen)
     return None
 
@@ -106,7 +106,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
     placement: Placement | None = None
     for victim in inside:
         chosen.append(victim)
-        if not _enough(domain, request, nodes, chosen):
+        if not enough(domain, request, nodes, chosen):
             continue
         placement = _fits(domain, request, chosen)
         if placement is not None:
@@ -115,7 +115,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
         return None
     for victim in sorted(chosen, key=victim_order, reverse=True):  # drop any it does not need
         rest = [v for v in chosen if v is not victim]
-        if not rest or not _enough(domain, request, nodes, rest):
+        if not rest or not enough(domain, request, nodes, rest):
             continue
         without = _fits(domain, request, rest)
         if without is not None:
@@ -123,7 +123,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
     return tuple(sorted(chosen, key=victim_order)), placement
 
 
-def _cost(victims: Sequence[RunningGang]) -> tuple[int, float, int]:
+def cost_of(victims: Sequence[RunningGang]) -> tuple[int, float, int]:
     return (max(v.priority for v in victims), sum(v.lost_gpu_seconds for v in victims), len(victims))
 
 
@@ -135,7 +135,7 @@ def _domains(snapshot: Snapshot, level: int) -> dict[str, frozenset[str]]:
     return {d: frozenset(n) for d, n in out.items()}
 
 
-def _scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[str, frozenset[str]]]]:
+def scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[str, frozenset[str]]]]:
     """The levels to look for a domain to clear, in turn: the required tier alone; without one, from
     the lowest level above the node upwards, then the whole cluster."""
     levels = snapshot.levels
@@ -157,14 +157,14 @@ def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequen
     the best plan's (the estimate's highest priority is the least any plan there needs)."""
     if not candidates:
         return None
-    for level, domains in _scopes(snapshot, request):
+    for level, domains in scopes(snapshot, request):
         if level == NODE and request.replicas > 1:
             continue
         estimates = []
         for domain, nodes in domains.items():
             prefix = sufficient_prefix(snapshot, request, nodes, candidates)
             if prefix is not None:
-                estimates.append((_cost(prefix), domain))
+                estimates.append((cost_of(prefix), domain))
         best: PreemptionPlan | None = None
         solved = 0
         for estimate, domain in sorted(estimates):

@@ -27,6 +27,7 @@ from railyard.topology.quality import tier_distance as distance
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import RailTarget, free_rail_counts, pick_gpus, slots_for_target
+from railyard.topology.solver import solve
 from scipy.optimize import linear_sum_assignment
 
 _MISALIGNED = 10  # cost of a replacement off the placement's rails (preferred alignment): above any distance
@@ -64,6 +65,23 @@ class ReplacementDecision:
         return self.reason is None
 
 
+def _whole(snapshot: Snapshot, request: GangRequest, lost: Sequence[RankSlot], known: Mapping[str, GpuNode],
+           limits: NodeLimits | None, avoid: frozenset[str]) -> ReplacementDecision:
+    """Every rank lost (a whole gang moved): placed afresh by the solver, so its required tier holds for
+    the new homes too (the nearest free slots one by one could scatter it across domains)."""
+    ordered = sorted(lost, key=lambda s: s.rank)
+    whole = GangRequest(**{**request.__dict__, "replicas": len(ordered), "min_replicas": len(ordered)})
+    decision = solve(snapshot.without_nodes(avoid), whole, limits)
+    if decision.placement is None:
+        return ReplacementDecision((), decision.reason or "no placement")
+    out = []
+    for slot, replica in zip(ordered, decision.placement.replicas, strict=True):
+        old, new = known.get(slot.node), snapshot.node(replica.node)
+        out.append(Replacement(slot.rank, slot.node, replica.node, replica.gpus,
+                               distance(old, new) if old is not None else 4, decision.placement.rail_aligned))
+    return ReplacementDecision(tuple(out), None)
+
+
 def _target(keep: Sequence[RankSlot], lost: Sequence[RankSlot], nodes: Mapping[str, GpuNode]) -> RailTarget | None:
     """The rails every replica covers, when the placement was rail-aligned (None otherwise)."""
     targets = {tuple(sorted(nodes[s.node].rails[g] for g in s.gpus)) for s in (*keep, *lost)
@@ -80,6 +98,8 @@ def solve_replacement(snapshot: Snapshot, request: GangRequest, keep: Sequence[R
         return ReplacementDecision((), None)
     size = request.gpus_per_replica
     known = {**{n.name: n for n in snapshot.nodes}, **lost_nodes}
+    if not keep and request.required_tier is not None:
+        return _whole(snapshot, request, lost, known, limits, avoid)
     target = _target(keep, lost, known)
     scope = _scope(request, keep, known, snapshot.levels)
     constraints = PodConstraints(request.pod_spec)
