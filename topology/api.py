@@ -192,6 +192,9 @@ class PreemptionSpec(_Model):
     # The job may run on the hot-spare nodes the operator keeps per TOR, and is evicted (checkpoint
     # first) as soon as a replacement needs one.
     backfill_spares: bool = Field(False, alias="backfillSpares")
+    # The job may be moved (checkpoint first, then restarted elsewhere) so a waiting gang of equal or
+    # higher priority fits in one domain, where the operator defragments (RAILYARD_DEFRAGMENTATION).
+    migratable: bool = False
 
 
 class CheckpointSpec(_Model):

@@ -64,6 +64,7 @@ class LossReason(StrEnum):
     DRAINED = "Drained"  # a rank's pod was evicted from a cordoned node (kubectl drain)
     MAINTENANCE = "Maintenance"  # planned: a drain held by the gang's budget, or announced (railyard.dev/maintenance)
     STRAGGLER = "Straggler"  # evicted for computing slower than its peers
+    MIGRATION = "Migration"  # planned: moved so a waiting gang fits in one domain (defragmentation)
 
 
 @dataclass(frozen=True)

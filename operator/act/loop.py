@@ -23,6 +23,7 @@ from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.lifecycle import Lifecycle
 from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.migration import Migrations
 from railyard.operator.act.observe import Observer
 from railyard.operator.act.placing import QueuePass, queued
 from railyard.operator.act.pods import PodDeleter
@@ -88,11 +89,13 @@ class PlacementLoop:
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
         self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
+        self.migrations = Migrations(ctx, self.writer, self.events, self.preemptions)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
-                                 self.breaker, self.checkpoints, self.preemptions)
+                                 self.breaker, self.checkpoints, self.preemptions, self.migrations)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
         self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
-        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.preemptions)
+        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.preemptions,
+                               self.migrations)
         self.observer = Observer(ctx)
         self.budgets = Budgets(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
@@ -230,7 +233,9 @@ class PlacementLoop:
         released = memory.released[1] if memory.released is not None and placement is not None and \
             memory.released[0] == placement.id else None
         bound, terminating = self.ctx.state.pod_times(job.key)
-        return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono))
+        leaving, leaving_for = self.migrations.leaving(job)
+        return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono),
+                    leaving, leaving_for)
 
     async def dispatch(self, job: Job, action: Action) -> None:
         """Hand one decision to the actor that owns it."""

@@ -16,6 +16,7 @@ from railyard.operator.act.context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.migration import Migrations
 from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
@@ -49,9 +50,10 @@ def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJ
 
 class QueuePass:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
-                 errors: JobErrors, preemptions: Preemptions) -> None:
+                 errors: JobErrors, preemptions: Preemptions, migrations: Migrations) -> None:
         self.ctx = ctx
         self.preemptions = preemptions
+        self.migrations = migrations
         self.writer = writer
         self.events = events
         self.materialiser = materialiser
@@ -168,14 +170,15 @@ class QueuePass:
                                     f"{', '.join(sorted(candidate.avoid))} after a bind failure")
             reason = PlacedReason.UNSCHEDULABLE
             if never is None:
-                preempting = await self._preempt(job, candidate, view, now)
-                if preempting is not None:
-                    decision, reason = Decision(decision.request, None, f"{decision.reason}; {preempting}"), \
-                        PlacedReason.PREEMPTING
-            if may_hold and never is None and reason != PlacedReason.PREEMPTING:
+                making_room = await self._make_room(job, candidate, view, now)
+                if making_room is not None:
+                    reason, how = making_room
+                    decision = Decision(decision.request, None, f"{decision.reason}; {how}")
+            making = reason in (PlacedReason.PREEMPTING, PlacedReason.DEFRAGMENTING)
+            if may_hold and never is None and not making:
                 holder, reserved = candidate.key, queue.reserved_nodes(candidate, current)
                 memory.reserved_at = mono
-            if candidate.key == holder and reason != PlacedReason.PREEMPTING:
+            if candidate.key == holder and not making:
                 reason = PlacedReason.RESERVING
             unplaced.append((job, decision, reason))
         await asyncio.gather(*(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))
@@ -203,18 +206,25 @@ class QueuePass:
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
         await self.writer.patch(job, patch)
 
-    async def _preempt(self, job: Job, candidate: QueuedJob, view: Snapshot, now: float) -> str | None:
-        """What the gang's preemption is doing (its Placed message), or None: not preempting."""
+    async def _make_room(self, job: Job, candidate: QueuedJob, view: Snapshot,
+                         now: float) -> tuple[PlacedReason, str] | None:
+        """How room is being made for the gang (its Placed reason and message): other gangs moved out of
+        one domain (defragmentation, where the gang fits by free GPUs), else lower-priority gangs
+        evicted (preemption); None: neither."""
         hold = self.preemptions.holding(candidate.key)
         if hold is not None:
-            return (f"evicting {', '.join(hold.victims)}; the domain is held for it" if hold.victims else
-                    f"waiting for {len(hold.nodes)} nodes lower-priority gangs are leaving (held for it)")
+            return hold.reason, (
+                f"making room: {', '.join(hold.victims)} leaving; the nodes are held for it" if hold.victims else
+                f"waiting for {len(hold.nodes)} nodes other gangs are leaving (held for it)")
         try:
+            moves = self.migrations.plan(job, candidate, view, now)
+            if moves is not None:
+                return PlacedReason.DEFRAGMENTING, await self.migrations.start(job, moves)
             plan = self.preemptions.plan(job, candidate, view, now)
         except Exception as e:  # one job's trouble is that job's: the pass goes on
             await self.errors.report(job, "preempt", e)
             return None
-        return await self.preemptions.start(job, plan) if plan is not None else None
+        return (PlacedReason.PREEMPTING, await self.preemptions.start(job, plan)) if plan is not None else None
 
     async def _mark_unplaced(self, job: Job, decision: Decision, reason: PlacedReason) -> None:
         reserving = reason == PlacedReason.RESERVING

@@ -59,6 +59,7 @@ class Hold:
     victims: tuple[str, ...]
     until: float
     spare: bool = False  # for a running gang's replacement (its spares lent to backfilling jobs)
+    reason: PlacedReason = PlacedReason.PREEMPTING  # or DEFRAGMENTING: what the holder's Placed says
 
 
 class Preemptions:
@@ -84,6 +85,10 @@ class Preemptions:
 
     def holding(self, key: Key) -> Hold | None:
         return self._holds.get(key)
+
+    def hold(self, key: Key, hold: Hold) -> None:
+        """Hold nodes for a gang (a preemptor, a gang being defragmented for, a replacement)."""
+        self._holds[key] = hold
 
     def placed(self, key: Key) -> None:
         """The preemptor is placed: its hold served its purpose."""

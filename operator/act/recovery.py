@@ -17,6 +17,7 @@ from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
+from railyard.operator.act.migration import Migrations
 from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.quarantine import Quarantine
@@ -43,6 +44,7 @@ from railyard.topology.model import GpuNode
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.timestamps import parse_time
 
+PLANNED = (LossReason.MAINTENANCE, LossReason.MIGRATION)  # save a step first; no back-off, no cap
 EVICTIONS_KEPT = 16  # status.stragglerEvictions: enough for any hourly cap an admin sets sensibly
 
 log = logging.getLogger("railyard.recovery")
@@ -52,9 +54,10 @@ UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent
 class Recovery:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
                  quarantine: Quarantine, breaker: Breaker, checkpoints: Checkpoints,
-                 preemptions: Preemptions) -> None:
+                 preemptions: Preemptions, migrations: Migrations) -> None:
         self.ctx = ctx
         self.preemptions = preemptions
+        self.migrations = migrations
         self.checkpoints = checkpoints
         self.breaker = breaker
         self.writer = writer
@@ -79,8 +82,7 @@ class Recovery:
         holds, NotReady losses wait."""
         if self.breaker.tripped and any(loss.reason == LossReason.NODE_NOT_READY for loss in action.losses):
             return  # a partition, not a fault: the breaker marks the job and lifts the hold when it clears
-        if action.reason == LossReason.MAINTENANCE and not self.checkpoints.saved_first(
-                job, self.ctx.settings.placement.maintenance_checkpoint_seconds):
+        if action.reason in PLANNED and not self.checkpoints.saved_first(job, self._grace(action)):
             asyncio.get_running_loop().call_later(1.0, self.writer.wake)  # planned: save a step first
             return
         memory = self.ctx.memories.recall(job)
@@ -93,7 +95,7 @@ class Recovery:
                               placement.not_ready_debounce_seconds)
         wait = delay - (mono - memory.losses_seen_at)
         # A planned move goes at the admin's pace: the storm brake is for faults.
-        if not action.counted and action.reason != LossReason.MAINTENANCE:
+        if not action.counted and action.reason not in PLANNED:
             recent = [t for t in memory.infra_restarts if mono - t < 3600]
             memory.infra_restarts = recent
             if len(recent) >= placement.infra_restarts_per_hour:
@@ -116,8 +118,17 @@ class Recovery:
             memory.failure_streak = streak + 1
         elif restarted and action.reason == LossReason.MAINTENANCE:
             metrics.MAINTENANCE_MOVES.inc()
+        elif restarted and action.reason == LossReason.MIGRATION:
+            metrics.MIGRATIONS.inc()
         elif restarted:
             memory.infra_restarts.append(mono)
+
+    def _grace(self, action: Restart) -> float:
+        """How long a planned move waits for the step its ranks were asked to save."""
+        placement = self.ctx.settings.placement
+        if action.reason == LossReason.MIGRATION:
+            return placement.preemption_checkpoint_seconds
+        return placement.maintenance_checkpoint_seconds
 
     def _attempt_ran(self, job: Job) -> float | None:
         """Seconds since the current attempt was released (None: not known)."""
@@ -153,9 +164,13 @@ class Recovery:
         keep = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node not in lost_names]
         lost = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node in lost_names]
         models = {n: state.last_model[n] for n in lost_names if n in state.last_model}
-        snapshot = snapshot.without_nodes(frozenset(lost_names))
+        # Not onto nodes held for another gang (a preemptor's, or one being defragmented for).
+        snapshot = snapshot.without_nodes(frozenset(lost_names) | self.preemptions.held_for_others(job.key))
         started = time.perf_counter()
         decision = solve_replacement(snapshot, action.request, keep, lost, models)
+        if action.reason == LossReason.MIGRATION and not decision.found:
+            await self.migrations.no_room(job, decision.reason or "no room outside the held nodes")
+            return False
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
         wall = self.ctx.clock.time()
         now = utc(wall)

@@ -168,6 +168,7 @@ INFRA_RESTARTS_CAPPED = Gauge("railyard_infra_restarts_capped_jobs",
                               "Jobs whose infrastructure restarts hit the hourly cap (they wait, Degraded)")
 PREEMPTIONS = Counter("railyard_preemptions", "Gang preemptions, by outcome (planned: victims chosen; evicted: "
                       "one victim requeued; cancelled: a victim let go on; timed_out: a hold given up)", ["outcome"])
+MIGRATIONS = Counter("railyard_migrations", "Gangs moved so a waiting gang fits in one domain (defragmentation)")
 TORS_WITHOUT_SPARE = Gauge("railyard_tors_without_spare", "TORs with fewer whole free nodes than "
                            "RAILYARD_SPARES_PER_TOR (0 when no spares are kept)")
 JOB_ERRORS = Counter("railyard_job_errors", "Unexpected errors handling one job (the pass went on)", ["stage"])

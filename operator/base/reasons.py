@@ -49,6 +49,7 @@ class PlacedReason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # the message names the binding constraint per tier
     RESERVING = "Reserving"  # starving: the domain it waits for is held for it
     PREEMPTING = "Preempting"  # lower-priority gangs are leaving the domain held for it
+    DEFRAGMENTING = "Defragmenting"  # gangs are being moved out of the domain held for it
     INVALID_SPEC = "InvalidSpec"  # names the field and value; holds nothing
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.priorityClassName names no PriorityClass
     NAME_CONFLICT = "NameConflict"  # a pod or Service of its name belongs to someone else
@@ -163,6 +164,8 @@ class EventReason(StrEnum):
     STRAGGLER_DETECTED = "StragglerDetected"
     QUARANTINE_SKIPPED = "QuarantineSkipped"  # a loss called for one; the operator's limits said no
     PREEMPTION_TIMED_OUT = "PreemptionTimedOut"  # victims did not leave in time: the hold is released
+    MIGRATING = "Migrating"  # this gang is moved (checkpoint first) so a waiting gang fits
+    MIGRATION_CANCELLED = "MigrationCancelled"  # the move is off (the waiting gang no longer needs it, or no room)
 
 
 Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason

@@ -131,6 +131,12 @@ class PlacementSettings(_Settings):
     # Hot spares: this many whole free nodes per TOR are kept out of first placements (jobs with
     # spec.preemption.backfillSpares may use them); replacements and restarts use them first.
     spares_per_tor: int = Field(default_factory=_env("SPARES_PER_TOR", 0, int), ge=0)
+    # Defragmentation: a queued gang that fits by free GPUs but not by topology has running gangs of
+    # equal or lower priority that allow it (spec.preemption.migratable) moved out of one domain,
+    # checkpoint first; at most this many moves an hour, a job at most once per interval.
+    defragmentation: bool = Field(default_factory=_env("DEFRAGMENTATION", False, _bool))
+    migrations_per_hour: int = Field(default_factory=_env("MIGRATIONS_PER_HOUR", 4, int), ge=0)
+    migration_interval_seconds: float = _seconds("MIGRATION_INTERVAL_SECONDS", 3600.0)
     # Time budget of one pass's solves: what does not fit in it waits for the next pass.
     solve_budget_seconds: float = _seconds("SOLVE_BUDGET_SECONDS", 2.0)
     master_port: int = 29500

@@ -51,6 +51,8 @@ class Seen:
     bound: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen bound
     terminating: Mapping[str, float] = field(default_factory=dict)  # pod name -> first seen Terminating
     evicting: frozenset[str] = frozenset()  # pods of its namespace whose eviction was asked for (the webhook)
+    leaving: frozenset[str] = frozenset()  # nodes it is to move off so a waiting gang fits (defragmentation)
+    leaving_for: str = ""  # that gang (namespace/name)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -212,6 +214,10 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     planned = _maintenance(placement, health or {}, seen.evicting if seen is not None else frozenset())
     if planned:
         return Restart(LossReason.MAINTENANCE, "; ".join(p.message for p in planned), request, planned)
+    if seen is not None and (moving := sorted({r.node for r in placement.ranks} & seen.leaving)):
+        why = f"moved off {', '.join(moving)} so {seen.leaving_for} fits in one domain"
+        return Restart(LossReason.MIGRATION, why, request,
+                       tuple(NodeLoss(n, LossReason.MIGRATION, why, None) for n in moving))
     unbound = [p for p in wanted if not mine[p].node_name]
     if unbound and not any(mine[p].gated for p in wanted):
         stalled = _stalled(unbound, wanted, pods, placement, placed.last_transition_time, now, seen, bind_timeout)

@@ -7,7 +7,8 @@ API's objects (the truth), after every step:
 - no GPU is held by two live pods;
 - no gang is partly released: a pod of a placement is ungated only if every pod of it exists;
 - no job is Failed: nothing in this world ever fails (no pod is deleted behind its back); gangs of a
-  high PriorityClass preempt gangs of a low one, and a preempted gang is requeued, never failed.
+  high PriorityClass preempt gangs of a low one (a preempted gang is requeued, never failed), and
+  migratable gangs are moved so waiting ones fit (defragmentation on).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
-from railyard.operator.base.settings import Settings
+from railyard.operator.base.settings import PlacementSettings, Settings
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.topology.nodes import parse_gpu_annotation, pinned_node
 
@@ -57,7 +58,9 @@ class OperatorUnderChaos(RuleBasedStateMachine):
             self.state.replace(kind, items, rv)
         self.pending = []
         self.api.log.clear()
-        self.placer = PlacementLoop(self.state, self.api, Settings(), lambda: True)
+        # Defragmentation on, so migratable gangs are moved too (checkpoint-then-restart) under the chaos.
+        settings = Settings(placement=PlacementSettings(defragmentation=True, loss_debounce_seconds=0))
+        self.placer = PlacementLoop(self.state, self.api, settings, lambda: True)
 
     def _collect(self) -> None:
         self.pending.extend(self.api.log)
@@ -70,17 +73,20 @@ class OperatorUnderChaos(RuleBasedStateMachine):
 
     # --- the world ---------------------------------------------------------------------------------
 
-    @initialize(count=st.integers(0, 6))
-    def low_priority_jobs_fill_the_cluster(self, count: int) -> None:
-        """A cluster busy with low-priority one-node gangs, so a "high" gang has someone to preempt."""
+    @initialize(count=st.integers(0, 6), migratable=st.booleans())
+    def low_priority_jobs_fill_the_cluster(self, count: int, migratable: bool) -> None:
+        """A cluster busy with low-priority one-node gangs, so a "high" gang has someone to preempt (or,
+        once some are gone, to move)."""
         for _ in range(count):
-            self.create_job((1, 8), "low", None)
+            self.create_job((1, 8), "low", None, migratable)
 
     @rule(shape=st.sampled_from(SHAPES), class_name=st.sampled_from([None, "low", "high"]),
-          tier=st.sampled_from([None, "tor"]))
-    def create_job(self, shape: tuple[int, int], class_name: str | None, tier: str | None) -> None:
+          tier=st.sampled_from([None, "tor"]), migratable=st.booleans())
+    def create_job(self, shape: tuple[int, int], class_name: str | None, tier: str | None,
+                   migratable: bool = False) -> None:
         replicas, gpus = shape
-        body = make_job(f"job-{self.jobs}", replicas, gpus=gpus, topology={"requiredTier": tier} if tier else None)
+        body = make_job(f"job-{self.jobs}", replicas, gpus=gpus, topology={"requiredTier": tier} if tier else None,
+                        preemption={"migratable": migratable})
         if class_name:
             body["spec"]["priorityClassName"] = class_name
         self.api.create_job(body)
@@ -92,6 +98,23 @@ class OperatorUnderChaos(RuleBasedStateMachine):
     def delete_job(self, data) -> None:
         key = data.draw(st.sampled_from(sorted(self.api.objects["trainingjobs"])))
         self.api.delete_job(*key)
+        self._collect()
+
+    @rule()
+    def a_gang_in_each_tor_finishes(self) -> None:
+        """Departures that fragment the cluster: in each TOR the first one-node gang there is deleted."""
+        tor_of = {n: obj["metadata"]["labels"].get("topology.railyard.dev/tor")
+                  for (_, n), obj in self.api.objects["nodes"].items()}
+        chosen: dict[str, tuple[str, str]] = {}
+        for (namespace, _), pod in sorted(self.api.objects["pods"].items()):
+            job = pod["metadata"]["labels"].get("railyard.dev/job-name")
+            key = (namespace, job)
+            body = self.api.objects["trainingjobs"].get(key)
+            tor = tor_of.get(pod["spec"].get("nodeName") or "")
+            if body is not None and body["spec"]["replicas"] == 1 and tor and tor not in chosen:
+                chosen[tor] = key
+        for key in set(chosen.values()):
+            self.api.delete_job(*key)
         self._collect()
 
     @rule()
@@ -198,3 +221,48 @@ class OperatorUnderChaos(RuleBasedStateMachine):
 OperatorUnderChaos.TestCase.settings = settings(max_examples=100, stateful_step_count=60, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestOperatorUnderChaos = OperatorUnderChaos.TestCase
+
+
+def test_a_fragmented_cluster_defragments_and_a_busy_one_preempts_with_the_invariants_holding():
+    """The paths random runs reach rarely, driven on purpose through the same machine: departures fragment
+    the TORs, a TOR gang has a migratable gang moved, then a high gang preempts; every step is checked."""
+    machine = OperatorUnderChaos()
+
+    def settle(passes: int = 3) -> None:
+        for _ in range(passes):
+            if machine.pending:
+                machine.deliver_in_order(_All(len(machine.pending)))
+            for step in (machine.placement_iteration, machine.kubelets_finish_terminating,
+                         machine.kube_scheduler_binds):
+                step()
+                for check in (machine.no_gpu_double_booked, machine.no_gang_partly_released,
+                              machine.no_job_failed_without_a_failure):
+                    check()
+
+    try:
+        for _ in range(6):
+            machine.create_job((1, 8), "low", None, True)
+        settle()
+        machine.a_gang_in_each_tor_finishes()
+        settle()
+        machine.create_job((2, 8), "low", "tor", False)
+        settle(5)
+        restarts = [(j.get("status") or {}).get("lastRestart") or {} for j in machine.api.objects["trainingjobs"].values()]
+        assert any(r.get("reason") == "Migration" for r in restarts), "a gang was moved"
+        machine.create_job((3, 8), "high", "tor", False)
+        settle(5)
+        conditions = [c for j in machine.api.objects["trainingjobs"].values()
+                      for c in (j.get("status") or {}).get("conditions") or []]
+        assert any(c["type"] == "Preempted" and c["status"] == "True" for c in conditions), "a gang was preempted"
+    finally:
+        machine.teardown()
+
+
+class _All:
+    """A stand-in for hypothesis' data: draws deliver every pending event."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def draw(self, _strategy: object) -> int:
+        return self.count
