@@ -247,7 +247,8 @@ def test_a_fragmented_cluster_defragments_and_a_busy_one_preempts_with_the_invar
         settle()
         machine.create_job((2, 8), "low", "tor", False)
         settle(5)
-        restarts = [(j.get("status") or {}).get("lastRestart") or {} for j in machine.api.objects["trainingjobs"].values()]
+        jobs = machine.api.objects["trainingjobs"].values()
+        restarts = [(j.get("status") or {}).get("lastRestart") or {} for j in jobs]
         assert any(r.get("reason") == "Migration" for r in restarts), "a gang was moved"
         machine.create_job((3, 8), "high", "tor", False)
         settle(5)
