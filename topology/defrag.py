@@ -22,7 +22,7 @@ from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.preemption import RunningGang, enough, scopes, sufficient_prefix, victim_order
 from railyard.topology.replace import RankSlot, Replacement, solve_replacement
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve
+from railyard.topology.solver import Placement, solve, template_eligible
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ class MigrationPlan:
 
 
 def fits_by_gpus(snapshot: Snapshot, request: GangRequest) -> bool:
-    """Enough free GPUs in the cluster for the gang (what topology then refuses, moves may give)."""
-    return snapshot.free_gpus >= request.smallest * request.gpus_per_replica
+    """Enough free GPUs on the nodes the gang may use (what topology then refuses, moves may give)."""
+    eligible = template_eligible(snapshot, request)
+    free = sum(len(snapshot.free(n)) for n in snapshot.nodes if n.name in eligible)
+    return free >= request.smallest * request.gpus_per_replica
 
 
 def _rehome(outside: Snapshot, movers: Sequence[Mover], nodes: frozenset[str],

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from railyard.topology.levels import NODE
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve
+from railyard.topology.solver import Placement, solve, template_eligible
 
 WHOLE_CLUSTER = ""  # the domain id of a plan that is not inside one domain of any level
 
@@ -139,12 +139,16 @@ def scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[str
     """The levels to look for a domain to clear, in turn: the required tier alone; without one, from
     the lowest level above the node upwards, then the whole cluster."""
     levels = snapshot.levels
+    eligible = template_eligible(snapshot, request)  # a domain is only its nodes the gang may use
+
+    def usable(level: int) -> dict[str, frozenset[str]]:
+        return {d: nodes & eligible for d, nodes in _domains(snapshot, level).items() if nodes & eligible}
+
     if request.required_tier is not None:
-        level = levels.index(request.required_tier)
-        return [(request.required_tier, _domains(snapshot, level))]
-    scopes = [(levels.name(level), _domains(snapshot, level)) for level in range(1, levels.depth + 1)]
-    scopes.append(("cluster", {WHOLE_CLUSTER: frozenset(n.name for n in snapshot.nodes)}))
-    return scopes
+        return [(request.required_tier, usable(levels.index(request.required_tier)))]
+    found = [(levels.name(level), usable(level)) for level in range(1, levels.depth + 1)]
+    found.append(("cluster", {WHOLE_CLUSTER: eligible} if eligible else {}))
+    return found
 
 
 def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequence[RunningGang],

@@ -101,6 +101,13 @@ def excluded_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits 
     return why
 
 
+def template_eligible(snapshot: Snapshot, request: GangRequest) -> frozenset[str]:
+    """The nodes the gang's template may use at all (selectors, affinity, taints, GPU product): what
+    no eviction or move can change."""
+    return frozenset(n.name for n, reason in zip(snapshot.nodes, _template_reasons(snapshot, request), strict=True)
+                     if not reason)
+
+
 def _eligible(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None,
               why: dict[str, str] | None = None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
     """Nodes the template may use, why the others may not, and how many replicas each node's
