@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak preemption
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak preemption defrag spares
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -12,6 +12,7 @@ help:
 	@echo "make compare - Railyard next to kube-scheduler gang scheduling and a naive baseline on the rig"
 	@echo "make goodput - goodput under Llama 3's failure mix (JSON); make soak - a fault a minute for 30 min"
 	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
+	@echo "make defrag / make spares - a fragmenting stream, and replacements with full TORs (JSON)"
 
 deps:
 	@hack/deps.sh
@@ -60,6 +61,12 @@ soak: deps build
 
 preemption: deps
 	.venv/bin/python hack/bench_preemption.py | tee bench-preemption.json
+
+defrag: deps
+	.venv/bin/python hack/bench_defrag.py | tee bench-defrag.json
+
+spares: deps
+	.venv/bin/python hack/bench_spares.py | tee bench-spares.json
 
 # Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
 # fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.
