@@ -59,8 +59,14 @@ def _picture(decision: Decision, result: PlanResult, used_before: dict[str, froz
 def render_table(result: PlanResult) -> str:
     lines = ["legend: one mark per GPU in rail order - # this job, o in use before, . free", ""]
     used: dict[str, frozenset[int]] = dict(result.before.used)
-    for decision in result.decisions:
+    migrations = result.migrations or (None,) * len(result.decisions)
+    for decision, migration in zip(result.decisions, migrations, strict=True):
         lines.append(_summary(decision))
+        if migration is not None:
+            for move in migration.moves:
+                lines.append(f"  after moving {move.key} off {', '.join(move.leaves)} to "
+                             f"{', '.join(sorted({r.new for r in move.replacements}))} "
+                             f"({migration.level} {migration.domain} cleared)")
         lines.extend(_picture(decision, result, used))
         if decision.placement is not None:
             for node, gpus in decision.placement.allocations:

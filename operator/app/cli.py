@@ -71,7 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         raise InputError("give --nodes NODES.yaml (or --kubeconfig to read a live cluster)")
     jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs, scheme.levels)
-    result = plan(build_snapshot(nodes, pods, scheme, trusted), jobs, pod_infos(pods, trusted))
+    result = plan(build_snapshot(nodes, pods, scheme, trusted), jobs, pod_infos(pods, trusted), args.defragment)
     if args.output == "json":
         print(json.dumps(plan_json(result)))
     else:
@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", default="native", help="label preset(s), e.g. native, aws, gke, topograph, aws,gfd")
     p.add_argument("--levels", help=LEVELS_HELP)
     p.add_argument("--kubeconfig", help="read nodes and pods from this cluster instead of files")
+    p.add_argument("--defragment", action="store_true",
+                   help="a job that does not fit moves earlier migratable jobs of the file, as the operator would")
     p.set_defaults(func=cmd_plan)
     st = sub.add_parser("status", help="where TrainingJobs landed (from their bound pods)")
     st.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")

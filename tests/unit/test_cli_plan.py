@@ -129,3 +129,33 @@ def test_a_json_dump_plans_like_the_yaml_one(tmp_path, capsys):
 
     assert plan(from_json) == plan(from_yaml)
 
+
+
+def test_defragment_shows_which_running_jobs_move_where_so_a_job_fits(tmp_path, capsys):
+    import yaml
+
+    from tests.support.clusters import profile_nodes
+
+    nodes = profile_nodes(leaves=1, tors=2, nodes=2)
+    by_tor: dict[str, list[str]] = {}
+    for node in nodes:
+        by_tor.setdefault(node["metadata"]["labels"]["topology.railyard.dev/tor"], []).append(node["metadata"]["name"])
+    (first, second) = [sorted(names)[0] for _, names in sorted(by_tor.items())]
+    node_file = write(tmp_path, yaml.safe_dump_all(nodes), "nodes.yaml")
+
+    def running(name: str, node: str) -> str:  # as `kubectl get trainingjobs -o yaml` gives a placed job
+        body = JOB.format(name=name, replicas=1, extra="preemption: {migratable: true}")
+        status = {"status": {"placement": {"ranks": [{"rank": 0, "node": node, "gpus": list(range(8))}]}}}
+        return body + yaml.safe_dump(status)
+
+    wide = JOB.format(name="wide", replicas=2, extra="topology: {requiredTier: tor}")
+    jobs = write(tmp_path, "---\n".join([running("a", first), running("b", second), wide]))
+    code, out, _ = run(capsys, "plan", "--nodes", node_file, "--jobs", jobs, "-o", "json")
+    assert code == 0 and json.loads(out)["jobs"][0]["placed"] is False, "without --defragment it does not fit"
+    code, out, _ = run(capsys, "plan", "--nodes", node_file, "--jobs", jobs, "-o", "json", "--defragment")
+    planned = json.loads(out)["jobs"][0]
+    assert code == 0 and planned["placed"] is True
+    moves = planned["migration"]["moves"]
+    assert len(moves) == 1 and moves[0]["job"] in ("ns/a", "ns/b")
+    code, out, _ = run(capsys, "plan", "--nodes", node_file, "--jobs", jobs, "--defragment")
+    assert "after moving ns/" in out and "cleared" in out
