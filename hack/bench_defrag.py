@@ -9,8 +9,11 @@ nodes, one TOR), 5 % large (128 nodes, one leaf required); exponential lifetimes
 large 6 h). Every pass (5 simulated minutes) places queued gangs oldest first, with backfill; the
 oldest large gang waiting past 10 minutes reserves the leaf with the most free GPUs (the operator's
 starvation rule). With defragmentation, a queued gang that fits by free GPUs but not by topology gets
-the planner's moves (small and medium gangs are migratable; each move costs the mover 10 minutes of
-its GPUs: checkpoint, restart, reload) - at most RAILYARD_MIGRATIONS_PER_HOUR's default, 4 an hour.
+the planner's moves, planned on the same view as its solve (the reservation excluded), among small and
+medium gangs not moved in the last hour (RAILYARD_MIGRATION_INTERVAL_SECONDS); each move costs the
+mover 10 minutes of its GPUs (checkpoint, restart, reload), at most 4 moves an hour
+(RAILYARD_MIGRATIONS_PER_HOUR), and the waiting gang starts one pass later (its movers save a step
+and restart first; its wait counts until then).
 
 Simulated time, not a live rig: the live mechanics are tests/e2e/test_defrag.py.
 """
@@ -52,6 +55,7 @@ class Job:
     started: float | None = None
     ends: float | None = None
     slots: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    moved_at: float | None = None
 
     @property
     def large(self) -> bool:
@@ -89,18 +93,20 @@ def stream(seed: int, hours: float, rate_per_hour: float) -> list[Job]:
 
 
 def _start(world: World, job: Job, slots, now: float) -> None:
+    """Its GPUs taken at once; it starts (and its wait ends) at `now`."""
     job.started, job.ends, job.slots = now, now + job.lifetime, tuple(slots)
     world.snapshot = world.snapshot.allocate(job.slots)
     world.running[job.name] = job
 
 
-def _defragment(world: World, job: Job, now: float) -> bool:
+def _defragment(world: World, job: Job, view: Snapshot, now: float) -> bool:
     world.moves = [t for t in world.moves if now - t < 3600]
     if len(world.moves) >= MOVES_PER_HOUR:
         return False
     movers = [Mover(RunningGang(f"bench/{j.name}", 0, j.slots, 8 * j.nodes * MOVE_COST), j.request())
-              for j in world.running.values() if not j.large]
-    plan = plan_migration(world.snapshot, job.request(), movers)
+              for j in world.running.values() if not j.large and (j.moved_at is None or now - j.moved_at >= 3600)
+              and all(view.has_node(n) for n, _ in j.slots)]
+    plan = plan_migration(view, job.request(), movers)
     if plan is None or len(world.moves) + len(plan.moves) > MOVES_PER_HOUR:
         return False
     for move in plan.moves:
@@ -109,11 +115,12 @@ def _defragment(world: World, job: Job, now: float) -> bool:
         slots = tuple(new.get(rank, slot) for rank, slot in enumerate(mover.slots))
         world.snapshot = world.snapshot.release(mover.slots).allocate(slots)
         mover.slots = slots
+        mover.moved_at = now
         mover.ends = (mover.ends or now) + MOVE_COST  # the restart's lost time is run again
         world.move_gpu_seconds += 8 * mover.nodes * MOVE_COST
         world.moves.append(now)
         world.move_count += 1
-    _start(world, job, plan.placement.allocations, now)
+    _start(world, job, plan.placement.allocations, now + PASS)  # after its movers saved and restarted
     return True
 
 
@@ -147,7 +154,7 @@ def simulate(jobs: list[Job], defrag: bool, hours: float) -> dict:
             if decision.placement is not None:
                 _start(world, job, decision.placement.allocations, now)
                 world.queue.remove(job)
-            elif defrag and job.large and _defragment(world, job, now):
+            elif defrag and job.large and _defragment(world, job, view, now):
                 world.queue.remove(job)
         utilisation.append(1 - world.snapshot.free_gpus / total)
         now += PASS

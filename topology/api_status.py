@@ -239,6 +239,8 @@ class TrainingJobStatus(_Model):
     preemptions: list[Timestamp] = Field(default_factory=list)
     # namespace/name of the gang this one is being preempted for (while it saves a step).
     preempted_by: str | None = Field(None, alias="preemptedBy", max_length=512)
+    # When the job was last moved for defragmentation (the per-job interval reads it).
+    last_migration: Timestamp | None = Field(None, alias="lastMigration")
 
     def as_patch(self) -> dict[str, Any]:
         """The merge patch body this partial status stands for."""

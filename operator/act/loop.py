@@ -89,7 +89,7 @@ class PlacementLoop:
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
         self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
-        self.migrations = Migrations(ctx, self.writer, self.events, self.preemptions)
+        self.migrations = Migrations(ctx, self.writer, self.events, self.preemptions, self.checkpoints)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
                                  self.breaker, self.checkpoints, self.preemptions, self.migrations)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
@@ -169,6 +169,7 @@ class PlacementLoop:
         state = ctx.state
         snapshot = state.snapshot()
         ctx.memories.retain(state.jobs.values())
+        await self.migrations.prune()
         waiting: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement

@@ -7,7 +7,7 @@ is told which of its nodes to leave (Seen.leaving), so `assess` answers a planne
 (LossReason.MIGRATION) that act/recovery carries out as a planned move: its ranks save a step first,
 the ranks on those nodes are re-homed outside the held nodes, nothing is quarantined, and the gang
 resumes from the saved step. Bounded: at most RAILYARD_MIGRATIONS_PER_HOUR moves, a job moved at most
-once per RAILYARD_MIGRATION_INTERVAL_SECONDS (read from its lastRestart, so an operator restart does
+once per RAILYARD_MIGRATION_INTERVAL_SECONDS (status.lastMigration, so an operator restart does
 not reset it). A move whose waiting gang was placed, deleted or timed out is called off, as is one
 that finds no room outside (the mover keeps running).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.preemption import Hold, Preemptions
@@ -27,7 +28,6 @@ from railyard.operator.decide.preemption import HOUR, lost_gpu_seconds, parse_ke
 from railyard.operator.decide.priority import resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.topology.defrag import MigrationPlan, Mover, fits_by_gpus, plan_migration
-from railyard.topology.faults import LossReason
 from railyard.topology.model import Snapshot
 from railyard.topology.preemption import RunningGang
 
@@ -43,8 +43,10 @@ class PendingMove:
 
 
 class Migrations:
-    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, preemptions: Preemptions) -> None:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, preemptions: Preemptions,
+                 checkpoints: Checkpoints) -> None:
         self.ctx = ctx
+        self.checkpoints = checkpoints
         self.writer = writer
         self.events = events
         self.preemptions = preemptions
@@ -52,21 +54,43 @@ class Migrations:
         self._recent: list[float] = []  # monotonic times of the moves started (the hourly cap)
 
     def leaving(self, job: Job) -> tuple[frozenset[str], str]:
-        """The nodes this job is to leave now, and for whom; nothing once the move is done or off."""
+        """The nodes this job is to leave now, and for whom (`prune` has dropped moves done or off)."""
         move = self._moves.get(job.key)
         if move is None:
             return frozenset(), ""
-        waiting = self.ctx.state.jobs.get(move.waiting)
-        if job.restart_count != move.restart_count or waiting is None or waiting.deleting or \
-                waiting.placement is not None or self.ctx.clock.monotonic() > move.until:
-            del self._moves[job.key]
-            return frozenset(), ""
         return move.nodes, f"{move.waiting[0]}/{move.waiting[1]}"
 
+    async def prune(self) -> None:
+        """Moves done (the mover restarted) are forgotten; moves no longer wanted (the waiting gang was
+        placed, deleted, or its time ran out) are called off: the mover's ranks stop holding for the
+        step they were asked to save, and an Event says so."""
+        mono = self.ctx.clock.monotonic()
+        for key, move in list(self._moves.items()):
+            job = self.ctx.state.jobs.get(key)
+            if job is None or job.restart_count != move.restart_count:
+                del self._moves[key]
+                continue
+            waiting = self.ctx.state.jobs.get(move.waiting)
+            if waiting is None or waiting.deleting:
+                why = "the gang it made room for is gone"
+            elif waiting.placement is not None:
+                why = "the gang it made room for was placed"
+            elif mono > move.until:
+                why = "its time ran out (RAILYARD_PREEMPTION_HOLD_SECONDS)"
+            else:
+                continue
+            await self.no_room(job, why)
+
     async def no_room(self, job: Job, why: str) -> None:
-        """The move found no room outside the held nodes when it came to it: called off, it runs on."""
-        if self._moves.pop(job.key, None) is not None:
-            await self.events.normal(job, EventReason.MIGRATION_CANCELLED, f"move called off: {why}; it runs on")
+        """The move is off (no room outside the held nodes when it came to it, or no longer wanted): the
+        mover runs on; once the waiting gang has no move left, its hold goes too (nothing sits idle)."""
+        move = self._moves.pop(job.key, None)
+        if move is None:
+            return
+        self.checkpoints.end(job, self.ctx.memories.recall(job))
+        await self.events.normal(job, EventReason.MIGRATION_CANCELLED, f"move called off: {why}; it runs on")
+        if not any(m.waiting == move.waiting for m in self._moves.values()):
+            self.preemptions.release(move.waiting)
 
     def _movers(self, priority: int, exclude: Key, now: float) -> list[Mover]:
         state, settings = self.ctx.state, self.ctx.settings.placement
@@ -82,10 +106,10 @@ class Migrations:
             own = resolve(job.priority_class_name, state.priority_classes)
             if own is None or own.value > priority:
                 continue
-            restart = job.status.last_restart
-            if restart is not None and restart.reason == LossReason.MIGRATION and restart.decided_at is not None \
-                    and now - restart.decided_at.timestamp() < settings.migration_interval_seconds:
+            moved = job.status.last_migration
+            if moved is not None and now - moved.timestamp() < settings.migration_interval_seconds:
                 continue  # moved recently: never twice within the interval
+            restart = job.status.last_restart
             slots = tuple((r.node, tuple(r.gpus)) for r in sorted(placement.ranks, key=lambda r: r.rank))
             gpus = sum(len(g) for _, g in slots)
             began = restart.released_at if restart is not None and restart.released_at is not None else \
@@ -99,7 +123,8 @@ class Migrations:
     def plan(self, job: Job, candidate: QueuedJob, view: Snapshot, now: float) -> MigrationPlan | None:
         settings = self.ctx.settings.placement
         mono = self.ctx.clock.monotonic()
-        if not settings.defragmentation or self.preemptions.holding(candidate.key) is not None:
+        if not settings.defragmentation or self.preemptions.holding(candidate.key) is not None or \
+                self.preemptions.cooling(candidate.key):
             return None
         self._recent = [t for t in self._recent if mono - t < HOUR]
         if len(self._recent) >= settings.migrations_per_hour or not fits_by_gpus(view, candidate.request):

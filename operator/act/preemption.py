@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from railyard.operator.act.checkpoints import Checkpoints
@@ -91,8 +92,14 @@ class Preemptions:
         self._holds[key] = hold
 
     def placed(self, key: Key) -> None:
-        """The preemptor is placed: its hold served its purpose."""
+        """The gang is placed (or restarted): its hold served its purpose."""
         self._holds.pop(key, None)
+
+    release = placed  # a hold nothing is coming for any more (its moves were all called off)
+
+    def cooling(self, key: Key) -> bool:
+        """Its last hold timed out recently: it plans no new preemption or moves until the cooling ends."""
+        return self._cooling.get(key, 0.0) > self.ctx.clock.monotonic()
 
     async def expire(self, mono: float) -> None:
         """Holds past their time (victims stuck terminating, checkpoints slow) are given up, saying so."""
@@ -104,13 +111,16 @@ class Preemptions:
             if mono < hold.until:
                 continue
             del self._holds[key]
-            self._cooling[key] = mono + self.ctx.settings.placement.preemption_hold_seconds
-            message = (f"the nodes held for it ({len(hold.nodes)}) were not free within "
-                       f"{self.ctx.settings.placement.preemption_hold_seconds:.0f}s "
-                       f"(RAILYARD_PREEMPTION_HOLD_SECONDS): released; victims {', '.join(hold.victims) or 'none'} "
-                       "stay requeued")
-            metrics.PREEMPTIONS.labels(PreemptionOutcome.TIMED_OUT).inc()
-            await self.events.warning(job, PlacedReason.PREEMPTING, message, key="timeout")
+            seconds = self.ctx.settings.placement.preemption_hold_seconds
+            if hold.spare:  # a running gang's restart goes ahead from what is free (recovery)
+                continue
+            self._cooling[key] = mono + seconds
+            gone = "stay requeued" if hold.reason == PlacedReason.PREEMPTING else "run on where they are"
+            message = (f"the nodes held for it ({len(hold.nodes)}) were not free within {seconds:.0f}s "
+                       f"(RAILYARD_PREEMPTION_HOLD_SECONDS): released; {', '.join(hold.victims) or 'nobody'} {gone}")
+            if hold.reason == PlacedReason.PREEMPTING:
+                metrics.PREEMPTIONS.labels(PreemptionOutcome.TIMED_OUT).inc()
+            await self.events.warning(job, hold.reason, message, key="timeout")
 
     # --- planning --------------------------------------------------------------------------------------
 
@@ -148,33 +158,52 @@ class Preemptions:
             job.status.start_time
         return began.timestamp() if began is not None else None
 
-    def _leaving(self, key: Key) -> list[tuple[str, tuple[int, ...]]]:
-        """GPUs already on their way out: Terminating pods, and gangs marked as victims (for anyone)."""
-        out = list(self.ctx.state.leaving())
-        for other, job in self.ctx.state.jobs.items():
-            if other != key and job.placement is not None and _saving(job):
-                out += [(r.node, tuple(r.gpus)) for r in job.placement.ranks]
+    def _leaving(self, key: Key, only_for: str | None) -> list[tuple[str, tuple[int, ...], Mapping[str, int]]]:
+        """GPUs (and requests) on their way out: Terminating pods, and gangs marked as victims; with
+        `only_for`, only those of gangs preempted for that gang (namespace/name)."""
+        jobs = self.ctx.state.jobs
+        chosen = None if only_for is None else [k for k, j in jobs.items() if j.status.preempted_by == only_for]
+        out = list(self.ctx.state.leaving(chosen))
+        for other, job in jobs.items():
+            if other == key or job.placement is None or not _saving(job):
+                continue
+            if only_for is not None and job.status.preempted_by != only_for:
+                continue
+            resources = dict(job.request.resources) if job.request is not None else {}
+            out += [(r.node, tuple(r.gpus), resources) for r in job.placement.ranks]
         return out
 
+    @staticmethod
+    def _without(view: Snapshot, leaving: list[tuple[str, tuple[int, ...], Mapping[str, int]]]) -> Snapshot:
+        for node, gpus, requests in leaving:
+            if view.has_node(node):
+                view = view.release([(node, tuple(g for g in gpus if g in view.used.get(node, frozenset())))],
+                                    requests)
+        return view
+
     def plan(self, job: Job, candidate: QueuedJob, view: Snapshot, now: float) -> PreemptionPlan | Hold | None:
-        """For a queued gang that did not fit on `view`: a plan whose victims are to be evicted, a Hold
-        (it fits once what is leaving has gone: wait for that, evict nobody new), or None."""
+        """For a queued gang that did not fit on `view`: a plan whose victims are to be evicted; a Hold
+        (it fits once the gangs preempted for it have gone: wait for them, evict nobody new); or None
+        (it fits once what others are leaving has gone, or nobody can make room)."""
         settings = self.ctx.settings.placement
         mono = self.ctx.clock.monotonic()
-        if not settings.preemption or job.spec is None or candidate.key in self._holds:
-            return None
-        if self._cooling.get(candidate.key, 0.0) > mono:
+        if not settings.preemption or job.spec is None or candidate.key in self._holds or self.cooling(candidate.key):
             return None
         priority = resolve(job.priority_class_name, self.ctx.state.priority_classes)
         if priority is None or not may_preempt(priority, job.spec.preemption.policy):
             return None
-        leaving = [(n, tuple(g for g in gpus if g in view.used.get(n, frozenset())))
-                   for n, gpus in self._leaving(candidate.key) if view.has_node(n)]
-        after = view.release([(n, g) for n, g in leaving if g])
-        waiting = solve(after, candidate.request).placement
-        if waiting is not None:
-            nodes = frozenset(r.node for r in waiting.replicas)
-            return Hold(nodes, (), mono + settings.preemption_hold_seconds)
+        me = f"{job.namespace}/{job.name}"
+        mine = self._leaving(candidate.key, me)
+        if mine:  # victims chosen for it before (this operator's, or a predecessor's) are still leaving
+            waiting = solve(self._without(view, mine), candidate.request).placement
+            if waiting is not None:
+                names = tuple(sorted({f"{k[0]}/{k[1]}" for k, j in self.ctx.state.jobs.items()
+                                      if j.status.preempted_by == me}))
+                return Hold(frozenset(r.node for r in waiting.replicas), names,
+                            mono + settings.preemption_hold_seconds)
+        after = self._without(view, self._leaving(candidate.key, None))
+        if solve(after, candidate.request).placed:
+            return None  # room is coming anyway: nobody new is evicted for it
         candidates = [c for c in self._candidates(candidate.priority, candidate.key, now) if
                       all(view.has_node(n) for n in c.nodes)]
         return plan_preemption(after, candidate.request, candidates)
@@ -186,24 +215,29 @@ class Preemptions:
         if isinstance(plan, Hold):
             self._holds[job.key] = plan
             return f"waiting for {len(plan.nodes)} nodes that lower-priority gangs are leaving (held for it)"
-        names = tuple(v.key for v in plan.victims)
-        # Held: where it will land, not the whole domain (nothing else waits for no reason).
-        landing = frozenset(r.node for r in plan.placement.replicas)
-        self._holds[job.key] = Hold(landing, names, mono + hold_seconds)
         preemptor = f"{job.namespace}/{job.name}"
         now = utc(self.ctx.clock.time())
-        metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
         summary = describe_plan(plan)
-        for victim in plan.victims:
-            key = parse_key(victim.key)
-            target = self.ctx.state.jobs.get(key)
+        marked: list[str] = []
+        for victim in plan.victims:  # write-ahead: marked before anything is evicted
+            target = self.ctx.state.jobs.get(parse_key(victim.key))
             if target is None:
                 continue
             message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds)
             if await self.writer.patch(target, transitions.preemption_chosen(target, preemptor, message, now)) \
                     is not None:
+                marked.append(victim.key)
                 await self.events.warning(target, PreemptedReason.SAVING, message, key=f"{preemptor}/{job.uid}")
-        await self.events.normal(job, PlacedReason.PREEMPTING, f"evicting {summary}", key=",".join(names))
+        if len(marked) < len(plan.victims):
+            # A victim could not be marked: no hold on a plan that does not hold. Those marked go on being
+            # evicted; the next pass plans again, counting them as leaving for this gang.
+            log.info("%s: %d of %d victims marked; planning again", preemptor, len(marked), len(plan.victims))
+            return "choosing victims"
+        # Held: where it will land, not the whole domain (nothing else waits for no reason).
+        landing = frozenset(r.node for r in plan.placement.replicas)
+        self._holds[job.key] = Hold(landing, tuple(marked), mono + hold_seconds)
+        metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
+        await self.events.normal(job, PlacedReason.PREEMPTING, f"evicting {summary}", key=",".join(marked))
         log.info("%s preempts %s", preemptor, summary)
         return f"evicting {summary}; the domain is held for it"
 
@@ -234,26 +268,39 @@ class Preemptions:
         for node in snapshot.nodes:
             if node.name not in lost and node.tor in need and len(snapshot.free(node)) == node.gpu_count:
                 free[node.tor] = free.get(node.tor, 0) + 1
-        short = {tor for tor, count in need.items() if free.get(tor, 0) < count}
-        if not short:
+        missing = {tor: count - free.get(tor, 0) for tor, count in need.items() if free.get(tor, 0) < count}
+        if not missing:
             return False
+        own = resolve(job.priority_class_name, state.priority_classes)
+        now_wall = self.ctx.clock.time()
+        options: list[tuple[float, str, Job, set[str]]] = []
+        for key, other in state.jobs.items():
+            if key == job.key or other.placement is None or other.spec is None or _saving(other) or \
+                    other.finished or other.deleting or not other.spec.preemption.backfill_spares:
+                continue
+            theirs = resolve(other.priority_class_name, state.priority_classes)
+            if own is None or theirs is None or theirs.value > own.value or \
+                    len(recent_preemptions(other.status.preemptions, now_wall)) >= settings.preemptions_per_hour:
+                continue
+            whole = {r.node for r in other.placement.ranks if (m := state.nodes.get(r.node)) is not None
+                     and m.tor in missing and len(r.gpus) == m.gpu_count}
+            if whole:
+                gpus = sum(len(r.gpus) for r in other.placement.ranks)
+                options.append((lost_gpu_seconds(gpus, self._last_saved(other), now_wall), f"{key}", other, whole))
         victims: list[Job] = []
         nodes: set[str] = set()
-        for key, other in state.jobs.items():
-            if key == job.key or other.placement is None or other.spec is None or _saving(other):
-                continue
-            ranks = other.placement.ranks
-            if other.spec.preemption.backfill_spares and any(
-                    (m := state.nodes.get(r.node)) is not None and m.tor in short for r in ranks):
-                victims.append(other)
-                nodes |= {r.node for r in ranks}
+        for _, _, other, whole in sorted(options, key=lambda o: (o[0], o[1])):  # the least work lost first
+            if all(sum(1 for n in nodes if state.nodes[n].tor == tor) >= count for tor, count in missing.items()):
+                break
+            victims.append(other)
+            nodes |= whole
         if not victims:
             return False
         names = tuple(f"{v.namespace}/{v.name}" for v in victims)
         self._holds[job.key] = Hold(frozenset(nodes), names, mono + settings.preemption_hold_seconds, spare=True)
         by = f"{job.namespace}/{job.name}"
         now = utc(self.ctx.clock.time())
-        message = (f"preempted by {by}: it lost nodes in TOR {', '.join(sorted(short))} and needs the hot spares "
+        message = (f"preempted by {by}: it lost nodes in TOR {', '.join(sorted(missing))} and needs the hot spares "
                    f"this job backfilled; its ranks save a step first (at most "
                    f"{settings.preemption_checkpoint_seconds:.0f}s), then it is requeued")
         for victim in victims:

@@ -58,6 +58,9 @@ class Recovery:
         self.ctx = ctx
         self.preemptions = preemptions
         self.migrations = migrations
+        # One restart's solve -> record at a time: restarts of one pass run concurrently, and two solved on
+        # the same state (before either is recorded) could choose the same free GPUs.
+        self._choosing = asyncio.Lock()
         self.checkpoints = checkpoints
         self.breaker = breaker
         self.writer = writer
@@ -108,7 +111,8 @@ class Recovery:
         if wait > 0:
             asyncio.get_running_loop().call_later(wait, self.writer.wake)
             return
-        if await self.preemptions.reclaim_spares(job, [loss.node for loss in action.losses]):
+        if action.reason != LossReason.MIGRATION and \
+                await self.preemptions.reclaim_spares(job, [loss.node for loss in action.losses]):
             asyncio.get_running_loop().call_later(1.0, self.writer.wake)  # backfilled spares are being freed
             return
         memory.losses_seen_at = None
@@ -149,6 +153,10 @@ class Recovery:
 
     async def restart_now(self, job: Job, action: Restart) -> bool:
         """True when the gang restarted (or was re-queued or failed); False while it waits."""
+        async with self._choosing:
+            return await self._restart_now(job, action)
+
+    async def _restart_now(self, job: Job, action: Restart) -> bool:
         placement = job.placement
         assert placement is not None
         state = self.ctx.state
@@ -164,10 +172,12 @@ class Recovery:
         keep = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node not in lost_names]
         lost = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.node in lost_names]
         models = {n: state.last_model[n] for n in lost_names if n in state.last_model}
-        # Not onto nodes held for another gang (a preemptor's, or one being defragmented for).
-        snapshot = snapshot.without_nodes(frozenset(lost_names) | self.preemptions.held_for_others(job.key))
+        snapshot = snapshot.without_nodes(frozenset(lost_names))
         started = time.perf_counter()
-        decision = solve_replacement(snapshot, action.request, keep, lost, models)
+        # Not onto nodes held for another gang (a preemptor's, or one being defragmented for); a kept rank
+        # may share such a node, so they are avoided, not removed.
+        decision = solve_replacement(snapshot, action.request, keep, lost, models,
+                                     avoid=self.preemptions.held_for_others(job.key))
         if action.reason == LossReason.MIGRATION and not decision.found:
             await self.migrations.no_room(job, decision.reason or "no room outside the held nodes")
             return False

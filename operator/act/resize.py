@@ -95,8 +95,10 @@ class Resizer:
 
     def _grow(self, request: GangRequest, spec: TrainingJobSpec, slots: Sequence[RankSlot], desired: int,
               min_growth: int) -> list[Replacement] | None:
-        """The largest valid growth towards `desired` that fits next to the job, or None."""
-        snapshot = self.ctx.state.snapshot()
+        """The largest valid growth towards `desired` that fits next to the job (never onto nodes held for
+        another gang: a preemptor's, or one being defragmented for), or None."""
+        snapshot = self.ctx.state.snapshot().without_nodes(self.recovery.preemptions.held_for_others(
+            (request.namespace, request.name)))
         for size in range(desired, len(slots), -1):
             if size - len(slots) < min_growth:
                 break
@@ -125,10 +127,3 @@ class Resizer:
             return True
         asyncio.get_running_loop().call_later(1.0, self.writer.wake)
         return False
-        memory = self.ctx.memories.recall(job)
-        step_seconds = job.status.step_time.p50_seconds if job.status.step_time is not None else None
-        if not self.checkpoints.ready(job, memory, timeout, step_seconds):
-            asyncio.get_running_loop().call_later(1.0, self.writer.wake)
-            return False
-        self.checkpoints.end(job, memory)
-        return True

@@ -411,20 +411,22 @@ class ClusterState:
             out += [PodInfo(key[0], labels, usage.node) for rank, usage in entry[1].values() if rank in ranks]
         return out
 
-    def leaving(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(node, GPUs) held by Terminating pods: free once they have gone. A preemption already under
-        way frees them, so a preemptor waits for them rather than choosing more victims."""
-        holders: dict[str, set[Holder]] = {}
-        for key, pod in self.pods.items():
-            if pod.terminating and pod.node_name:
-                holders.setdefault(pod.node_name, set()).add(("pod", key))
+    def leaving(self, jobs: Iterable[Key] | None = None) -> list[tuple[str, tuple[int, ...], Mapping[str, int]]]:
+        """(node, GPUs, requests) held by each Terminating pod (of these jobs; None: of anyone): free once
+        they have gone. A preemption already under way frees them, so a preemptor waits for them rather
+        than choosing more victims."""
+        wanted = set(jobs) if jobs is not None else None
         out = []
-        for name, leaving in holders.items():
-            node = self.nodes.get(name)
-            if node is not None:
-                freed = self.usage.gpus(node) - self.usage.gpus_without(node, leaving)
-                if freed:
-                    out.append((name, tuple(sorted(freed))))
+        for key, pod in self.pods.items():
+            if not pod.terminating or not pod.node_name or (wanted is not None and pod.job_key not in wanted):
+                continue
+            node = self.nodes.get(pod.node_name)
+            usage = self._counted(pod)
+            if node is None or usage is None:
+                continue
+            holder: set[Holder] = {("pod", key)}
+            freed = self.usage.gpus(node) - self.usage.gpus_without(node, holder)
+            out.append((pod.node_name, tuple(sorted(freed)), usage.requests))
         return out
 
     def snapshot(self) -> Snapshot:

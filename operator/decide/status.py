@@ -36,6 +36,7 @@ from railyard.topology.api import (
     TrainingJobStatus,
     UnhealthyNode,
 )
+from railyard.topology.faults import LossReason
 from railyard.topology.solver import Placement
 
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
@@ -109,6 +110,7 @@ def released(job: Job, now: datetime) -> TrainingJobStatus:
     if is_true(conditions, ConditionType.PREEMPTED):
         conditions = _set(job, conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.READMITTED,
                           "placed again after a preemption", now)
+        patch["preempted_by"] = None
     return TrainingJobStatus(conditions=conditions, **patch)
 
 
@@ -189,6 +191,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
         fields["last_checkpoint"] = checkpoint
     if straggler_evictions is not None:
         fields["straggler_evictions"] = straggler_evictions
+    if cause == LossReason.MIGRATION:
+        fields["last_migration"] = now
     serial = next_serial(job)
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,
@@ -251,7 +255,7 @@ def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: 
     recent = [t for t in job.status.preemptions if (now - t).total_seconds() < hour]
     fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
     return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1, last_restart=restart,
-                             conditions=conditions, preemptions=[*recent, now][-16:], preempted_by=None, **fields)
+                             conditions=conditions, preemptions=[*recent, now][-16:], **fields)
 
 
 def no_room_to_grow(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:

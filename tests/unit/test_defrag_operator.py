@@ -94,3 +94,25 @@ def test_a_job_is_moved_at_most_once_per_interval():
     assert movable(), "the others still are"
     r.clock.advance(3601)
     assert f"default/{mover}" in movable(), "once the interval has passed it may move again"
+
+
+def test_a_move_no_longer_wanted_is_called_off_and_the_mover_stops_holding_for_its_checkpoint():
+    from railyard.operator.decide.reports import WorkerReport
+
+    r, left = _fragmented()
+    for name in left:  # the movers' ranks report: a move waits for the step they are asked to save
+        r.loop.book.record(WorkerReport.model_validate({
+            "namespace": "default", "job": name, "rank": 0, "restartCount": r.status(name).get("restartCount", 0),
+            "step": 10, "checkpoints": []}), r.clock.time())
+    r.submit(make_job("wide", 2, topology={"requiredTier": "tor"}))
+    r.step(2)
+    asked = [n for n in left if r.loop.book.directives(("default", n)).get("checkpoint")]
+    assert len(asked) == 1 and not any(_moved(r, n) for n in left), "asked to save a step, not moved yet"
+    r.api.delete_job("default", "wide")  # the gang it made room for is gone
+    r.deliver()
+    r.step()
+    assert not r.loop.book.directives(("default", asked[0])).get("checkpoint"), "its ranks train on"
+    assert any(e["reason"] == "MigrationCancelled" for e in r.api.posted_events)
+    r.step(2)
+    assert not any(_moved(r, n) for n in left)
+    assert r.loop.preemptions.holding(("default", "wide")) is None

@@ -174,3 +174,23 @@ def test_a_gang_too_big_for_any_domain_preempts_nobody():
     r.step(2)
     assert not any(r.status(n).get("preemptedBy") for n in "abcd")
     assert "can never fit" in r.condition("huge", "Placed")["message"]
+
+
+def test_a_job_that_fits_once_terminating_pods_go_waits_without_holding_or_evicting_anything():
+    r = _full()
+    r.api.graceful = True  # deleted pods stay Terminating, as a real kubelet's grace period keeps them
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)  # two victims requeued; their pods terminate slowly
+    victims = {n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"}
+    assert len(victims) == 2 and any(p["metadata"].get("deletionTimestamp") for p in r.api.objects["pods"].values())
+    r.api.delete_job("default", "urgent")  # its hold goes; the victims' pods are still terminating
+    r.deliver()
+    r.submit(_job("late", 1, "high"))
+    r.step()
+    assert r.reason("late") != "Preempting", "nothing was preempted for it: it holds nothing"
+    assert not any(r.status(n).get("preemptedBy") == "default/late" for n in "abcd"), "room is coming: nobody new"
+    assert r.loop.preemptions.holding(("default", "late")) is None
+    r.api.finish_terminating()
+    r.deliver()
+    r.step()
+    assert r.status("late").get("placement"), "placed once the pods have gone"
