@@ -239,6 +239,8 @@ class TrainingJobStatus(_Model):
     preemptions: list[Timestamp] = Field(default_factory=list)
     # namespace/name of the gang this one is being preempted for (while it saves a step).
     preempted_by: str | None = Field(None, alias="preemptedBy", max_length=512)
+    # Set with preemptedBy when the job is shrunk rather than evicted: the replicas it keeps.
+    shrink_to: int | None = Field(None, alias="shrinkTo")
     # When the job was last moved for defragmentation (the per-job interval reads it).
     last_migration: Timestamp | None = Field(None, alias="lastMigration")
 

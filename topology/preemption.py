@@ -35,6 +35,8 @@ class RunningGang:
     slots: tuple[tuple[str, tuple[int, ...]], ...]  # (node, GPU indices) per rank
     lost_gpu_seconds: float  # GPUs x seconds since its last committed checkpoint
     requests: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)  # per replica
+    sizes: tuple[int, ...] = ()  # elastic: the smaller sizes it may run at (valid, >= minReplicas)
+    shrink_to: int | None = None  # set on the option "shrink it to this size": `slots` are the ranks it drops
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -62,9 +64,32 @@ class PreemptionPlan:
         return sum(v.lost_gpu_seconds for v in self.victims) / 3600
 
 
-def victim_order(gang: RunningGang) -> tuple[int, float, int, str]:
-    """Cheapest first: lower priority, less work lost, then larger (fewer victims), then by name."""
-    return (gang.priority, gang.lost_gpu_seconds, -gang.gpus, gang.key)
+def victim_order(gang: RunningGang) -> tuple[int, int, float, int, str]:
+    """Cheapest first: lower priority; at one priority an elastic gang shrunk before any gang is evicted
+    whole; then less work lost, then larger (fewer victims), then by name."""
+    return (gang.priority, 0 if gang.shrink_to is not None else 1, gang.lost_gpu_seconds, -gang.gpus, gang.key)
+
+
+def options(candidates: Sequence[RunningGang], nodes: frozenset[str]) -> list[RunningGang]:
+    """What evicting each candidate touching the domain may mean: the whole gang, and for an elastic one
+    first a shrink towards minReplicas that drops its ranks inside the domain (the highest first)."""
+    out = []
+    for gang in candidates:
+        inside = [rank for rank, (node, _) in enumerate(gang.slots) if node in nodes]
+        if not inside:
+            continue
+        out.append(gang)
+        size = next((s for s in sorted(gang.sizes) if s >= len(gang.slots) - len(inside)), None)
+        if size is not None and size < len(gang.slots):
+            dropped = sorted(inside, reverse=True)[:len(gang.slots) - size]
+            out.append(RunningGang(gang.key, gang.priority, tuple(gang.slots[r] for r in sorted(dropped)),
+                                   gang.lost_gpu_seconds, gang.requests, shrink_to=size))
+    return out
+
+
+def _add(chosen: list[RunningGang], option: RunningGang) -> list[RunningGang]:
+    """One option per gang: evicting it whole replaces shrinking it."""
+    return [*(c for c in chosen if c.key != option.key), option]
 
 
 def _freed(snapshot: Snapshot, victims: Sequence[RunningGang]) -> Snapshot:
@@ -90,8 +115,8 @@ def sufficient_prefix(snapshot: Snapshot, request: GangRequest, nodes: frozenset
     solve: the estimate domains are tried in)."""
     domain = snapshot.only_nodes(nodes)
     chosen: list[RunningGang] = []
-    for victim in sorted((c for c in candidates if c.nodes & nodes), key=victim_order):
-        chosen.append(victim)
+    for victim in sorted(options(candidates, nodes), key=victim_order):
+        chosen = _add(chosen, victim)
         if enough(domain, request, nodes, chosen):
             return tuple(chosen)
     return None
@@ -101,11 +126,10 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
                    candidates: Sequence[RunningGang]) -> tuple[tuple[RunningGang, ...], Placement] | None:
     """The fewest, cheapest victims among `candidates` whose leaving lets the gang fit on `nodes`."""
     domain = snapshot.only_nodes(nodes)
-    inside = sorted((c for c in candidates if c.nodes & nodes), key=victim_order)
     chosen: list[RunningGang] = []
     placement: Placement | None = None
-    for victim in inside:
-        chosen.append(victim)
+    for victim in sorted(options(candidates, nodes), key=victim_order):
+        chosen = _add(chosen, victim)
         if not enough(domain, request, nodes, chosen):
             continue
         placement = _fits(domain, request, chosen)

@@ -88,7 +88,7 @@ class PlacementLoop:
         self.quarantine = Quarantine(ctx, self.breaker)
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
-        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints)
+        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints, self.attempts)
         self.migrations = Migrations(ctx, self.writer, self.events, self.preemptions, self.checkpoints)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
                                  self.breaker, self.checkpoints, self.preemptions, self.migrations)

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
@@ -34,6 +35,7 @@ from railyard.operator.base.reasons import (
     PlacedReason,
     PreemptedReason,
     PreemptionOutcome,
+    RestartReason,
 )
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.preemption import (
@@ -41,12 +43,16 @@ from railyard.operator.decide.preemption import (
     lost_gpu_seconds,
     parse_key,
     recent_preemptions,
+    shrink_sizes,
     victim_message,
 )
 from railyard.operator.decide.priority import may_preempt, resolve
 from railyard.operator.decide.queue import QueuedJob
+from railyard.topology.api import Parallelism
+from railyard.topology.elastic import choose_shrink, valid_size
 from railyard.topology.model import Snapshot
 from railyard.topology.preemption import PreemptionPlan, RunningGang, plan_preemption
+from railyard.topology.replace import RankSlot
 from railyard.topology.solver import solve
 
 log = logging.getLogger("railyard.preemption")
@@ -65,8 +71,9 @@ class Hold:
 
 class Preemptions:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter,
-                 checkpoints: Checkpoints) -> None:
+                 checkpoints: Checkpoints, attempts: Attempts) -> None:
         self.ctx = ctx
+        self.attempts = attempts
         self.writer = writer
         self.events = events
         self.pods = pods
@@ -139,12 +146,19 @@ class Preemptions:
                 continue
             if len(recent_preemptions(job.status.preemptions, now)) >= settings.preemptions_per_hour:
                 continue
-            slots = tuple((r.node, tuple(r.gpus)) for r in job.placement.ranks)
+            ranks = sorted(job.placement.ranks, key=lambda r: r.rank)
+            slots = tuple((r.node, tuple(r.gpus)) for r in ranks)
             gpus = sum(len(g) for _, g in slots)
-            request = job.request
+            request, spec = job.request, job.spec
+            gpus_per_replica, parallelism = spec.gpus_per_replica, spec.parallelism
+
+            def valid(n: int, g: int = gpus_per_replica, p: Parallelism | None = parallelism) -> bool:
+                return valid_size(n, g, p)
+
+            sizes = shrink_sizes(len(slots), spec.effective_min_replicas, valid)
             out.append(RunningGang(f"{key[0]}/{key[1]}", own.value, slots,
                                    lost_gpu_seconds(gpus, self._last_saved(job), now),
-                                   dict(request.resources) if request is not None else {}))
+                                   dict(request.resources) if request is not None else {}, sizes))
         return out
 
     def _last_saved(self, job: Job) -> float | None:
@@ -223,9 +237,10 @@ class Preemptions:
             target = self.ctx.state.jobs.get(parse_key(victim.key))
             if target is None:
                 continue
-            message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds)
-            if await self.writer.patch(target, transitions.preemption_chosen(target, preemptor, message, now)) \
-                    is not None:
+            message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds,
+                                     victim.shrink_to)
+            patch = transitions.preemption_chosen(target, preemptor, message, now, victim.shrink_to)
+            if await self.writer.patch(target, patch) is not None:
                 marked.append(victim.key)
                 await self.events.warning(target, PreemptedReason.SAVING, message, key=f"{preemptor}/{job.uid}")
         if len(marked) < len(plan.victims):
@@ -338,6 +353,10 @@ class Preemptions:
         checkpoint = self.checkpoints.committed(job)
         resume = f"; resumes from step {checkpoint.step}" if checkpoint is not None else \
             "; no checkpoint committed: restarts from the beginning"
+        if job.status.shrink_to is not None and job.placement is not None and \
+                job.status.shrink_to < len(job.placement.ranks):
+            await self._shrink(job, by, job.status.shrink_to, resume)
+            return
         message = f"preempted by {by} (higher priority){resume}; requeued"
         everyone = tuple(p.name for p in self.ctx.state.job_pods(job.key) if not p.terminating)
         if await self.writer.patch(job, transitions.preempted(job, message, checkpoint, utc(now))) is None:
@@ -345,6 +364,33 @@ class Preemptions:
         metrics.PREEMPTIONS.labels(PreemptionOutcome.EVICTED).inc()
         await self.events.warning(job, PreemptedReason.PREEMPTED, message)
         await self.pods.delete(job.key, everyone)
+
+
+    async def _shrink(self, job: Job, by: str, size: int, resume: str) -> None:
+        """An elastic victim keeps `size` replicas and runs on (a new attempt, as a resize): it drops its
+        ranks on the nodes held for the preemptor first (the highest ranks), then as a shrink would."""
+        assert job.placement is not None
+        ranks = sorted(job.placement.ranks, key=lambda r: r.rank)
+        slots = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks]
+        models = {s.node: self.ctx.state.last_model[s.node] for s in slots if s.node in self.ctx.state.last_model}
+        if len(models) < len({s.node for s in slots}):
+            return  # a node of the gang is unknown: the fault path comes first
+        hold = self._holds.get(parse_key(by))
+        held = hold.nodes if hold is not None else frozenset()
+        drop = len(slots) - size
+        first = sorted((s for s in slots if s.node in held), key=lambda s: -s.rank)[:drop]
+        rest = [s for s in slots if s not in first]
+        kept = choose_shrink(rest, models, drop - len(first))
+        message = f"shrunk from {len(slots)} to {size} replicas for {by} (higher priority){resume}"
+        now = utc(self.ctx.clock.time())
+        if await self.attempts.record(job, RestartReason.PREEMPTED, message, [(models[s.node], s.gpus) for s in kept],
+                                      {"moved_ranks": sum(1 for i, s in enumerate(kept) if s.rank != i)},
+                                      conditions=transitions.shrunk_for_preemption(job, message, now)) is None:
+            return
+        metrics.PREEMPTIONS.labels(PreemptionOutcome.SHRUNK).inc()
+        await self.events.warning(job, PreemptedReason.SHRUNK, message)
+        await self.attempts.replace_pods(job, tuple(p.name for p in self.ctx.state.job_pods(job.key)
+                                                    if not p.terminating))
 
 
 def _saving(job: Job) -> bool:

@@ -120,6 +120,7 @@ class PreemptedReason(StrEnum):
 
     SAVING = "SavingCheckpoint"  # True: chosen as a victim; its ranks save a step, then it is requeued
     PREEMPTED = "Preempted"  # True: requeued for the preemptor the message names
+    SHRUNK = "Shrunk"  # True: an elastic job shrunk towards minReplicas for the preemptor (it runs on)
     CANCELLED = "Cancelled"  # False: the preemptor no longer needs the room (placed, gone, timed out)
     READMITTED = "Readmitted"  # False: placed again
 
@@ -130,6 +131,7 @@ class PreemptionOutcome(StrEnum):
     PLANNED = "planned"
     EVICTED = "evicted"
     CANCELLED = "cancelled"
+    SHRUNK = "shrunk"
     TIMED_OUT = "timed_out"
 
 

@@ -111,6 +111,7 @@ def released(job: Job, now: datetime) -> TrainingJobStatus:
         conditions = _set(job, conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.READMITTED,
                           "placed again after a preemption", now)
         patch["preempted_by"] = None
+        patch["shrink_to"] = None
     return TrainingJobStatus(conditions=conditions, **patch)
 
 
@@ -228,15 +229,22 @@ def requeued(job: Job, cause: Cause, lost_names: list[str], unhealthy: list[Unhe
                              **fields)
 
 
-def preemption_chosen(job: Job, by: str, message: str, now: datetime) -> TrainingJobStatus:
-    """Chosen as a victim: Preempted=True (SavingCheckpoint) while its ranks save a step."""
+def preemption_chosen(job: Job, by: str, message: str, now: datetime,
+                      shrink_to: int | None = None) -> TrainingJobStatus:
+    """Chosen as a victim: Preempted=True (SavingCheckpoint) while its ranks save a step; `shrink_to`:
+    an elastic job is shrunk to that many replicas instead of being evicted."""
     conditions = _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SAVING, message, now)
-    return TrainingJobStatus(conditions=conditions, preempted_by=by)
+    return TrainingJobStatus(conditions=conditions, preempted_by=by, shrink_to=shrink_to)
+
+
+def shrunk_for_preemption(job: Job, message: str, now: datetime) -> list[Condition]:
+    """The conditions of the attempt an elastic victim is shrunk to (act/attempts writes the rest)."""
+    return _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SHRUNK, message, now)
 
 
 def preemption_cancelled(job: Job, message: str, now: datetime) -> TrainingJobStatus:
     conditions = _set(job, job.conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.CANCELLED, message, now)
-    return TrainingJobStatus(conditions=conditions, preempted_by=None)
+    return TrainingJobStatus(conditions=conditions, preempted_by=None, shrink_to=None)
 
 
 def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: datetime,

@@ -121,3 +121,17 @@ def test_plan_invariants(case):
                 if victim is not left_out:
                     rest = rest.release(victim.slots)
             assert not solve(rest, request).placed
+
+
+def test_an_elastic_gang_is_shrunk_towards_min_replicas_before_anyone_is_evicted_whole():
+    snap = snapshot(leaves=1, tors=2, nodes=2)
+    nodes = [n.name for n in snap.nodes]
+    elastic = RunningGang("a/elastic", 0, tuple((n, tuple(range(8))) for n in nodes), 100.0, sizes=(2, 3))
+    occupied = _occupied(snap, [elastic])
+    plan = plan_preemption(occupied, GangRequest("p", 2, 8, required_tier="tor"), [elastic])
+    assert plan is not None and len(plan.victims) == 1
+    victim = plan.victims[0]
+    assert victim.shrink_to == 2 and victim.nodes == plan.nodes, "it drops just its ranks in the cleared TOR"
+    whole_only = RunningGang("a/rigid", 0, elastic.slots, 100.0)
+    assert plan_preemption(occupied, GangRequest("p", 2, 8, required_tier="tor"), [whole_only]).victims[0] \
+        .shrink_to is None

@@ -194,3 +194,32 @@ def test_a_job_that_fits_once_terminating_pods_go_waits_without_holding_or_evict
     r.deliver()
     r.step()
     assert r.status("late").get("placement"), "placed once the pods have gone"
+
+
+def test_an_elastic_victim_is_shrunk_towards_min_replicas_and_runs_on():
+    r = rig(nodes=2, tors=2, starvation_seconds=1e9)
+    _class(r, "low", 10)
+    _class(r, "high", 1000)
+    r.submit(_job("elastic", 4, "low", minReplicas=2))
+    r.running()
+    assert len(r.nodes_of("elastic")) == 4
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    status = r.status("elastic")
+    assert (status.get("preemptedBy"), status.get("shrinkTo")) == ("default/urgent", 2)
+    r.step()  # nobody reports: shrunk at once
+    status = r.status("elastic")
+    assert _conditions(r, "elastic")["Preempted"] in (("True", "Shrunk"), ("False", "Readmitted"))
+    assert any(e["reason"] == "Shrunk" and "default/urgent" in e["message"] for e in r.api.posted_events)
+    assert status["lastRestart"]["reason"] == "Preempted" and len(status["placement"]["ranks"]) == 2
+    kept_tors = {r.state.nodes[n].tor for n in r.nodes_of("elastic")}
+    assert len(kept_tors) == 1, "it kept its ranks in one TOR and gave the other up"
+    r.api.finish_terminating()
+    r.deliver()
+    r.step()
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    urgent_tors = {r.state.nodes[n].tor for n in r.nodes_of("urgent")}
+    assert urgent_tors and not urgent_tors & kept_tors, "the preemptor landed in the TOR it gave up"
+    assert _conditions(r, "elastic")["Running"][0] == "True" and "Failed" not in _conditions(r, "elastic")
