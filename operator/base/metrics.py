@@ -167,8 +167,8 @@ UNREADY_RANKED_NODES = Gauge("railyard_unready_ranked_nodes", "Nodes holding Rai
 INFRA_RESTARTS_CAPPED = Gauge("railyard_infra_restarts_capped_jobs",
                               "Jobs whose infrastructure restarts hit the hourly cap (they wait, Degraded)")
 PREEMPTIONS = Counter("railyard_preemptions", "Gang preemptions, by outcome (planned: victims chosen; evicted: "
-                      "one victim requeued; shrunk: an elastic victim shrunk; cancelled: a victim let go on; timed_out: a "
-                      "hold given up)", ["outcome"])
+                      "one victim requeued; shrunk: an elastic victim shrunk; cancelled: a victim let go on; "
+                      "timed_out: a hold given up)", ["outcome"])
 MIGRATIONS = Counter("railyard_migrations", "Gangs moved so a waiting gang fits in one domain (defragmentation)")
 TORS_WITHOUT_SPARE = Gauge("railyard_tors_without_spare", "TORs with fewer whole free nodes than "
                            "RAILYARD_SPARES_PER_TOR (0 when no spares are kept)")
