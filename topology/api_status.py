@@ -241,6 +241,7 @@ class TrainingJobStatus(_Model):
     preempted_by: str | None = Field(None, alias="preemptedBy", max_length=512)
     # Set with preemptedBy when the job is shrunk rather than evicted: the replicas it keeps.
     shrink_to: int | None = Field(None, alias="shrinkTo")
+    shrink_ranks: list[int] | None = Field(None, alias="shrinkRanks")  # the ranks it drops, as planned
     # When the job was last moved for defragmentation (the per-job interval reads it).
     last_migration: Timestamp | None = Field(None, alias="lastMigration")
 

@@ -56,11 +56,11 @@ def _domain(nodes: Mapping[str, GpuNode], name: str, level: int) -> str:
     return node.domain(level) if node is not None else f"?{name}"
 
 
-def solve_growth(snapshot: Snapshot, request: GangRequest, keep: Sequence[RankSlot], extra: int
-                 ) -> ReplacementDecision:
+def solve_growth(snapshot: Snapshot, request: GangRequest, keep: Sequence[RankSlot], extra: int,
+                 avoid: frozenset[str] = frozenset()) -> ReplacementDecision:
     """Homes for `extra` new ranks (numbered after the current ones). `snapshot` counts the current
     replicas' GPUs as used. Each new rank is anchored at a current node (in rank order, round robin)."""
     ordered = sorted(keep, key=lambda s: s.rank)
     anchors = [RankSlot(len(ordered) + i, ordered[i % len(ordered)].node, ()) for i in range(extra)] if ordered \
         else []
-    return solve_replacement(snapshot, request, ordered, anchors, {})
+    return solve_replacement(snapshot, request, ordered, anchors, {}, avoid=avoid)

@@ -35,13 +35,14 @@ class Attempts:
     async def record(self, job: Job, cause: Cause, message: str, replicas: Sequence[tuple[GpuNode, tuple[int, ...]]],
                      record: dict[str, object], unhealthy: list[UnhealthyNode] | None = None,
                      counted: bool = False, conditions: list[Condition] | None = None,
-                     straggler_evictions: list[datetime] | None = None) -> Job | None:
+                     straggler_evictions: list[datetime] | None = None,
+                     preemptions: list[datetime] | None = None) -> Job | None:
         """Write the new attempt (its placement in rank order, the restart record with the resume
         point); None when the write did not happen (job gone)."""
         placement = Placement.from_replicas(list(replicas), self.ctx.state.scheme.levels)
         patch = transitions.new_attempt(job, cause, message, placement, uuid.uuid4().hex[:10],
                                         utc(self.ctx.clock.time()), record, self.checkpoints.committed(job), counted,
-                                        unhealthy, conditions, straggler_evictions)
+                                        unhealthy, conditions, straggler_evictions, preemptions)
         fresh = await self.writer.patch(job, patch)
         if fresh is None:
             return None

@@ -49,7 +49,7 @@ from railyard.operator.decide.preemption import (
 from railyard.operator.decide.priority import may_preempt, resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.topology.api import Parallelism
-from railyard.topology.elastic import choose_shrink, valid_size
+from railyard.topology.elastic import valid_size
 from railyard.topology.model import Snapshot
 from railyard.topology.preemption import PreemptionPlan, RunningGang, plan_preemption
 from railyard.topology.replace import RankSlot
@@ -184,7 +184,9 @@ class Preemptions:
             if only_for is not None and job.status.preempted_by != only_for:
                 continue
             resources = dict(job.request.resources) if job.request is not None else {}
-            out += [(r.node, tuple(r.gpus), resources) for r in job.placement.ranks]
+            dropping = set(job.status.shrink_ranks or ()) if job.status.shrink_to is not None else None
+            out += [(r.node, tuple(r.gpus), resources) for r in job.placement.ranks
+                    if dropping is None or r.rank in dropping]  # a shrink frees only the ranks it drops
         return out
 
     @staticmethod
@@ -239,7 +241,11 @@ class Preemptions:
                 continue
             message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds,
                                      victim.shrink_to)
-            patch = transitions.preemption_chosen(target, preemptor, message, now, victim.shrink_to)
+            dropped = None
+            if victim.shrink_to is not None and target.placement is not None:  # which ranks, as planned
+                at = {(r.node, tuple(r.gpus)): r.rank for r in target.placement.ranks}
+                dropped = sorted(at[slot] for slot in victim.slots if slot in at)
+            patch = transitions.preemption_chosen(target, preemptor, message, now, victim.shrink_to, dropped)
             if await self.writer.patch(target, patch) is not None:
                 marked.append(victim.key)
                 await self.events.warning(target, PreemptedReason.SAVING, message, key=f"{preemptor}/{job.uid}")
@@ -353,9 +359,8 @@ class Preemptions:
         checkpoint = self.checkpoints.committed(job)
         resume = f"; resumes from step {checkpoint.step}" if checkpoint is not None else \
             "; no checkpoint committed: restarts from the beginning"
-        if job.status.shrink_to is not None and job.placement is not None and \
-                job.status.shrink_to < len(job.placement.ranks):
-            await self._shrink(job, by, job.status.shrink_to, resume)
+        if job.status.shrink_to is not None and job.status.shrink_ranks and \
+                await self._shrink(job, by, job.status.shrink_to, set(job.status.shrink_ranks), resume):
             return
         message = f"preempted by {by} (higher priority){resume}; requeued"
         everyone = tuple(p.name for p in self.ctx.state.job_pods(job.key) if not p.terminating)
@@ -366,31 +371,30 @@ class Preemptions:
         await self.pods.delete(job.key, everyone)
 
 
-    async def _shrink(self, job: Job, by: str, size: int, resume: str) -> None:
-        """An elastic victim keeps `size` replicas and runs on (a new attempt, as a resize): it drops its
-        ranks on the nodes held for the preemptor first (the highest ranks), then as a shrink would."""
-        assert job.placement is not None
+    async def _shrink(self, job: Job, by: str, size: int, dropping: set[int], resume: str) -> bool:
+        """An elastic victim keeps `size` replicas and runs on (a new attempt, as a resize), dropping the
+        ranks the plan chose (inside the domain being cleared). False when that no longer makes sense (its
+        placement changed, or a kept rank's node is gone or unusable): then it is evicted whole."""
+        if job.placement is None:
+            return False
         ranks = sorted(job.placement.ranks, key=lambda r: r.rank)
-        slots = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks]
-        models = {s.node: self.ctx.state.last_model[s.node] for s in slots if s.node in self.ctx.state.last_model}
-        if len(models) < len({s.node for s in slots}):
-            return  # a node of the gang is unknown: the fault path comes first
-        hold = self._holds.get(parse_key(by))
-        held = hold.nodes if hold is not None else frozenset()
-        drop = len(slots) - size
-        first = sorted((s for s in slots if s.node in held), key=lambda s: -s.rank)[:drop]
-        rest = [s for s in slots if s not in first]
-        kept = choose_shrink(rest, models, drop - len(first))
-        message = f"shrunk from {len(slots)} to {size} replicas for {by} (higher priority){resume}"
+        kept = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.rank not in dropping]
+        usable = self.ctx.state.snapshot()
+        if len(kept) != size or not all(usable.has_node(s.node) for s in kept):
+            return False
+        models = {s.node: usable.node(s.node) for s in kept}
+        message = f"shrunk from {len(ranks)} to {size} replicas for {by} (higher priority){resume}"
         now = utc(self.ctx.clock.time())
         if await self.attempts.record(job, RestartReason.PREEMPTED, message, [(models[s.node], s.gpus) for s in kept],
                                       {"moved_ranks": sum(1 for i, s in enumerate(kept) if s.rank != i)},
-                                      conditions=transitions.shrunk_for_preemption(job, message, now)) is None:
-            return
+                                      conditions=transitions.shrunk_for_preemption(job, message, now),
+                                      preemptions=transitions.recent_and_now(job.status.preemptions, now)) is None:
+            return True
         metrics.PREEMPTIONS.labels(PreemptionOutcome.SHRUNK).inc()
         await self.events.warning(job, PreemptedReason.SHRUNK, message)
         await self.attempts.replace_pods(job, tuple(p.name for p in self.ctx.state.job_pods(job.key)
                                                     if not p.terminating))
+        return True
 
 
 def _saving(job: Job) -> bool:

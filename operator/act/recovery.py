@@ -60,7 +60,7 @@ class Recovery:
         self.migrations = migrations
         # One restart's solve -> record at a time: restarts of one pass run concurrently, and two solved on
         # the same state (before either is recorded) could choose the same free GPUs.
-        self._choosing = asyncio.Lock()
+        self.choosing = asyncio.Lock()
         self.checkpoints = checkpoints
         self.breaker = breaker
         self.writer = writer
@@ -153,7 +153,7 @@ class Recovery:
 
     async def restart_now(self, job: Job, action: Restart) -> bool:
         """True when the gang restarted (or was re-queued or failed); False while it waits."""
-        async with self._choosing:
+        async with self.choosing:
             return await self._restart_now(job, action)
 
     async def _restart_now(self, job: Job, action: Restart) -> bool:

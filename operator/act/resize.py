@@ -41,6 +41,10 @@ class Resizer:
         self.recovery = recovery
 
     async def resize(self, job: Job, action: Resize) -> None:
+        async with self.recovery.choosing:  # never solved on the same state as a restart of this pass
+            await self._resize(job, action)
+
+    async def _resize(self, job: Job, action: Resize) -> None:
         spec, placement = job.spec, job.placement
         assert spec is not None and placement is not None
         policy = spec.elastic_policy
@@ -97,14 +101,14 @@ class Resizer:
               min_growth: int) -> list[Replacement] | None:
         """The largest valid growth towards `desired` that fits next to the job (never onto nodes held for
         another gang: a preemptor's, or one being defragmented for), or None."""
-        snapshot = self.ctx.state.snapshot().without_nodes(self.recovery.preemptions.held_for_others(
-            (request.namespace, request.name)))
+        snapshot = self.ctx.state.snapshot()
+        held = self.recovery.preemptions.held_for_others((request.namespace, request.name))
         for size in range(desired, len(slots), -1):
             if size - len(slots) < min_growth:
                 break
             if not valid_size(size, spec.gpus_per_replica, spec.parallelism):
                 continue
-            decision = solve_growth(snapshot, request, list(slots), size - len(slots))
+            decision = solve_growth(snapshot, request, list(slots), size - len(slots), avoid=held)
             if decision.found:
                 return list(decision.replacements)
         return None

@@ -112,6 +112,7 @@ def released(job: Job, now: datetime) -> TrainingJobStatus:
                           "placed again after a preemption", now)
         patch["preempted_by"] = None
         patch["shrink_to"] = None
+        patch["shrink_ranks"] = None
     return TrainingJobStatus(conditions=conditions, **patch)
 
 
@@ -168,7 +169,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
                 record: dict[str, object], checkpoint: CheckpointRecord | None, counted: bool = False,
                 unhealthy: list[UnhealthyNode] | None = None,
                 conditions: list[Condition] | None = None,
-                straggler_evictions: list[datetime] | None = None) -> TrainingJobStatus:
+                straggler_evictions: list[datetime] | None = None,
+                preemptions: list[datetime] | None = None) -> TrainingJobStatus:
     """A new attempt of the gang (write-ahead: an operator killed after this finishes it, see assess ->
     Resume): its placement in rank order, the restart record with the resume point, the conditions."""
     restart_count = job.restart_count + 1
@@ -194,6 +196,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
         fields["straggler_evictions"] = straggler_evictions
     if cause == LossReason.MIGRATION:
         fields["last_migration"] = now
+    if preemptions is not None:
+        fields["preemptions"] = preemptions
     serial = next_serial(job)
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,
@@ -229,12 +233,17 @@ def requeued(job: Job, cause: Cause, lost_names: list[str], unhealthy: list[Unhe
                              **fields)
 
 
-def preemption_chosen(job: Job, by: str, message: str, now: datetime,
-                      shrink_to: int | None = None) -> TrainingJobStatus:
+def preemption_chosen(job: Job, by: str, message: str, now: datetime, shrink_to: int | None = None,
+                      shrink_ranks: list[int] | None = None) -> TrainingJobStatus:
     """Chosen as a victim: Preempted=True (SavingCheckpoint) while its ranks save a step; `shrink_to`:
-    an elastic job is shrunk to that many replicas instead of being evicted."""
+    an elastic job is shrunk to that many replicas, dropping `shrink_ranks`, instead of being evicted."""
     conditions = _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SAVING, message, now)
-    return TrainingJobStatus(conditions=conditions, preempted_by=by, shrink_to=shrink_to)
+    return TrainingJobStatus(conditions=conditions, preempted_by=by, shrink_to=shrink_to, shrink_ranks=shrink_ranks)
+
+
+def recent_and_now(times: Sequence[datetime], now: datetime, hour: float = 3600.0) -> list[datetime]:
+    """status.preemptions with this one: the last hour's, at most 16."""
+    return [*(t for t in times if (now - t).total_seconds() < hour), now][-16:]
 
 
 def shrunk_for_preemption(job: Job, message: str, now: datetime) -> list[Condition]:
@@ -244,7 +253,7 @@ def shrunk_for_preemption(job: Job, message: str, now: datetime) -> list[Conditi
 
 def preemption_cancelled(job: Job, message: str, now: datetime) -> TrainingJobStatus:
     conditions = _set(job, job.conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.CANCELLED, message, now)
-    return TrainingJobStatus(conditions=conditions, preempted_by=None, shrink_to=None)
+    return TrainingJobStatus(conditions=conditions, preempted_by=None, shrink_to=None, shrink_ranks=None)
 
 
 def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: datetime,
@@ -260,10 +269,10 @@ def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: 
     restart = RestartRecord(reason=RestartReason.PREEMPTED, lost_nodes=[], replacements=[],
                             moved_ranks=len(current.ranks) if current is not None else 0, detected_at=now,
                             decided_at=now, released_at=None, **resume_point(checkpoint))
-    recent = [t for t in job.status.preemptions if (now - t).total_seconds() < hour]
     fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
     return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1, last_restart=restart,
-                             conditions=conditions, preemptions=[*recent, now][-16:], **fields)
+                             conditions=conditions, preemptions=recent_and_now(job.status.preemptions, now, hour),
+                             **fields)
 
 
 def no_room_to_grow(job: Job, message: str, now: datetime) -> TrainingJobStatus | None:

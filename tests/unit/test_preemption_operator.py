@@ -207,8 +207,13 @@ def test_an_elastic_victim_is_shrunk_towards_min_replicas_and_runs_on():
     r.step()
     status = r.status("elastic")
     assert (status.get("preemptedBy"), status.get("shrinkTo")) == ("default/urgent", 2)
+    dropping = status["shrinkRanks"]
+    dropped_nodes = {r_["node"] for r_ in status["placement"]["ranks"] if r_["rank"] in dropping}
+    assert len(dropping) == 2 and len({r.state.nodes[n].tor for n in dropped_nodes}) == 1, "its ranks in one TOR"
     r.step()  # nobody reports: shrunk at once
     status = r.status("elastic")
+    assert len(status["preemptions"]) == 1, "a shrink counts against the hourly cap"
+    assert not set(r.nodes_of("elastic")) & dropped_nodes, "it dropped exactly the ranks the plan chose"
     assert _conditions(r, "elastic")["Preempted"] in (("True", "Shrunk"), ("False", "Readmitted"))
     assert any(e["reason"] == "Shrunk" and "default/urgent" in e["message"] for e in r.api.posted_events)
     assert status["lastRestart"]["reason"] == "Preempted" and len(status["placement"]["ranks"]) == 2
