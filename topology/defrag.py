@@ -3,8 +3,9 @@ topology, lands in one domain.
 
 A plan clears one domain of the waiting gang's required tier (without one: the lowest level that can
 hold it, as for preemption). The movers are running gangs that allow it (the caller says which: lower
-or equal priority, `migratable`, not moved recently), taken from inside the domain cheapest first (least
-work lost since their last checkpoint, then smaller) until the waiting gang fits there; each mover's
+or equal priority, `migratable`, not moved recently), chosen inside the domain as preemption chooses
+victims (`preemption.plan_in_domain`: cheapest first until the waiting gang fits there, then any it does
+not need dropped); each mover's
 ranks inside the domain are then re-homed outside it exactly as a restart would re-home lost ranks
 (`replace.solve_replacement`: the others keep their nodes), one mover after another, each taking the
 GPUs the earlier ones took. A plan whose movers cannot all be re-homed is no plan. Among domains (tried
@@ -17,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from railyard.topology.levels import NODE
 from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.preemption import RunningGang, enough, scopes, sufficient_prefix, victim_order
+from railyard.topology.preemption import RunningGang, search, sufficient_prefix
+from railyard.topology.preemption import plan_in_domain as preemption_in_domain
 from railyard.topology.replace import RankSlot, Replacement, solve_replacement
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve, template_eligible
+from railyard.topology.solver import Placement, template_eligible
 
 
 @dataclass(frozen=True)
@@ -79,29 +80,18 @@ def _rehome(outside: Snapshot, movers: Sequence[Mover], nodes: frozenset[str],
 
 def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
                    movers: Sequence[Mover]) -> tuple[tuple[Move, ...], Placement, float] | None:
-    """The fewest, cheapest movers out of `nodes` after which the gang fits there: their moves, where
-    it lands, the work they lose."""
-    domain = snapshot.only_nodes(nodes)
-    inside = sorted((m for m in movers if m.gang.nodes & nodes), key=lambda m: victim_order(m.gang))
-    chosen: list[Mover] = []
-    placement: Placement | None = None
-    for mover in inside:
-        chosen.append(mover)
-        if not enough(domain, request, nodes, [m.gang for m in chosen]):
-            continue
-        freed = domain
-        for m in chosen:
-            freed = freed.release(m.gang.slots, m.gang.requests)
-        placement = solve(freed, request).placement
-        if placement is not None:
-            break
-    if placement is None:
+    """The fewest, cheapest movers out of `nodes` after which the gang fits there (chosen as preemption
+    chooses victims), their moves, where it lands, the work they lose; None if one cannot be re-homed."""
+    found = preemption_in_domain(snapshot, request, nodes, [m.gang for m in movers])
+    if found is None:
         return None
+    by_key = {m.gang.key: m for m in movers}
+    chosen = [by_key[g.key] for g in found[0]]
     # Outside the domain a mover's other ranks keep their nodes and GPUs (still used in the snapshot).
     rehomed = _rehome(snapshot.without_nodes(nodes), chosen, nodes, {n.name: n for n in snapshot.nodes})
     if rehomed is None:
         return None
-    return tuple(rehomed[0]), placement, sum(m.gang.lost_gpu_seconds for m in chosen)
+    return tuple(rehomed[0]), found[1], sum(m.gang.lost_gpu_seconds for m in chosen)
 
 
 def plan_migration(snapshot: Snapshot, request: GangRequest, movers: Sequence[Mover],
@@ -110,20 +100,13 @@ def plan_migration(snapshot: Snapshot, request: GangRequest, movers: Sequence[Mo
     if not movers or not fits_by_gpus(snapshot, request):
         return None
     gangs = [m.gang for m in movers]
-    for level, domains in scopes(snapshot, request):
-        if level == NODE and request.replicas > 1:
-            continue
-        estimates = sorted((len(prefix), sum(g.lost_gpu_seconds for g in prefix), domain)
-                           for domain, nodes in domains.items()
-                           if (prefix := sufficient_prefix(snapshot, request, nodes, gangs)) is not None)
-        best: MigrationPlan | None = None
-        for _, _, domain in estimates[:max_domains]:
-            found = plan_in_domain(snapshot, request, domains[domain], movers)
-            if found is None:
-                continue
-            plan = MigrationPlan(level, domain, domains[domain], *found)
-            if best is None or (plan.cost, plan.domain) < (best.cost, best.domain):
-                best = plan
-        if best is not None:
-            return best
-    return None
+
+    def estimate(nodes: frozenset[str]) -> tuple | None:
+        prefix = sufficient_prefix(snapshot, request, nodes, gangs)
+        return (len(prefix), sum(g.lost_gpu_seconds for g in prefix)) if prefix is not None else None
+
+    def plan_at(level: str, domain: str, nodes: frozenset[str]) -> MigrationPlan | None:
+        found = plan_in_domain(snapshot, request, nodes, movers)
+        return MigrationPlan(level, domain, nodes, *found) if found is not None else None
+
+    return search(snapshot, request, estimate, plan_at, lambda plan: plan.cost, max_domains)

@@ -15,8 +15,9 @@ says which gangs may be victims (priority, preemptionPolicy, hourly caps are its
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from railyard.topology.levels import NODE
 from railyard.topology.model import Snapshot
@@ -168,11 +169,37 @@ def scopes(snapshot: Snapshot, request: GangRequest) -> list[tuple[str, dict[str
     def usable(level: int) -> dict[str, frozenset[str]]:
         return {d: nodes & eligible for d, nodes in _domains(snapshot, level).items() if nodes & eligible}
 
+    if request.required_tier == NODE and request.replicas > 1:
+        return []  # several replicas required on one node: nothing to clear would do
     if request.required_tier is not None:
         return [(request.required_tier, usable(levels.index(request.required_tier)))]
     found = [(levels.name(level), usable(level)) for level in range(1, levels.depth + 1)]
     found.append(("cluster", {WHOLE_CLUSTER: eligible} if eligible else {}))
     return found
+
+
+Plan = TypeVar("Plan")
+
+
+def search(snapshot: Snapshot, request: GangRequest, estimate: Callable[[frozenset[str]], tuple | None],
+           plan_at: Callable[[str, str, frozenset[str]], Plan | None], cost: Callable[[Plan], tuple],
+           max_domains: int, hopeless: Callable[[tuple, Plan], bool] = lambda _estimate, _best: False) -> Plan | None:
+    """The cheapest plan in one domain, level by level (`scopes`): per level, domains are tried in the
+    order of their `estimate` (None: nothing to gain there), at most `max_domains` of them solved
+    (`plan_at`), stopping early once `hopeless` says no domain left can beat the best; the first level
+    with a plan wins (the tightest domain)."""
+    for level, domains in scopes(snapshot, request):
+        estimates = sorted((e, d) for d, nodes in domains.items() if (e := estimate(nodes)) is not None)
+        best: tuple[tuple, str, Plan] | None = None
+        for solved, (guess, domain) in enumerate(estimates):
+            if solved >= max_domains or (best is not None and hopeless(guess, best[2])):
+                break
+            plan = plan_at(level, domain, domains[domain])
+            if plan is not None and (best is None or (cost(plan), domain) < best[:2]):
+                best = (cost(plan), domain, plan)
+        if best is not None:
+            return best[2]
+    return None
 
 
 def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequence[RunningGang],
@@ -185,26 +212,14 @@ def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequen
     the best plan's (the estimate's highest priority is the least any plan there needs)."""
     if not candidates:
         return None
-    for level, domains in scopes(snapshot, request):
-        if level == NODE and request.replicas > 1:
-            continue
-        estimates = []
-        for domain, nodes in domains.items():
-            prefix = sufficient_prefix(snapshot, request, nodes, candidates)
-            if prefix is not None:
-                estimates.append((cost_of(prefix), domain))
-        best: PreemptionPlan | None = None
-        solved = 0
-        for estimate, domain in sorted(estimates):
-            if solved >= max_domains or (best is not None and estimate[0] > best.cost[0]):
-                break
-            found = plan_in_domain(snapshot, request, domains[domain], candidates)
-            solved += 1
-            if found is None:
-                continue
-            plan = PreemptionPlan(level, domain, domains[domain], *found)
-            if best is None or (plan.cost, plan.domain) < (best.cost, best.domain):
-                best = plan
-        if best is not None:
-            return best
-    return None
+
+    def estimate(nodes: frozenset[str]) -> tuple | None:
+        prefix = sufficient_prefix(snapshot, request, nodes, candidates)
+        return cost_of(prefix) if prefix is not None else None
+
+    def plan_at(level: str, domain: str, nodes: frozenset[str]) -> PreemptionPlan | None:
+        found = plan_in_domain(snapshot, request, nodes, candidates)
+        return PreemptionPlan(level, domain, nodes, *found) if found is not None else None
+
+    return search(snapshot, request, estimate, plan_at, lambda plan: plan.cost, max_domains,
+                  hopeless=lambda guess, best: guess[0] > best.cost[0])
