@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,18 @@ def after_gc_discovery(applied_at: float) -> None:
     remaining = applied_at + GC_DISCOVERY_SECONDS + 5 - time.monotonic()
     if remaining > 0:
         time.sleep(remaining)
+
+
+def superpod_snapshot() -> Any:
+    """The superpod-2k profile (2,048 nodes x 8 GPUs) as the solver's empty snapshot."""
+    from railyard.topology.nodes import build_snapshot
+
+    return build_snapshot(cluster.load_profile_nodes("superpod-2k"))
+
+
+def emit(figures: dict[str, Any], out: Path | None) -> None:
+    """Print the figures as JSON, and write them to `out` when given."""
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")

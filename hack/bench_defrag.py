@@ -21,7 +21,6 @@ Simulated time, not a live rig: the live mechanics are tests/e2e/test_defrag.py.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -31,10 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster
+from bench_common import emit, superpod_snapshot
 from railyard.topology.defrag import Mover, plan_migration
 from railyard.topology.model import Snapshot
-from railyard.topology.nodes import build_snapshot
 from railyard.topology.preemption import RunningGang
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
@@ -134,7 +132,7 @@ def _reserved(world: World) -> frozenset[str]:
 
 
 def simulate(jobs: list[Job], defrag: bool, hours: float) -> dict:
-    world = World(build_snapshot(cluster.load_profile_nodes("superpod-2k")))
+    world = World(superpod_snapshot())
     total = world.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrive)
     utilisation: list[float] = []
@@ -203,10 +201,7 @@ def main() -> int:
     }
     summary["ratio_large_wait_p90_with_over_without"] = round(
         median("with_defrag", "large_wait_p90_minutes") / max(0.1, median("without", "large_wait_p90_minutes")), 2)
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(summary, args.out)
     return 0
 
 

@@ -13,7 +13,6 @@ Pure (no rig): the time to release on a live control plane is measured by tests/
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -23,8 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster
-from railyard.topology.nodes import build_snapshot
+from bench_common import emit, superpod_snapshot
 from railyard.topology.preemption import RunningGang, plan_preemption
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
@@ -43,7 +41,7 @@ class Gang:
 
 def fill(seed: int):
     rng = random.Random(seed)
-    snapshot = build_snapshot(cluster.load_profile_nodes("superpod-2k"))
+    snapshot = superpod_snapshot()
     gangs: list[Gang] = []
     misses = 0
     while misses < 20:
@@ -134,10 +132,7 @@ def main() -> int:
         "ratio_plan_over_one_empty_solve": round(median("railyard", "plan_ms") /
                                            max(0.1, statistics.median(r["empty_solve_ms"] for r in placed)), 1),
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(summary, args.out)
     return 0 if len(placed) == len(runs) else 1
 
 

@@ -15,7 +15,6 @@ tests/e2e/test_spares.py.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -24,9 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster
+from bench_common import emit, superpod_snapshot
 from railyard.operator.decide.spares import spare_nodes
-from railyard.topology.nodes import build_snapshot
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
@@ -35,7 +33,7 @@ REPAIR_AFTER = 8  # failures before a failed node is back
 
 
 def run(spares: int, failures: int, seed: int) -> dict:
-    snapshot = build_snapshot(cluster.load_profile_nodes("superpod-2k"))
+    snapshot = superpod_snapshot()
     models = {n.name: n for n in snapshot.nodes}
     gangs: dict[str, list[RankSlot]] = {}
     while True:
@@ -91,10 +89,7 @@ def main() -> int:
     summary = {"workload": "superpod-2k filled with 128 x 8 gangs (no required tier), node failures one after "
                            f"another, each node back after {REPAIR_AFTER} more", "without": without,
                "with_one_spare_per_tor": with_}
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(summary, args.out)
     return 0
 
 

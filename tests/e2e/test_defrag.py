@@ -14,35 +14,34 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.test_faults import free_whole_nodes
-from tests.support.jobs import create_job, delete_job, get_job, make_job, placeable_nodes, wait_bound, wait_condition
-from tests.support.operator import OperatorProcess, wait_for_leader
+from tests.support.jobs import (
+    create_job,
+    delete_job,
+    get_job,
+    make_job,
+    on_nodes,
+    placeable_by_tor,
+    wait_bound,
+    wait_condition,
+)
+from tests.support.operator import OperatorProcess, running_operator
 from tests.support.poll import poll
 
 pytestmark = pytest.mark.e2e
-TOR = "topology.railyard.dev/tor"
 POOL = "e2e.railyard.dev/pool"
 
 
 @pytest.fixture
 def defrag_operator(identity, crds, coordination, core, tmp_path) -> Iterator[OperatorProcess]:
-    lease = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
-    op = OperatorProcess(identity, lease, tmp_path, name="defrag", extra_env={"RAILYARD_DEFRAGMENTATION": "true"})
-    try:
-        wait_for_leader(coordination, lease)
+    with running_operator(identity, coordination, core, tmp_path, "defrag",
+                          {"RAILYARD_DEFRAGMENTATION": "true"}) as op:
         yield op
-    finally:
-        op.stop()
-        print(op.log_tail(30))
-        with contextlib.suppress(client.ApiException):
-            core.delete_namespace(lease)
 
 
 @pytest.fixture
 def pool(api_client, core) -> Iterator[tuple[str, dict[str, str]]]:
     """Two whole free nodes in each of two TORs, labelled as this test's pool: node -> TOR."""
-    by_tor: dict[str, list[str]] = {}
-    for node in placeable_nodes(core):
-        by_tor.setdefault(node.metadata.labels[TOR], []).append(node.metadata.name)
+    by_tor = placeable_by_tor(core)
     chosen: dict[str, str] = {}
     for tor in sorted(by_tor):
         free = free_whole_nodes(api_client, core, tor, set())
@@ -61,9 +60,7 @@ def pool(api_client, core) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def _pooled(name: str, replicas: int, pool_name: str, **spec) -> dict:
-    body = make_job(name, replicas, **spec)
-    body["spec"]["template"]["spec"]["nodeSelector"] = {POOL: pool_name}
-    return body
+    return on_nodes(make_job(name, replicas, **spec), {POOL: pool_name})
 
 
 def test_a_gang_is_moved_to_the_other_tor_so_a_tor_gang_lands_in_the_one_it_left(

@@ -13,6 +13,7 @@ from tests.support.jobs import (
     delete_job,
     get_job,
     make_job,
+    pinned,
     placeable_nodes,
     wait_bound,
     wait_condition,
@@ -20,12 +21,6 @@ from tests.support.jobs import (
 from tests.support.operator import OperatorProcess, wait_for_leader
 
 pytestmark = pytest.mark.e2e
-
-
-def pinned(name: str, replicas: int, tor: str) -> dict:
-    body = make_job(name, replicas)
-    body["spec"]["template"]["spec"]["nodeSelector"] = {"topology.railyard.dev/tor": tor}
-    return body
 
 
 def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, custom, coordination, namespace,

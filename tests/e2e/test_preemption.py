@@ -19,8 +19,8 @@ from tests.support.jobs import (
     condition,
     create_job,
     get_job,
-    make_job,
-    placeable_nodes,
+    pinned,
+    placeable_by_tor,
     wait_bound,
     wait_condition,
 )
@@ -28,7 +28,6 @@ from tests.support.poll import poll
 from tests.support.worker import pod_token
 
 pytestmark = pytest.mark.e2e
-TOR = "topology.railyard.dev/tor"
 
 
 @pytest.fixture
@@ -47,10 +46,7 @@ def classes(api_client):
 
 
 def _job(name: str, replicas: int, class_name: str, tor: str, **spec: Any) -> dict[str, Any]:
-    body = make_job(name, replicas, **spec)
-    body["spec"]["priorityClassName"] = class_name
-    body["spec"]["template"]["spec"]["nodeSelector"] = {TOR: tor}
-    return body
+    return pinned(name, replicas, tor, priorityClassName=class_name, **spec)
 
 
 def _report(operator, token: str, namespace: str, job: str, step: int, saved: int | None = None) -> dict:
@@ -64,9 +60,7 @@ def _report(operator, token: str, namespace: str, job: str, step: int, saved: in
 
 def test_a_high_priority_gang_evicts_the_cheapest_gangs_of_one_tor_checkpoint_first_and_lands_there(
         operator, api_client, core, custom, namespace, classes):
-    by_tor: dict[str, list[str]] = {}
-    for node in placeable_nodes(core):
-        by_tor.setdefault(node.metadata.labels[TOR], []).append(node.metadata.name)
+    by_tor = placeable_by_tor(core)
     tor, nodes = max(by_tor.items(), key=lambda kv: (len(kv[1]), kv[0]))
     assert len(nodes) >= 3, by_tor
     low = [f"low-{i}" for i in range(len(nodes))]

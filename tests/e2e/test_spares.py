@@ -6,57 +6,39 @@ replaced by the spare in its own TOR."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from tests.e2e.test_faults import free_whole_nodes, lift_quarantine
-from tests.support.jobs import condition, create_job, get_job, make_job, placeable_nodes, wait_bound, wait_condition
-from tests.support.operator import OperatorProcess, wait_for_leader
+from tests.support.jobs import condition, create_job, get_job, pinned, placeable_by_tor, wait_bound, wait_condition
+from tests.support.operator import OperatorProcess, running_operator
 from tests.support.poll import poll
 
 pytestmark = pytest.mark.e2e
-TOR = "topology.railyard.dev/tor"
 FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}
 
 
 @pytest.fixture
 def spare_operator(identity, crds, coordination, core, tmp_path) -> Iterator[OperatorProcess]:
-    lease = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
-    op = OperatorProcess(identity, lease, tmp_path, name="spares", extra_env={"RAILYARD_SPARES_PER_TOR": "1"})
-    try:
-        wait_for_leader(coordination, lease)
+    with running_operator(identity, coordination, core, tmp_path, "spares", {"RAILYARD_SPARES_PER_TOR": "1"}) as op:
         yield op
-    finally:
-        op.stop()
-        print(op.log_tail(30))
-        with contextlib.suppress(client.ApiException):
-            core.delete_namespace(lease)
-
-
-def _pinned(name: str, replicas: int, tor: str, **spec) -> dict:
-    body = make_job(name, replicas, **spec)
-    body["spec"]["template"]["spec"]["nodeSelector"] = {TOR: tor}
-    return body
 
 
 def test_a_backfilled_spare_is_given_back_and_the_lost_rank_lands_on_it_in_its_own_tor(
         spare_operator, api_client, core, custom, namespace):
-    by_tor: dict[str, list[str]] = {}
-    for node in placeable_nodes(core):
-        by_tor.setdefault(node.metadata.labels[TOR], []).append(node.metadata.name)
+    by_tor = placeable_by_tor(core)
     tor = next((t for t, nodes in sorted(by_tor.items()) if len(nodes) >= 3 and
                 len(free_whole_nodes(api_client, core, t, set())) == len(nodes)), None)
     assert tor is not None, f"no TOR with 3 whole free nodes: {by_tor}"
     width = len(by_tor[tor]) - 1
-    create_job(custom, namespace, _pinned("main", width, tor, topology={"requiredTier": "tor"}))
+    create_job(custom, namespace, pinned("main", width, tor, topology={"requiredTier": "tor"}))
     before = {p["metadata"]["labels"]["railyard.dev/rank"]: p["spec"]["nodeName"]
               for p in wait_bound(api_client, core, namespace, "main", width, timeout=90)}
     wait_condition(custom, namespace, "main", "Running", timeout=60)
-    create_job(custom, namespace, _pinned("ordinary", 1, tor))
-    create_job(custom, namespace, _pinned("filler", 1, tor, preemption={"backfillSpares": True}))
+    create_job(custom, namespace, pinned("ordinary", 1, tor))
+    create_job(custom, namespace, pinned("filler", 1, tor, preemption={"backfillSpares": True}))
     spare = wait_bound(api_client, core, namespace, "filler", 1, timeout=60)[0]["spec"]["nodeName"]
     wait_condition(custom, namespace, "filler", "Running", timeout=60)
     ordinary = condition(get_job(custom, namespace, "ordinary"), "Placed")

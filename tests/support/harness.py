@@ -48,6 +48,11 @@ class Rig:
         self.deliver()
         self.step()
 
+    def pods_gone(self) -> None:
+        """The kubelets finish every Terminating pod and the watch says so."""
+        self.api.finish_terminating()
+        self.deliver()
+
     def status(self, name: str) -> dict[str, Any]:
         return self.api.objects["trainingjobs"][("default", name)].get("status") or {}
 

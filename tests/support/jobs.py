@@ -26,6 +26,20 @@ def make_job(name: str, replicas: int, gpus: int = 8, topology: dict | None = No
     return body
 
 
+TOR_LABEL = "topology.railyard.dev/tor"
+
+
+def on_nodes(body: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    """The job with its template's nodeSelector set."""
+    body["spec"]["template"]["spec"]["nodeSelector"] = selector
+    return body
+
+
+def pinned(name: str, replicas: int, tor: str, **spec: Any) -> dict[str, Any]:
+    """A job whose pods may only use one TOR's nodes."""
+    return on_nodes(make_job(name, replicas, **spec), {TOR_LABEL: tor})
+
+
 def create_job(custom, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
@@ -80,3 +94,11 @@ def placeable_nodes(core) -> list[Any]:
     return [n for n in core.list_node().items
             if "topology.railyard.dev/tor" in (n.metadata.labels or {}) and not n.spec.unschedulable
             and not any(t.effect in ("NoSchedule", "NoExecute") for t in n.spec.taints or [])]
+
+
+def placeable_by_tor(core) -> dict[str, list[str]]:
+    """The placeable nodes' names, by TOR."""
+    out: dict[str, list[str]] = {}
+    for node in placeable_nodes(core):
+        out.setdefault(node.metadata.labels[TOR_LABEL], []).append(node.metadata.name)
+    return out

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.identity import Identity
@@ -65,3 +67,22 @@ def wait_for_leader(coordination, namespace: str, timeout: float = 40) -> str:
         return lease.spec.holder_identity
 
     return poll(holder, timeout, f"a leader in {namespace}")
+
+
+@contextlib.contextmanager
+def running_operator(identity: Identity, coordination, core, log_dir: Path, name: str = "op",
+                     extra_env: dict[str, str] | None = None, log_lines: int = 30) -> Iterator[OperatorProcess]:
+    """An operator with its own Lease namespace, leading before the body runs; stopped (its log tail
+    printed) and its namespace deleted after."""
+    from kubernetes import client
+
+    lease = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
+    op = OperatorProcess(identity, lease, log_dir, name=name, extra_env=extra_env)
+    try:
+        wait_for_leader(coordination, lease)
+        yield op
+    finally:
+        op.stop()
+        print(op.log_tail(log_lines))
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(lease)

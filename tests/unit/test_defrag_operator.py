@@ -24,8 +24,7 @@ def _fragmented(migratable: bool = True, **placement: Any) -> tuple[Rig, dict[st
             gone[tor[name]] = name
     for name in gone.values():
         r.api.delete_job("default", name)
-    r.api.finish_terminating()
-    r.deliver()
+    r.pods_gone()
     r.step()
     return r, {n: t for n, t in tor.items() if n not in gone.values()}
 
@@ -49,12 +48,8 @@ def test_a_gang_is_moved_to_the_other_tor_and_the_waiting_gang_lands_in_the_clea
     assert not [t for n in r.api.objects["nodes"] for t in r.taints(n[1]) if t["key"] == "railyard.dev/unhealthy"]
     events = [e for e in r.api.posted_events if e["reason"] == "Migrating"]
     assert events and "default/wide" in events[0]["message"]
-    r.api.finish_terminating()
-    r.deliver()
-    r.step()
-    r.api.bind_released()
-    r.deliver()
-    r.step()
+    r.pods_gone()
+    r.running()
     wide = {r.state.nodes[n].tor for n in r.nodes_of("wide")}
     assert wide == {left[mover]}, "it landed in the TOR its mover left"
     stayed = [n for n in left if n != mover]
@@ -83,8 +78,7 @@ def test_a_job_is_moved_at_most_once_per_interval():
     r.submit(make_job("wide", 2, topology={"requiredTier": "tor"}))
     r.step(2)
     mover = next(n for n in left if _moved(r, n))
-    r.api.finish_terminating()
-    r.deliver()
+    r.pods_gone()
     r.step()
 
     def movable() -> set[str]:

@@ -86,12 +86,8 @@ def test_a_high_priority_gang_clears_one_tor_of_the_gangs_that_lose_least_and_la
         assert len(status["preemptions"]) == 1 and not status.get("processRestarts")
     events = [e for e in r.api.posted_events if e["reason"] == "Preempted"]
     assert events and all("default/urgent" in e["message"] for e in events), "Events name the preemptor"
-    r.api.finish_terminating()
-    r.deliver()
-    r.step()
-    r.api.bind_released()
-    r.deliver()
-    r.step()
+    r.pods_gone()
+    r.running()
     placed = {r.state.nodes[n].tor for n in r.nodes_of("urgent")}
     assert placed == {fresh_tor}
     untouched = [n for n in "abcd" if n not in fresh]
@@ -104,8 +100,7 @@ def test_the_target_is_held_while_the_victims_go():
     r.step(2)  # victims chosen, then (nobody reports) requeued at once; their pods terminate slowly
     victims = [n for n in "abcd" if _conditions(r, n).get("Placed", ("", ""))[1] == "Preempted"]
     assert len(victims) == 2
-    r.api.finish_terminating()
-    r.deliver()
+    r.pods_gone()
     # Before the preemptor's next pass, a low job arrives that would fit on the freed nodes: it may not.
     r.submit(_job("sneaky", 1, "low"))
     r.step()
@@ -139,12 +134,8 @@ def test_a_job_is_preempted_at_most_n_times_an_hour():
     assert len(victims) == 2
     # The victims come back (the first preemptor finished), then a second urgent job wants a TOR again.
     r.api.delete_job("default", "first")
-    r.api.finish_terminating()
-    r.deliver()
-    r.step()
-    r.api.bind_released()
-    r.deliver()
-    r.step()
+    r.pods_gone()
+    r.running()
     r.submit(_job("second", 2, "high", topology={"requiredTier": "tor"}))
     r.step(2)
     again = [n for n in victims if len(r.status(n).get("preemptions") or []) > 1]
@@ -190,8 +181,7 @@ def test_a_job_that_fits_once_terminating_pods_go_waits_without_holding_or_evict
     assert r.reason("late") != "Preempting", "nothing was preempted for it: it holds nothing"
     assert not any(r.status(n).get("preemptedBy") == "default/late" for n in "abcd"), "room is coming: nobody new"
     assert r.loop.preemptions.holding(("default", "late")) is None
-    r.api.finish_terminating()
-    r.deliver()
+    r.pods_gone()
     r.step()
     assert r.status("late").get("placement"), "placed once the pods have gone"
 
@@ -219,12 +209,8 @@ def test_an_elastic_victim_is_shrunk_towards_min_replicas_and_runs_on():
     assert status["lastRestart"]["reason"] == "Preempted" and len(status["placement"]["ranks"]) == 2
     kept_tors = {r.state.nodes[n].tor for n in r.nodes_of("elastic")}
     assert len(kept_tors) == 1, "it kept its ranks in one TOR and gave the other up"
-    r.api.finish_terminating()
-    r.deliver()
-    r.step()
-    r.api.bind_released()
-    r.deliver()
-    r.step()
+    r.pods_gone()
+    r.running()
     urgent_tors = {r.state.nodes[n].tor for n in r.nodes_of("urgent")}
     assert urgent_tors and not urgent_tors & kept_tors, "the preemptor landed in the TOR it gave up"
     assert _conditions(r, "elastic")["Running"][0] == "True" and "Failed" not in _conditions(r, "elastic")

@@ -78,8 +78,7 @@ def test_a_backfilled_spare_is_given_back_checkpoint_first_when_a_replacement_ne
     assert not r.status("main").get("restartCount"), "the restart waits for the spare"
     r.step()  # nobody reports for the filler: it is requeued at once, its pod terminates
     assert r.status("filler").get("placement") is None
-    r.api.finish_terminating()
-    r.deliver()
+    r.pods_gone()
     r.step()
     status = r.status("main")
     assert status["restartCount"] == 1
