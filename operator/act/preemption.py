@@ -217,11 +217,13 @@ class Preemptions:
                                       if j.status.preempted_by == me}))
                 return Hold(frozenset(r.node for r in waiting.replicas), names,
                             mono + settings.preemption_hold_seconds)
+        candidates = [c for c in self._candidates(candidate.priority, candidate.key, now) if
+                      all(view.has_node(n) for n in c.nodes)]
+        if not candidates:
+            return None  # nobody it may evict: no solve spent on it
         after = self._without(view, self._leaving(candidate.key, None))
         if solve(after, candidate.request).placed:
             return None  # room is coming anyway: nobody new is evicted for it
-        candidates = [c for c in self._candidates(candidate.priority, candidate.key, now) if
-                      all(view.has_node(n) for n in c.nodes)]
         return plan_preemption(after, candidate.request, candidates)
 
     async def start(self, job: Job, plan: PreemptionPlan | Hold) -> str:

@@ -415,10 +415,11 @@ class ClusterState:
         """(node, GPUs, requests) held by each Terminating pod (of these jobs; None: of anyone): free once
         they have gone. A preemption already under way frees them, so a preemptor waits for them rather
         than choosing more victims."""
-        wanted = set(jobs) if jobs is not None else None
+        pods = self.pods.values() if jobs is None else [p for key in jobs for p in self.job_pods(key)]
         out = []
-        for key, pod in self.pods.items():
-            if not pod.terminating or not pod.node_name or (wanted is not None and pod.job_key not in wanted):
+        for pod in pods:  # a few jobs' pods when asked for some (a pass asks per waiting gang)
+            key = pod.key
+            if not pod.terminating or not pod.node_name:
                 continue
             node = self.nodes.get(pod.node_name)
             usage = self._counted(pod)
