@@ -27,6 +27,7 @@ from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.topology.nodes import parse_gpu_annotation, pinned_node
 
 from tests.support import status as cond
+from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
@@ -45,6 +46,9 @@ class OperatorUnderChaos(RuleBasedStateMachine):
         self.pending: list = []  # watch events not yet delivered, in API order
         self.delivered: list = []
         self.jobs = 0
+        # The operator's time is the machine's: hypothesis replays a case only if every decision is a
+        # function of the steps (preemption weighs work lost by time; back-offs and holds count seconds).
+        self.clock = ManualClock()
         self._restart()
 
     def teardown(self) -> None:
@@ -52,7 +56,7 @@ class OperatorUnderChaos(RuleBasedStateMachine):
 
     def _restart(self) -> None:
         """A fresh operator: lists everything, then watches."""
-        self.state = ClusterState()
+        self.state = ClusterState(clock=self.clock)
         for kind in KINDS:
             items, rv = self.api.listing(kind)
             self.state.replace(kind, items, rv)
@@ -181,6 +185,7 @@ class OperatorUnderChaos(RuleBasedStateMachine):
 
     @rule()
     def placement_iteration(self) -> None:
+        self.clock.advance(1.0)  # a pass a second
         self.loop.run_until_complete(self.placer.run_once())
         self._collect()
 
