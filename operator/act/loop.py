@@ -56,6 +56,7 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.operator.decide.assess import Seen, assess
+from railyard.operator.decide.claims import claim_name
 from railyard.operator.decide.priority import missing_message, resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.kube.client import Fenced
@@ -236,7 +237,23 @@ class PlacementLoop:
         bound, terminating = self.ctx.state.pod_times(job.key)
         leaving, leaving_for = self.migrations.leaving(job)
         return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono),
-                    leaving, leaving_for)
+                    leaving, leaving_for, self._blocked(job) if released is not None else {})
+
+    def _blocked(self, job: Job) -> dict[str, str]:
+        """Unbound, released pods whose ResourceClaim a known device stands in the way of (DRA)."""
+        state = self.ctx.state
+        placement = job.placement
+        if state.devices is None or placement is None:
+            return {}
+        out = {}
+        for rank in placement.ranks:
+            pod = state.pods.get((job.namespace, rank.pod or ""))
+            if pod is None or pod.node_name or pod.gated or pod.placement_id != placement.id:
+                continue
+            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus)
+            if why is not None:
+                out[pod.name] = why
+        return out
 
     async def dispatch(self, job: Job, action: Action) -> None:
         """Hand one decision to the actor that owns it."""

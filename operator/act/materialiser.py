@@ -7,6 +7,7 @@ Write-ahead protocol (crash points named as RAILYARD_TEST_CRASH_AFTER takes them
 1. the placement (ranks, nodes, GPUs, a placement id) is in the job's status (written by the caller);
 2. Service and pods are created; a name conflict is ours only when the object carries this
    placement's id or is owned by this job, else the placement is dropped (NameConflict) — "pods-created";
+   in DRA mode each pinned pod's ResourceClaim follows, owned by the pod — "claims-created";
 3. every gate is removed, then Placed=Released — "released".
 A leader that starts later finds a job stuck between 1 and 3 (assess -> Resume) and finishes it.
 """
@@ -30,7 +31,9 @@ from railyard.operator.base.reasons import PlacedReason
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
+from railyard.operator.decide.claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
+from railyard.topology.devices import NodeDevices, rail_order, unpinnable
 
 log = logging.getLogger("railyard.materialiser")
 QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)
@@ -120,17 +123,22 @@ class Materialiser:
         placement = job.placement
         assert placement is not None
         ranks = placement.ranks
+        pinned = {r.rank: self._devices(r.node) for r in ranks}
+        gpus = {r.rank: self._rail_order(r.node, r.gpus) if pinned[r.rank] is not None else list(r.gpus)
+                for r in ranks}
         try:
             await self._create_owned("services", build_service(job), placement.id, job.uid)
-            pods = [build_pod(job, r.rank, r.node, r.gpus, len(ranks), placement.rail_aligned, placement.id,
-                              self.options, r.pod)
+            pods = [build_pod(job, r.rank, r.node, gpus[r.rank], len(ranks), placement.rail_aligned, placement.id,
+                              self.options, r.pod, pinned[r.rank])
                     for r in ranks if only is None or r.pod in only]
-            await asyncio.gather(*(self.ctx.limited(self._create_owned("pods", p, placement.id, job.uid))
-                                   for p in pods))
+            stored = await asyncio.gather(*(self.ctx.limited(self._create_owned("pods", p, placement.id, job.uid))
+                                            for p in pods))
+            self.ctx.crash_point("pods-created")
+            await self._create_claims(job, {(p or {}).get("metadata", {}).get("name"): p for p in stored},
+                                      pinned, gpus)
         except CreateRefused as refused:
             await self._refuse(job, refused)
             return
-        self.ctx.crash_point("pods-created")
         gate = len(((job.body["spec"].get("template") or {}).get("spec") or {}).get("schedulingGates") or [])
         released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod(job.namespace, r.pod or "", gate))
                                           for r in ranks))
@@ -150,7 +158,50 @@ class Materialiser:
         await self.events.normal(job, PlacedReason.RELEASED, f"gang of {len(ranks)} released: "
                                  f"{placement.tors} TORs, rail-aligned={placement.rail_aligned}", key=placement.id)
 
-    async def _create_owned(self, plural: str, body: dict, placement_id: str, owner_uid: str) -> None:
+    def _devices(self, node: str) -> NodeDevices | None:
+        """The node's published devices when its replicas are pinned through DRA, else None."""
+        devices = self.ctx.state.devices
+        published = devices.nodes.get(node) if devices is not None else None
+        model = self.ctx.state.nodes.get(node)
+        if published is None or not published.gpus or model is None or \
+                unpinnable(model.gpu_count, published) is not None:
+            return None
+        return published
+
+    def _rail_order(self, node: str, gpus: list[int]) -> list[int]:
+        model = self.ctx.state.nodes.get(node)
+        return rail_order(gpus, model.rails) if model is not None else list(gpus)
+
+    async def _create_claims(self, job: Job, created: dict[str | None, dict | None],
+                             pinned: dict[int, NodeDevices | None], gpus: dict[int, list[int]]) -> None:
+        """Every DRA-pinned rank's ResourceClaim, owned by its pod: the pods just created, and those of an
+        interrupted release whose claim the state does not hold."""
+        placement = job.placement
+        assert placement is not None
+        devices = self.ctx.state.devices
+        work = []
+        for r in placement.ranks:
+            node_devices = pinned[r.rank]
+            if node_devices is None or devices is None:
+                continue
+            name = r.pod or ""
+            pod = created.get(name)
+            if pod is None:
+                if (job.namespace, claim_name(name)) in devices.claims:
+                    continue
+                view = self.ctx.state.pods.get((job.namespace, name))
+                if view is None:
+                    continue  # gone meanwhile: assess restarts the gang
+                pod = {"metadata": {"name": name, "namespace": job.namespace, "uid": view.uid,
+                                    "annotations": {ANNOTATION_PLACEMENT_ID: placement.id}}}
+            claim = build_claim(pod, job.name, gpus[r.rank], node_devices, self.ctx.settings.dra.names)
+            owner = pod["metadata"]["uid"]
+            work.append(self.ctx.limited(self._create_owned("resourceclaims", claim, placement.id, owner)))
+        await asyncio.gather(*work)
+        if work:
+            self.ctx.crash_point("claims-created")
+
+    async def _create_owned(self, plural: str, body: dict, placement_id: str, owner_uid: str) -> dict | None:
         """Create, or accept an existing object only if it is ours (this placement's id, or owned by
         this job). Someone else's object, or a body the API server refuses, stops the placement."""
         try:
@@ -165,7 +216,7 @@ class Materialiser:
                                     f"{body['metadata']['name']}: {message}") from None
             raise
         if stored is None:
-            return
+            return None
         if not created:
             meta = stored.get("metadata") or {}
             ours = (meta.get("annotations") or {}).get(ANNOTATION_PLACEMENT_ID) == placement_id or \
@@ -176,6 +227,9 @@ class Materialiser:
                                     "job or delete it")
         if plural == "pods":
             self.ctx.state.apply_pod("ADDED", stored)
+        elif plural == "resourceclaims":
+            self.ctx.state.apply("resourceclaims", "ADDED", stored)
+        return stored
 
     async def _refuse(self, job: Job, refused: CreateRefused) -> None:
         """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""

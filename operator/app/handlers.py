@@ -16,14 +16,15 @@ from typing import Any
 import kopf
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base import metrics
-from railyard.operator.base.settings import Settings
+from railyard.operator.base.settings import DraMode, Settings
+from railyard.operator.cache.devices import SLICES
 from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress import ProgressBook
 from railyard.operator.cache.state import ClusterState
-from railyard.operator.kube.client import KubeApi
+from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.operator.kube.leader import LeaderElector
 from railyard.operator.kube.leader_label import LeaderLabel
-from railyard.operator.kube.reflector import KINDS, Reflector, reflector_sink
+from railyard.operator.kube.reflector import PATHS, Reflector, reflector_sink
 from railyard.operator.kube.report_server import ReportServer
 from railyard.topology.labels import scheme_for
 
@@ -52,17 +53,19 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
                            on_elected=lambda: loop.call_soon_threadsafe(lambda: sink_target[0].wake()),
                            on_change=label.mark if label.enabled else None)
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
-    state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels))
+    state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels),
+                         device_names=config.dra.names if _reads_devices(api, config) else None,
+                         dra_required=config.dra.mode == DraMode.ON)
     book = ProgressBook()
     delays = {"pods": config.test_pod_watch_delay}
     reflectors = [Reflector(KubeApi(workers=1, user_agent=agent, read_timeout=60), kind,
                             reflector_sink(state, lambda: sink_target[0].wake()), loop,
-                            delay_events=delays.get(kind, 0.0)) for kind in KINDS]
+                            delay_events=delays.get(kind, 0.0)) for kind in state.kinds]
 
     async def catch_up() -> None:
         """A new leader's view passes a fresh quorum read of every kind before it places."""
         how = await asyncio.gather(*(loop.run_in_executor(None, r.catch_up) for r in reflectors))
-        log.info("caught up before placing: %s", dict(zip(KINDS, how, strict=True)))
+        log.info("caught up before placing: %s", dict(zip(state.kinds, how, strict=True)))
 
     evictions = EvictionBook()  # the report endpoint's eviction webhook notes drains; the loop acts on them
     loop_ = PlacementLoop(state, api, config, leader.is_leader, book, catch_up=catch_up, evictions=evictions)
@@ -78,6 +81,23 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
                 tasks=[asyncio.create_task(loop_.run(), name="railyard-placer"),
                        asyncio.create_task(_measure_lag(), name="railyard-lag")])
     log.info("railyard operator started as %s", config.leader.identity)
+
+
+def _reads_devices(api: KubeApi, config: Settings) -> bool:
+    """Whether to read ResourceSlices and ResourceClaims: unless RAILYARD_DRA=off, when the API server
+    serves them to this account. RAILYARD_DRA=on and they cannot be read: the operator stops, saying why."""
+    if config.dra.mode == DraMode.OFF:
+        return False
+    try:
+        api.request("GET", PATHS[SLICES], query=[("limit", "1")], timeout=30)
+        return True
+    except ApiException as e:
+        if config.dra.mode == DraMode.ON:
+            raise RuntimeError(f"RAILYARD_DRA=on but ResourceSlices cannot be listed: HTTP {e.status} {e.reason}") \
+                from None
+        log.warning("DRA off: ResourceSlices cannot be listed (HTTP %s %s); GPUs are the device plugin's",
+                    e.status, e.reason)
+        return False
 
 
 async def _measure_lag(period: float = 0.1) -> None:

@@ -54,6 +54,7 @@ class PlacedReason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.priorityClassName names no PriorityClass
     NAME_CONFLICT = "NameConflict"  # a pod or Service of its name belongs to someone else
     BIND_TIMEOUT = "BindTimeout"
+    DEVICE_UNAVAILABLE = "DeviceUnavailable"  # a device a pod's ResourceClaim pins is held by another claim, or gone
     NODE_LOST = "NodeLost"  # a node of an unreleased placement is gone
     STALE_PODS = "StalePods"  # pods without a recorded placement
     NO_REPLACEMENT = "NoReplacement"  # re-queued whole after lost ranks found no replacement

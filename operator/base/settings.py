@@ -8,9 +8,11 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from railyard.topology.devices import DeviceNames
 
 T = TypeVar("T")
 
@@ -142,6 +144,35 @@ class PlacementSettings(_Settings):
     master_port: int = 29500
 
 
+class DraMode(StrEnum):
+    """Whether replica pods get ResourceClaims pinning their devices (docs/placement.md: DRA)."""
+
+    AUTO = "auto"  # per node: claims where ResourceSlices publish the node's GPUs, the device plugin elsewhere
+    ON = "on"  # every node: a node whose GPUs no slice publishes is excluded, saying so
+    OFF = "off"  # never: ResourceSlices and ResourceClaims are not read
+
+
+def _dra_mode(raw: str) -> DraMode:
+    try:
+        return DraMode(raw.strip().lower())
+    except ValueError:
+        raise ValueError(raw) from None
+
+
+class DraSettings(_Settings):
+    mode: DraMode = Field(default_factory=_env("DRA", DraMode.AUTO, _dra_mode))
+    gpu_driver: str = Field(default_factory=_env("DRA_GPU_DRIVER", "gpu.nvidia.com", str))
+    gpu_class: str = Field(default_factory=_env("DRA_GPU_CLASS", "gpu.nvidia.com", str))
+    nic_driver: str = Field(default_factory=_env("DRA_NIC_DRIVER", "dra.net", str))
+    nic_class: str = Field(default_factory=_env("DRA_NIC_CLASS", "rdma.dra.net", str))
+    # The NIC attribute holding the HCA name NCCL_IB_HCA lists (the device name when a NIC has none).
+    hca_attribute: str = Field(default_factory=_env("DRA_HCA_ATTRIBUTE", "rdmaDevice", str))
+
+    @property
+    def names(self) -> DeviceNames:
+        return DeviceNames(self.gpu_driver, self.gpu_class, self.nic_driver, self.nic_class, self.hca_attribute)
+
+
 class ApiSettings(_Settings):
     workers: int = Field(default_factory=_env("API_WORKERS", 24, int), ge=1)
 
@@ -199,6 +230,7 @@ class Settings(_Settings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     reports: ReportSettings = Field(default_factory=ReportSettings)
+    dra: DraSettings = Field(default_factory=DraSettings)
     # Fault injection for e2e tests only: deliver pod watch events this many seconds late.
     test_pod_watch_delay: float = _seconds("TEST_POD_WATCH_DELAY_SECONDS", 0.0)
     # Fault injection for the crash-safety e2e test only: exit right after this step.

@@ -12,7 +12,8 @@ Guarantees the placer stands on:
   after the list was cut).
 - **Tombstones.** A deleted object is remembered (uid, resourceVersion) for a while, so a write
   response that arrives after the DELETED event never brings it back.
-- **Readiness.** `ready` only once Nodes, Pods and TrainingJobs have each been listed completely.
+- **Readiness.** `ready` only once Nodes, Pods, TrainingJobs and PriorityClasses (and, with DRA,
+  ResourceSlices and ResourceClaims) have each been listed completely.
 - **Parsed once.** A TrainingJob is parsed (spec validated, status typed: base/objects.Job) when a
   new version of it arrives, never on a read.
 """
@@ -25,9 +26,12 @@ from typing import Any
 from railyard.operator.base.clock import Clock, SystemClock
 from railyard.operator.base.keys import ANNOTATION_MAINTENANCE, ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
+from railyard.operator.cache import devices as dra
+from railyard.operator.cache.devices import ClaimView, Devices
 from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
 from railyard.topology.affinity import PodInfo
+from railyard.topology.devices import DeviceNames, unpinnable
 from railyard.topology.faults import NodeHealth, read_health
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot
@@ -61,9 +65,15 @@ def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
 
 
 class ClusterState:
-    def __init__(self, scheme: LabelScheme = NATIVE, clock: Clock | None = None) -> None:
+    def __init__(self, scheme: LabelScheme = NATIVE, clock: Clock | None = None,
+                 device_names: DeviceNames | None = None, dra_required: bool = False) -> None:
+        """`device_names`: read ResourceSlices and ResourceClaims (of these drivers); `dra_required`: a
+        node whose GPUs no slice publishes is excluded (RAILYARD_DRA=on)."""
         self.scheme = scheme
         self.clock = clock or SystemClock()
+        self.devices = Devices(device_names) if device_names is not None else None
+        self.dra_required = dra_required and device_names is not None
+        self.kinds = KINDS + (dra.KINDS if device_names is not None else ())
         self.nodes: dict[str, GpuNode] = {}
         self.excluded: dict[str, Exclusion] = {}
         self.health: dict[str, NodeHealth] = {}  # per node, for the fault path (topology/faults.py)
@@ -90,17 +100,23 @@ class ClusterState:
 
     @property
     def ready(self) -> bool:
-        return self.synced.issuperset(KINDS)
+        return self.synced.issuperset(self.kinds)
 
     # --- events (watch, list, write responses) ---------------------------------------------------
 
-    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
+    def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView | ClaimView) -> None:
         if self._predates_list(kind, body):
             return
         if kind == "pods":
+            if isinstance(body, ClaimView):
+                raise TypeError("a claim view delivered as pods")
             self.apply_pod(event_type, body)
-        elif isinstance(body, PodView):
-            raise TypeError(f"a pod view delivered as {kind}")
+        elif kind == dra.CLAIMS and not isinstance(body, PodView):
+            self.apply_claim(event_type, body if isinstance(body, ClaimView) else dra.claim_view(body))
+        elif isinstance(body, PodView | ClaimView):
+            raise TypeError(f"a view delivered as {kind}")
+        elif kind == dra.SLICES:
+            self.apply_slice(event_type, body)
         elif kind == "nodes":
             self.apply_node(event_type, body)
         elif kind == "priorityclasses":
@@ -108,12 +124,12 @@ class ClusterState:
         else:
             self.apply_job(event_type, body)
 
-    def _predates_list(self, kind: str, body: Mapping[str, Any] | PodView) -> bool:
+    def _predates_list(self, kind: str, body: Mapping[str, Any] | PodView | ClaimView) -> bool:
         """An event at or before the last list's version, about an object this state does not hold:
         the list already says that object was gone (a late or replayed event must not resurrect a
         deleted job; for objects held, resourceVersion ordering already rejects old versions)."""
         floor = self._listed_at.get(kind)
-        if isinstance(body, PodView):
+        if isinstance(body, PodView | ClaimView):
             rv, key = body.resource_version, body.key
         else:
             meta = body.get("metadata") or {}
@@ -125,6 +141,10 @@ class ClusterState:
             return key[1] not in self._node_meta
         if kind == "priorityclasses":
             return key[1] not in self.priority_classes
+        if kind == dra.SLICES:
+            return self.devices is None or not self.devices.has_slice(key[1])
+        if kind == dra.CLAIMS:
+            return self.devices is None or key not in self.devices.claims
         return key not in self.pods if kind == "pods" else key not in self.jobs
 
     def _buried(self, kind: str, key: Key, body: Mapping[str, Any], rv: int | None) -> bool:
@@ -240,6 +260,33 @@ class ClusterState:
             self._sync_rank(view.job_key, view.name)
         self._snapshot = None
 
+    # --- DRA: published devices and the claims holding them ------------------------------------------
+
+    def apply_slice(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if self.devices is None:
+            return
+        name = str(body["metadata"]["name"])
+        held = self.devices.slice_version(name)
+        if self.devices.has_slice(name) and not _newer(resource_version(body), held):
+            return
+        epoch = self.devices.epoch
+        for key in self.devices.apply_slice(event_type, body):
+            self.usage.set(("claim", key), self.devices.held(key))
+        if epoch != self.devices.epoch:
+            self.usage.freed += 1  # a node's devices appeared or changed: a waiting job may fit
+            self._changed_nodes()
+
+    def apply_claim(self, event_type: str | None, view: ClaimView) -> None:
+        """Any claim's allocated GPUs are held (Railyard's own too: the same indices its pods name)."""
+        if self.devices is None:
+            return
+        held = self.devices.claims.get(view.key)
+        if held is not None and not _newer(view.resource_version, held.resource_version):
+            return
+        self.devices.apply_claim(event_type, view)
+        self.usage.set(("claim", view.key), self.devices.held(view.key))
+        self._snapshot = None
+
     def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str(body["metadata"]["name"])
         rv = resource_version(body)
@@ -275,7 +322,8 @@ class ClusterState:
         self.jobs[key] = parse_job(_plain(body))
         self._refresh_reservation(key)
 
-    def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView], list_rv: int | None) -> None:
+    def replace(self, kind: str, bodies: Iterable[Mapping[str, Any] | PodView | ClaimView],
+                list_rv: int | None) -> None:
         """Re-list semantics (a reflector's Replace): apply everything listed, forget what vanished. A
         list older than the last one (the store went back: an etcd restore) resets the kind first: the
         versions held would otherwise reject every object the restored store holds."""
@@ -289,7 +337,7 @@ class ClusterState:
         self._listed_at.pop(kind, None)  # listed objects are applied whatever their version
         for body in bodies:
             self.apply(kind, "MODIFIED", body)
-            if isinstance(body, PodView):
+            if isinstance(body, PodView | ClaimView):
                 seen.add(body.key)
             else:
                 meta = body["metadata"]
@@ -312,6 +360,10 @@ class ClusterState:
             return [(k, v.resource_version) for k, v in self.pods.items()]
         if kind == "priorityclasses":
             return [(("", n), self.priority_rv.get(n)) for n in self.priority_classes]
+        if kind == dra.SLICES:
+            return [(("", n), rv) for n, rv in self.devices.slice_names()] if self.devices is not None else []
+        if kind == dra.CLAIMS:
+            return [(k, c.resource_version) for k, c in self.devices.claims.items()] if self.devices is not None else []
         return [(k, resource_version(j.body)) for k, j in self.jobs.items()]
 
     def _forget(self, kind: str, key: Key) -> None:
@@ -322,6 +374,12 @@ class ClusterState:
         elif kind == "priorityclasses":
             self.priority_classes.pop(key[1], None)
             self.priority_rv.pop(key[1], None)
+        elif kind == dra.SLICES:
+            self.apply_slice("DELETED", {"metadata": {"name": key[1]}})
+        elif kind == dra.CLAIMS:
+            if self.devices is not None:
+                self.devices.forget_claim(key)
+                self.usage.set(("claim", key), None)
         else:
             self.jobs.pop(key, None)
             self._refresh_reservation(key)
@@ -430,12 +488,27 @@ class ClusterState:
             out.append((pod.node_name, tuple(sorted(freed)), usage.requests))
         return out
 
+    def _unpinnable(self, models: Iterable[GpuNode]) -> dict[str, str]:
+        """Nodes DRA mode cannot pin replicas on (topology.devices.unpinnable), by reason."""
+        if self.devices is None:
+            return {}
+        out = {}
+        for node in models:
+            published = self.devices.nodes.get(node.name)
+            why = unpinnable(node.gpu_count, published)
+            if why is None and self.dra_required and (published is None or not published.gpus):
+                why = "no ResourceSlice publishes its GPUs (RAILYARD_DRA=on)"
+            if why is not None:
+                out[node.name] = why
+        return out
+
     def snapshot(self) -> Snapshot:
         """An immutable snapshot; cached until something it reads changes."""
         if self._snapshot is None:
             if self._nodes_sorted is None:
                 models = sorted(self.nodes.values(), key=lambda n: n.name)
                 clashes = ambiguous_domains(models, self.scheme.levels)
+                clashes.update(self._unpinnable(models))
                 self._nodes_sorted = tuple(n for n in models if n.name not in clashes)
                 self._clashes = tuple(Exclusion(n, why) for n, why in sorted(clashes.items()))
             used = {}

@@ -53,6 +53,7 @@ class Seen:
     evicting: frozenset[str] = frozenset()  # pods of its namespace whose eviction was asked for (the webhook)
     leaving: frozenset[str] = frozenset()  # nodes it is to move off so a waiting gang fits (defragmentation)
     leaving_for: str = ""  # that gang (namespace/name)
+    blocked: Mapping[str, str] = field(default_factory=dict)  # unbound pod -> why its ResourceClaim cannot be allocated
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -219,6 +220,12 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
         return Restart(LossReason.MIGRATION, why, request,
                        tuple(NodeLoss(n, LossReason.MIGRATION, why, None) for n in moving))
     unbound = [p for p in wanted if not mine[p].node_name]
+    blocked = {p: seen.blocked[p] for p in unbound if p in seen.blocked} if seen is not None else {}
+    if blocked and not any(mine[p].gated for p in wanted):
+        # A device the claim pins is someone else's (allocated after the solve) or gone: no wait can help.
+        first, why = min(blocked.items())
+        return Rollback(PlacedReason.DEVICE_UNAVAILABLE, f"rank {wanted[first].rank}'s ResourceClaim cannot be "
+                        f"allocated: {why}; re-planning the gang", tuple(mine) + stale, force)
     if unbound and not any(mine[p].gated for p in wanted):
         stalled = _stalled(unbound, wanted, pods, placement, placed.last_transition_time, now, seen, bind_timeout)
         if stalled:

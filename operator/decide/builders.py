@@ -17,8 +17,10 @@ from railyard.operator.base.keys import (
     SCHEDULING_GATE,
 )
 from railyard.operator.base.objects import Job
+from railyard.operator.decide.claims import device_env, use_claim
 from railyard.topology.api import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
 from railyard.topology.claims import pod_name
+from railyard.topology.devices import NodeDevices
 from railyard.topology.request import job_pod_labels
 from railyard.topology.solver import Placement
 
@@ -115,9 +117,12 @@ def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
 
 
 def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_aligned: bool,
-              placement_id: str, options: PodOptions, name: str | None = None) -> dict[str, Any]:
+              placement_id: str, options: PodOptions, name: str | None = None,
+              devices: NodeDevices | None = None) -> dict[str, Any]:
     """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed.
-    `name`: the pod's name as the placement records it (by default the first placement's)."""
+    `name`: the pod's name as the placement records it (by default the first placement's).
+    `devices`: the node's devices as DRA publishes them: the pod takes its GPUs (`gpus`, in rail
+    order) through its ResourceClaim (decide/claims.py) instead of the device plugin."""
     template = copy.deepcopy(job.body["spec"].get("template") or {})
     tmeta = template.get("metadata") or {}
     spec = template.get("spec") or {}
@@ -127,6 +132,9 @@ def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_
     annotations = {**(tmeta.get("annotations") or {}), ANNOTATION_GPUS: ",".join(map(str, gpus)),
                    ANNOTATION_PLACEMENT_ID: placement_id}
     env = build_env(job, rank, world, len(gpus), rail_aligned, options)
+    if devices is not None:
+        env += [{"name": k, "value": v} for k, v in device_env(gpus, devices).items()]
+        use_claim(spec, name)
     names = {e["name"] for e in env}
     for container in spec.get("containers") or []:
         # The placement's env wins over the template's for the same variable.

@@ -62,8 +62,9 @@ def below_desired(job: Job, conditions: list[Condition], placed: int, now: datet
 
 # --- placing ------------------------------------------------------------------------------------------
 
-_PLACED_BEFORE = (PlacedReason.BIND_TIMEOUT, PlacedReason.NODE_LOST, PlacedReason.STALE_PODS,
-                  PlacedReason.NAME_CONFLICT, PlacedReason.NO_REPLACEMENT, PlacedReason.QUOTA_EXCEEDED)
+_PLACED_BEFORE = (PlacedReason.BIND_TIMEOUT, PlacedReason.DEVICE_UNAVAILABLE, PlacedReason.NODE_LOST,
+                  PlacedReason.STALE_PODS, PlacedReason.NAME_CONFLICT, PlacedReason.NO_REPLACEMENT,
+                  PlacedReason.QUOTA_EXCEEDED)
 
 
 def next_serial(job: Job) -> int:

@@ -34,7 +34,8 @@ __all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CONNECT_TIMEOUT = 5.0
-_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1"}  # create(): kinds outside the core group
+# create(): kinds outside the core group
+_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1"}
 
 
 class Fenced(RuntimeError):

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import pod_view
+from railyard.operator.cache.devices import CLAIMS, SLICES, claim_view
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.operator.kube.client import ApiException
 from railyard.topology.api import GROUP, PLURAL, VERSION
@@ -33,8 +34,9 @@ from railyard.topology.api import GROUP, PLURAL, VERSION
 log = logging.getLogger("railyard.reflector")
 
 PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "trainingjobs": f"/apis/{GROUP}/{VERSION}/{PLURAL}",
-         "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses"}
-TRANSFORMS: dict[str, Callable[[dict[str, Any]], Any]] = {"pods": pod_view}
+         "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
+         SLICES: "/apis/resource.k8s.io/v1/resourceslices", CLAIMS: "/apis/resource.k8s.io/v1/resourceclaims"}
+TRANSFORMS: dict[str, Callable[[dict[str, Any]], Any]] = {"pods": pod_view, CLAIMS: claim_view}
 
 
 class ListWatch(Protocol):

@@ -1,0 +1,181 @@
+"""The devices DRA publishes and the claims that hold them, kept incrementally for the operator's
+state: per node the GPUs and rail NICs ResourceSlices publish (topology/devices.py reads them), per
+ResourceClaim the devices its allocation holds, and who holds each device (so a claim that cannot be
+allocated is explained by name)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.operator.base.objects import Key, resource_version
+from railyard.topology.devices import DeviceKey, DeviceNames, NodeDevices, SliceDevices, allocated, merge, read_slice
+from railyard.topology.nodes import PodUsage
+
+SLICES = "resourceslices"
+CLAIMS = "resourceclaims"
+KINDS = (SLICES, CLAIMS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """What the operator keeps of a ResourceClaim: who it is and what its allocation holds."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: int | None
+    devices: tuple[DeviceKey, ...]
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
+def claim_view(body: Mapping[str, Any]) -> ClaimView:
+    meta = body.get("metadata") or {}
+    return ClaimView(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                     resource_version(body), allocated(body))
+
+
+class Devices:
+    """Slices and claims as the reflectors deliver them. The state turns `held(key)` into a holder of
+    its Usage, so a claim's GPUs count exactly like a pod's named ones."""
+
+    def __init__(self, names: DeviceNames) -> None:
+        self.names = names
+        self._slices: dict[str, tuple[int | None, SliceDevices | None]] = {}
+        self._slices_of_node: dict[str, set[str]] = {}
+        self.nodes: dict[str, NodeDevices] = {}
+        self._where: dict[DeviceKey, tuple[str, int | None]] = {}  # device -> (node, GPU index | None for a NIC)
+        self._keys_of_node: dict[str, set[DeviceKey]] = {}
+        self.claims: dict[Key, ClaimView] = {}
+        self._holder: dict[DeviceKey, Key] = {}  # allocated device -> the claim holding it
+        self._claims_of_pool: dict[tuple[str, str], set[Key]] = {}
+        self.epoch = 0  # bumps when a node's published devices change
+
+    # --- slices ---------------------------------------------------------------------------------
+
+    def slice_version(self, name: str) -> int | None:
+        held = self._slices.get(name)
+        return held[0] if held is not None else None
+
+    def has_slice(self, name: str) -> bool:
+        return name in self._slices
+
+    def apply_slice(self, event_type: str | None, body: Mapping[str, Any]) -> set[Key]:
+        """Record a slice; the claims whose node's devices changed (their holdings are recomputed)."""
+        name = str((body.get("metadata") or {}).get("name") or "")
+        old = self._slices.get(name)
+        if event_type == "DELETED":
+            self._slices.pop(name, None)
+            return self._renode(old[1].node if old is not None and old[1] is not None else None)
+        devices = read_slice(body, self.names)
+        self._slices[name] = (resource_version(body), devices)
+        touched = set()
+        if old is not None and old[1] is not None and (devices is None or old[1].node != devices.node):
+            touched |= self._renode(old[1].node)
+        if devices is not None:
+            self._slices_of_node.setdefault(devices.node, set()).add(name)
+            if old is None or old[1] != devices:
+                touched |= self._renode(devices.node)
+        return touched
+
+    def forget_slice(self, name: str) -> set[Key]:
+        return self.apply_slice("DELETED", {"metadata": {"name": name}})
+
+    def _renode(self, node: str | None) -> set[Key]:
+        if node is None:
+            return set()
+        names = {n for n in self._slices_of_node.get(node, set()) if n in self._slices}
+        published = [s for n in sorted(names) if (s := self._slices[n][1]) is not None and s.node == node]
+        self._slices_of_node[node] = {n for n in names if (s := self._slices[n][1]) is not None and s.node == node}
+        before = self.nodes.get(node)
+        for key in self._keys_of_node.pop(node, ()):
+            self._where.pop(key, None)
+        merged = merge(published).get(node)
+        if merged is None:
+            self.nodes.pop(node, None)
+        else:
+            self.nodes[node] = merged
+            self._where.update({g.key: (node, g.index) for g in merged.gpus.values()})
+            self._where.update({n.key: (node, None) for n in merged.nics.values()})
+            self._keys_of_node[node] = {*(g.key for g in merged.gpus.values()), *(n.key for n in merged.nics.values())}
+        if before == merged:
+            return set()
+        self.epoch += 1
+        pools = {(d[0], d[1]) for s in published for d in [*(g.key for g in s.gpus), *(n.key for n in s.nics)]}
+        if before is not None:
+            pools |= {(g.key[0], g.key[1]) for g in before.gpus.values()}
+        return {k for pool in pools for k in self._claims_of_pool.get(pool, ())}
+
+    def slice_names(self) -> Iterator[tuple[str, int | None]]:
+        return ((n, rv) for n, (rv, _) in self._slices.items())
+
+    # --- claims ---------------------------------------------------------------------------------
+
+    def apply_claim(self, event_type: str | None, view: ClaimView) -> None:
+        self._drop_claim(view.key)
+        if event_type == "DELETED":
+            return
+        self.claims[view.key] = view
+        for device in view.devices:
+            self._holder[device] = view.key
+            self._claims_of_pool.setdefault((device[0], device[1]), set()).add(view.key)
+
+    def _drop_claim(self, key: Key) -> None:
+        old = self.claims.pop(key, None)
+        if old is None:
+            return
+        for device in old.devices:
+            if self._holder.get(device) == key:
+                del self._holder[device]
+            members = self._claims_of_pool.get((device[0], device[1]))
+            if members is not None:
+                members.discard(key)
+
+    def forget_claim(self, key: Key) -> None:
+        self._drop_claim(key)
+
+    def held(self, key: Key) -> PodUsage | None:
+        """The GPUs claim `key`'s allocation holds, as a usage of their node (None: none known)."""
+        view = self.claims.get(key)
+        if view is None:
+            return None
+        node, gpus = None, []
+        for device in view.devices:
+            where = self._where.get(device)
+            if where is not None and where[1] is not None:
+                node = node or where[0]
+                if where[0] == node:
+                    gpus.append(where[1])
+        if node is None:
+            return None
+        indices = tuple(sorted(set(gpus)))
+        return PodUsage(node, indices, len(indices), {})
+
+    def holder(self, device: DeviceKey) -> Key | None:
+        """The claim whose allocation holds the device, if any."""
+        return self._holder.get(device)
+
+    def blocking(self, claim: Key, node: str, gpus: Iterable[int]) -> str | None:
+        """Why claim `claim` (pinning these GPUs of the node and their rail NICs) cannot be allocated, if
+        a device it names is gone or held by another claim; None when nothing known stands in its way."""
+        view = self.claims.get(claim)
+        if view is not None and view.devices:
+            return None  # allocated
+        published = self.nodes.get(node)
+        for index in gpus:
+            gpu = published.gpus.get(index) if published is not None else None
+            if gpu is None:
+                return f"GPU {index} of node {node} is no longer published in a ResourceSlice"
+            nic = published.nic_for(index) if published is not None else None
+            for what, device in ((f"GPU {index}", gpu.key), (f"the rail NIC of GPU {index}", nic.key if nic else None)):
+                if device is None:
+                    return f"{what} of node {node} is no longer published in a ResourceSlice"
+                holder = self._holder.get(device)
+                if holder is not None and holder != claim:
+                    return f"{what} of node {node} ({'/'.join(device)}) is allocated to claim {holder[0]}/{holder[1]}"
+        return None
+
