@@ -4,6 +4,7 @@
     hack/cluster.py up [--profile small]   start everything (no-op when running), create kwok GPU nodes
                   [--exclusive]           refuse to reuse a running rig that holds other profiles' nodes
                   [--real-node]           also a real kubelet node (root)
+                  [--dra]                 ResourceSlices for the kwok nodes (hack/dra_slices.py)
     hack/cluster.py down                   stop exactly the processes `up` started, remove state
     hack/cluster.py status                 component health
     hack/cluster.py nodes                  the simulated GPU nodes and their topology
@@ -521,6 +522,15 @@ def _remove_state() -> None:
     subprocess.run(["rm", "-rf", str(STATE)], check=False)
 
 
+def _dra_publisher():
+    """hack/dra_slices.py (imported late: it imports this module)."""
+    if str(HACK) not in sys.path:
+        sys.path.insert(0, str(HACK))
+    import dra_slices
+
+    return dra_slices
+
+
 def realnode():
     """hack/realnode.py (imported late: it imports this module)."""
     if str(HACK) not in sys.path:
@@ -682,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--started-by", default=None, help="who starts the rig (shown by describe)")
     p_up.add_argument("--real-node", action="store_true",
                       help="also run a real kubelet node (containerd, kube-proxy, CoreDNS; needs root)")
+    p_up.add_argument("--dra", action="store_true",
+                      help="publish ResourceSlices and DeviceClasses for the kwok nodes (hack/dra_slices.py)")
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("nodes")
@@ -696,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             up(args.profile or None, args.k8s_gates, real_node=args.real_node, exclusive=args.exclusive,
                started_by=args.started_by)
+            if args.dra:
+                _dra_publisher().publish(KWOK_LABEL)
         elif args.command == "down":
             down()
         elif args.command == "status":

@@ -27,12 +27,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cluster
-from railyard.topology.devices import NUMA_NODE, PCIE_ROOT, DeviceNames
+from railyard.topology.devices import NUMA_NODE, PCIE_ROOT, STANDARD
 from railyard.topology.model import GpuNode
 from railyard.topology.nodes import NodeError, node_from_object
 
 RIG_LABEL = "railyard.dev/rig-dra"
-NAMES = DeviceNames()
+NAMES = STANDARD
 GROUP, VERSION = "resource.k8s.io", "v1"
 
 

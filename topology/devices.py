@@ -33,6 +33,8 @@ class DeviceNames:
     hca_attribute: str = "rdmaDevice"
 
 
+STANDARD = DeviceNames()
+
 DeviceKey = tuple[str, str, str]  # (driver, pool, device): how an allocation result names a device
 
 
@@ -81,7 +83,7 @@ class SliceDevices:
     nics: tuple[Nic, ...] = ()
 
 
-def read_slice(body: Mapping[str, Any], names: DeviceNames = DeviceNames()) -> SliceDevices | None:
+def read_slice(body: Mapping[str, Any], names: DeviceNames = STANDARD) -> SliceDevices | None:
     """The GPUs and rail NICs a slice publishes; None for a slice of another driver or of no node.
     A GPU without an integer `index` and a `uuid`, or a device without a pcieRoot, cannot be pinned
     or aligned: it is left out (the node then looks short of devices and is excluded, saying so)."""
@@ -118,7 +120,7 @@ def merge(slices: Iterable[SliceDevices]) -> dict[str, NodeDevices]:
     return {node: NodeDevices(gpus.get(node, {}), nics.get(node, {})) for node in gpus.keys() | nics.keys()}
 
 
-def inventory(slice_objects: Iterable[Mapping[str, Any]], names: DeviceNames = DeviceNames()) -> dict[str, NodeDevices]:
+def inventory(slice_objects: Iterable[Mapping[str, Any]], names: DeviceNames = STANDARD) -> dict[str, NodeDevices]:
     return merge(s for body in slice_objects if (s := read_slice(body, names)) is not None)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from railyard.topology.devices import STANDARD, DeviceNames, allocated, held_gpus, inventory, unpinnable
 from railyard.topology.faults import DEFAULT_FAULT_CONDITIONS, maintenance_of
 from railyard.topology.labels import ANNOTATION_GPUS, GPU_RESOURCE, NATIVE, QUARANTINE_TAINT, LabelScheme
 from railyard.topology.levels import Levels
@@ -306,19 +307,37 @@ def requested_resources(pod_objects: Iterable[Mapping[str, Any]],
     return out
 
 
+DEVICE_KINDS = ("ResourceSlice", "ResourceClaim")
+
+
 def build_snapshot(
     node_objects: Iterable[Mapping[str, Any]],
     pod_objects: Iterable[Mapping[str, Any]] = (),
     scheme: LabelScheme = NATIVE,
     trusted: Trust = trust_all,
+    device_objects: Iterable[Mapping[str, Any]] = (),
+    device_names: DeviceNames = STANDARD,
 ) -> Snapshot:
     """Nodes (usable ones modelled, the rest excluded with a reason) and the GPUs pods hold (whose
-    claims are believed: `trusted`, see topology.claims)."""
+    claims are believed: `trusted`, see topology.claims). `device_objects`: ResourceSlices and
+    ResourceClaims (DRA): the GPUs any claim's allocation holds are held too, and a node whose slices
+    cannot pin its GPUs is excluded (topology.devices.unpinnable)."""
     nodes, excluded = model_nodes(node_objects, scheme)
     clashes = ambiguous_domains(nodes, scheme.levels)
+    objects = list(device_objects)
+    published = inventory((o for o in objects if o.get("kind") == "ResourceSlice"), device_names)
+    for node in nodes:
+        why = unpinnable(node.gpu_count, published.get(node.name))
+        if why is not None:
+            clashes.setdefault(node.name, why)
     if clashes:
         nodes = [n for n in nodes if n.name not in clashes]
         excluded = sorted([*excluded, *(Exclusion(n, why) for n, why in clashes.items())], key=lambda e: e.node)
     pods = list(pod_objects)
-    return Snapshot(tuple(nodes), used_gpus({n.name: n for n in nodes}, pods, trusted), tuple(excluded),
-                    requested_resources(pods, trusted), scheme.levels)
+    used = used_gpus({n.name: n for n in nodes}, pods, trusted)
+    held = held_gpus(published, (allocated(o) for o in objects if o.get("kind") == "ResourceClaim"))
+    modelled = {n.name for n in nodes}
+    for name, gpus in held.items():
+        if name in modelled:
+            used[name] = used.get(name, frozenset()) | gpus
+    return Snapshot(tuple(nodes), used, tuple(excluded), requested_resources(pods, trusted), scheme.levels)

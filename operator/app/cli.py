@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from railyard.topology.decision import pod_infos
 from railyard.topology.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
 from railyard.topology.labels import scheme_for
-from railyard.topology.nodes import Trust, build_snapshot, trust_all
+from railyard.topology.nodes import DEVICE_KINDS, Trust, build_snapshot, trust_all
 from railyard.topology.planner import plan, plan_json
 from railyard.topology.profile import PROFILE_KIND, ClusterProfile, node_objects
 from railyard.topology.render import render_table
@@ -40,10 +40,14 @@ def _read(path: str) -> str:
 
 
 def read_nodes(path: str) -> list[dict[str, Any]]:
+    """Nodes (a ClusterProfile expands into its nodes), and the ResourceSlices and ResourceClaims of a
+    DRA cluster's dump as they are."""
     objects = load_objects(_read(path), path)
     nodes: list[dict[str, Any]] = []
     for index, obj in enumerate(objects, 1):
-        if obj.get("kind") == PROFILE_KIND:
+        if obj.get("kind") in DEVICE_KINDS:
+            nodes.append(obj)
+        elif obj.get("kind") == PROFILE_KIND:
             # A cluster profile (examples/clusters/) expands into its nodes.
             try:
                 nodes.extend(node_objects(ClusterProfile.model_validate(obj), kwok=False))
@@ -66,12 +70,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         nodes, pods, trusted = read_cluster(args.kubeconfig)
     elif args.nodes:
         nodes = read_nodes(args.nodes)
-        pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod",), args.pods) if args.pods else []
+        pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod", *DEVICE_KINDS), args.pods) \
+            if args.pods else []
         trusted = trust_all
     else:
         raise InputError("give --nodes NODES.yaml (or --kubeconfig to read a live cluster)")
+    devices = [o for o in [*nodes, *pods] if o.get("kind") in DEVICE_KINDS]
+    nodes = [o for o in nodes if o.get("kind") not in DEVICE_KINDS]
+    pods = [o for o in pods if o.get("kind") not in DEVICE_KINDS]
     jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs, scheme.levels)
-    result = plan(build_snapshot(nodes, pods, scheme, trusted), jobs, pod_infos(pods, trusted), args.defragment)
+    result = plan(build_snapshot(nodes, pods, scheme, trusted, devices), jobs, pod_infos(pods, trusted),
+                  args.defragment)
     if args.output == "json":
         print(json.dumps(plan_json(result)))
     else:

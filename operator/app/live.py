@@ -53,10 +53,22 @@ def list_nodes_and_pods(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dic
     """Nodes, pods (with the recorded placements as pods: they hold their GPUs before their pods
     exist), and whose GPU claims to believe (topology.claims), as the operator counts them."""
     api = KubeApi(workers=1, kubeconfig=kubeconfig)
-    nodes = api.list_all("/api/v1/nodes")
+    nodes = api.list_all("/api/v1/nodes") + _devices(api)
     pods = api.list_all("/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
     jobs = _jobs(api)
     return nodes, pods + list(placement_reservations(jobs)), trust_placements(jobs)
+
+
+def _devices(api: KubeApi) -> list[dict[str, Any]]:
+    """ResourceSlices and ResourceClaims (kind set: list items carry none); none where DRA is not served."""
+    out: list[dict[str, Any]] = []
+    for kind, plural in (("ResourceSlice", "resourceslices"), ("ResourceClaim", "resourceclaims")):
+        try:
+            out += [{**o, "kind": kind} for o in api.list_all(f"/apis/resource.k8s.io/v1/{plural}")]
+        except ApiException as e:
+            if e.status not in (403, 404):
+                raise
+    return out
 
 
 def live_placements(kubeconfig: str | None, scheme: LabelScheme, namespace: str | None = None) -> PlanResult:

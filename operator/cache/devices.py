@@ -10,7 +10,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from railyard.operator.base.objects import Key, resource_version
-from railyard.topology.devices import DeviceKey, DeviceNames, NodeDevices, SliceDevices, allocated, merge, read_slice
+from railyard.topology.devices import (
+    DeviceKey,
+    DeviceNames,
+    NodeDevices,
+    SliceDevices,
+    allocated,
+    merge,
+    read_slice,
+    unpinnable,
+)
+from railyard.topology.model import GpuNode
 from railyard.topology.nodes import PodUsage
 
 SLICES = "resourceslices"
@@ -178,4 +188,17 @@ class Devices:
                 if holder is not None and holder != claim:
                     return f"{what} of node {node} ({'/'.join(device)}) is allocated to claim {holder[0]}/{holder[1]}"
         return None
+
+    def unpinnable(self, models: Iterable[GpuNode], required: bool) -> dict[str, str]:
+        """Nodes whose replicas cannot be pinned (topology.devices.unpinnable), by reason; `required`
+        (RAILYARD_DRA=on): also those whose GPUs no slice publishes."""
+        out = {}
+        for node in models:
+            published = self.nodes.get(node.name)
+            why = unpinnable(node.gpu_count, published)
+            if why is None and required and (published is None or not published.gpus):
+                why = "no ResourceSlice publishes its GPUs (RAILYARD_DRA=on)"
+            if why is not None:
+                out[node.name] = why
+        return out
 

@@ -31,7 +31,7 @@ from railyard.operator.cache.devices import ClaimView, Devices
 from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
 from railyard.topology.affinity import PodInfo
-from railyard.topology.devices import DeviceNames, unpinnable
+from railyard.topology.devices import DeviceNames
 from railyard.topology.faults import NodeHealth, read_health
 from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.model import Exclusion, GpuNode, Snapshot
@@ -266,8 +266,7 @@ class ClusterState:
         if self.devices is None:
             return
         name = str(body["metadata"]["name"])
-        held = self.devices.slice_version(name)
-        if self.devices.has_slice(name) and not _newer(resource_version(body), held):
+        if self.devices.has_slice(name) and not _newer(resource_version(body), self.devices.slice_version(name)):
             return
         epoch = self.devices.epoch
         for key in self.devices.apply_slice(event_type, body):
@@ -488,27 +487,14 @@ class ClusterState:
             out.append((pod.node_name, tuple(sorted(freed)), usage.requests))
         return out
 
-    def _unpinnable(self, models: Iterable[GpuNode]) -> dict[str, str]:
-        """Nodes DRA mode cannot pin replicas on (topology.devices.unpinnable), by reason."""
-        if self.devices is None:
-            return {}
-        out = {}
-        for node in models:
-            published = self.devices.nodes.get(node.name)
-            why = unpinnable(node.gpu_count, published)
-            if why is None and self.dra_required and (published is None or not published.gpus):
-                why = "no ResourceSlice publishes its GPUs (RAILYARD_DRA=on)"
-            if why is not None:
-                out[node.name] = why
-        return out
-
     def snapshot(self) -> Snapshot:
         """An immutable snapshot; cached until something it reads changes."""
         if self._snapshot is None:
             if self._nodes_sorted is None:
                 models = sorted(self.nodes.values(), key=lambda n: n.name)
                 clashes = ambiguous_domains(models, self.scheme.levels)
-                clashes.update(self._unpinnable(models))
+                if self.devices is not None:
+                    clashes.update(self.devices.unpinnable(models, self.dra_required))
                 self._nodes_sorted = tuple(n for n in models if n.name not in clashes)
                 self._clashes = tuple(Exclusion(n, why) for n, why in sorted(clashes.items()))
             used = {}

@@ -27,7 +27,8 @@ class FakeApi:
         self.revision = 99
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"nodes": {}, "pods": {}, "trainingjobs": {},
                                                                           "services": {}, "priorityclasses": {},
-                                                                          "poddisruptionbudgets": {}}
+                                                                          "poddisruptionbudgets": {},
+                                                                          "resourceslices": {}, "resourceclaims": {}}
         self.log: list[Event] = []
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
@@ -36,6 +37,7 @@ class FakeApi:
         self.refuse_status: dict[str, ApiException] = {}  # job name -> the error its status writes get
         self.graceful = False  # set: a graceful pod delete leaves the pod Terminating (a real kubelet's time)
         self.fence: Callable[[], bool] | None = None
+        self.gc_claims = True  # a deleted pod's ResourceClaims (owned by it) go with it, as the garbage collector does
         for node in nodes:
             self._store("nodes", copy.deepcopy(node), "ADDED")
 
@@ -65,6 +67,11 @@ class FakeApi:
         obj = self.objects[kind].pop(key)
         obj["metadata"]["resourceVersion"] = self._next()
         self.log.append((kind, "DELETED", copy.deepcopy(obj)))
+        if kind == "pods" and self.gc_claims:
+            uid = obj["metadata"]["uid"]
+            for claim_key, claim in list(self.objects["resourceclaims"].items()):
+                if any(o.get("uid") == uid for o in claim["metadata"].get("ownerReferences") or []):
+                    self._remove("resourceclaims", claim_key)
 
     def _write(self, verb: str, what: str) -> None:
         if self.fence is not None and not self.fence():

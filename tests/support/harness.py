@@ -10,12 +10,15 @@ from typing import Any
 
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.settings import PlacementSettings, Settings
-from railyard.operator.cache.state import KINDS, ClusterState
+from railyard.operator.cache.state import ClusterState
+from railyard.topology.devices import STANDARD
+from railyard.topology.nodes import node_from_object
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
+from tests.support.rig import load_hack_module
 
 
 @dataclass
@@ -72,12 +75,18 @@ class Rig:
         return self.api.objects["nodes"][("", node)]["spec"].get("taints") or []
 
 
-def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, **placement: Any) -> Rig:
-    """A listed operator over `nodes` nodes per TOR; placement settings as given (debounces 0)."""
+def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, dra: bool = False, **placement: Any) -> Rig:
+    """A listed operator over `nodes` nodes per TOR; placement settings as given (debounces 0).
+    `dra`: the nodes' GPUs and NICs published in ResourceSlices (hack/dra_slices.py), read by the state."""
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=leaves, tors=tors, nodes=nodes))
-    state = ClusterState(clock=clock)
-    for kind in KINDS:
+    if dra:
+        publisher = load_hack_module("dra_slices", "dra_slices.py")
+        for node in api.objects["nodes"].values():
+            for body in publisher.slices_for(node_from_object(node)):
+                api._store("resourceslices", body, "ADDED")
+    state = ClusterState(clock=clock, device_names=STANDARD if dra else None)
+    for kind in state.kinds:
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
     api.log.clear()

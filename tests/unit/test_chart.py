@@ -161,6 +161,9 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
         ("railyard.dev", "trainingjobs/status"): {"patch"},
         ("railyard.dev", "trainingjobs/finalizers"): {"update"},
+        ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+        ("resource.k8s.io", "resourceclaims"): {"list", "watch", "get", "create"},
+        ("", "pods/finalizers"): {"update"},  # a claim's blockOwnerDeletion on its pod
     }
     assert not any("namespaces" in r["resources"] for r in by_kind(docs, "ClusterRole")[0]["rules"])
     role = by_kind(docs, "Role")[0]
