@@ -65,6 +65,9 @@ preemption: deps
 defrag: deps
 	.venv/bin/python hack/bench_defrag.py | tee bench-defrag.json
 
+dra-bench: deps build
+	.venv/bin/python hack/bench_dra.py | tee bench-dra.json
+
 spares: deps
 	.venv/bin/python hack/bench_spares.py | tee bench-spares.json
 

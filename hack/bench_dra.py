@@ -37,7 +37,9 @@ def run(dra: bool) -> dict:
         wait(lambda: ops.gauge(ops.scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         after_gc_discovery(crds_applied)
         figures = ops.burst(api, ops.JOBS, ops.training_job, {"railyard-operator": operator.pid})
-        pods = api.list_all(f"/api/v1/namespaces/{ops.NS}/pods")
+        listed = api.list_all(f"/api/v1/namespaces/{ops.NS}/pods")
+        pods = [p for p in listed if p["spec"].get("nodeName")]
+        figures["pods_listed"], figures["pods_unbound"] = len(listed), len(listed) - len(pods)
         if dra:
             figures["allocation_check"] = check_allocations(api, pods)
         held = Counter((p["spec"]["nodeName"], g) for p in pods

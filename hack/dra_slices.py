@@ -94,7 +94,7 @@ def _client() -> Any:
         return cluster.api()
     from kubernetes import config
 
-    return config.new_client_from_config()
+    return config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
 
 
 def _post(api: Any, plural: str, body: dict[str, Any]) -> None:

@@ -190,3 +190,17 @@ def test_dra_on_excludes_nodes_no_slice_publishes_and_auto_uses_the_device_plugi
     r.state.dra_required = True
     r.state._changed_nodes()
     assert [(e.node, "no ResourceSlice" in e.reason) for e in r.state.snapshot().excluded] == [(names[1], True)]
+
+
+def test_a_released_device_plugin_pod_waiting_to_bind_is_never_taken_for_a_blocked_claim():
+    """Auto mode reads slices; a node no slice publishes is the device plugin's: its released, not yet
+    bound pods have no claim, so nothing about devices can stand in their way."""
+    r = rig(nodes=1, dra=True)
+    node = next(iter(r.state.nodes))
+    r.api._remove("resourceslices", ("", f"{node}-gpus"))
+    r.api._remove("resourceslices", ("", f"{node}-nics"))
+    r.deliver()
+    r.submit(make_job("j", 1, gpus=8))
+    r.step(3)
+    assert r.reason("j") == "Released" and not _claims(r)
+    assert not [e for e in r.api.posted_events if e["reason"] == "DeviceUnavailable"]
