@@ -33,7 +33,7 @@ from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
 from railyard.operator.decide.claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
-from railyard.topology.devices import NodeDevices, rail_order, unpinnable
+from railyard.topology.devices import NodeDevices, rail_order
 
 log = logging.getLogger("railyard.materialiser")
 QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)
@@ -123,7 +123,7 @@ class Materialiser:
         placement = job.placement
         assert placement is not None
         ranks = placement.ranks
-        pinned = {r.rank: self._devices(r.node) for r in ranks}
+        pinned = {r.rank: self._devices(r.node, list(r.gpus)) for r in ranks}
         gpus = {r.rank: self._rail_order(r.node, r.gpus) if pinned[r.rank] is not None else list(r.gpus)
                 for r in ranks}
         try:
@@ -158,18 +158,23 @@ class Materialiser:
         await self.events.normal(job, PlacedReason.RELEASED, f"gang of {len(ranks)} released: "
                                  f"{placement.tors} TORs, rail-aligned={placement.rail_aligned}", key=placement.id)
 
-    def _devices(self, node: str) -> NodeDevices | None:
-        """The node's published devices when its replicas are pinned through DRA, else None."""
+    def _devices(self, node: str, gpus: list[int]) -> NodeDevices | None:
+        """The node's published devices when its replicas are pinned through DRA (every chosen GPU
+        published, with its rail NIC), else None: the device plugin's. Read from the slices, not the
+        node's model, which may be out of the state for a moment (a node NotReady under load)."""
         devices = self.ctx.state.devices
         published = devices.nodes.get(node) if devices is not None else None
-        model = self.ctx.state.nodes.get(node)
-        if published is None or not published.gpus or model is None or \
-                unpinnable(model.gpu_count, published) is not None:
+        if published is None or not published.gpus:
+            return None
+        missing = [g for g in gpus if g not in published.gpus or published.nic_for(g) is None]
+        if missing:  # the snapshot excludes such a node; a slice changed after the solve
+            log.warning("node %s: GPU %d or its rail NIC is not published; its replica pod gets the device "
+                        "plugin's GPUs", node, missing[0])
             return None
         return published
 
     def _rail_order(self, node: str, gpus: list[int]) -> list[int]:
-        model = self.ctx.state.nodes.get(node)
+        model = self.ctx.state.nodes.get(node) or self.ctx.state.last_model.get(node)
         return rail_order(gpus, model.rails) if model is not None else list(gpus)
 
     async def _create_claims(self, job: Job, created: dict[str | None, dict | None],
