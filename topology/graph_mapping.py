@@ -10,7 +10,8 @@ rail.
 The mapping is dual recursive bisection along the topology tree (as Scotch does): at each domain
 the slots under it are split in two halves of its children (in depth-first order), and the ranks
 to be placed there are split into two parts of exactly those sizes by Kernighan-Lin bisection
-(networkx) of the communication subgraph, started from the depth-first / pipeline-chain order;
+(kernighan_lin below, on the dense weight matrix) of the communication subgraph, started from the
+depth-first / pipeline-chain order;
 then each half is mapped the same way. The result is kept only when it is cheaper than that
 starting order, so the mapping never does worse than the order Railyard used before.
 """
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import networkx as nx
 import numpy as np
-from networkx.algorithms.community import kernighan_lin_bisection
 from railyard.topology.api import Parallelism
 from railyard.topology.commgraph import Edges, ModelHints, is_ring, replica_graph
 from railyard.topology.quality import tier_distance
@@ -45,8 +44,8 @@ def map_ranks(slots: Sequence[Slot], gpus_per_replica: int, parallelism: Paralle
         return baseline
     # Two starts (the pipeline-chain order and the plain depth-first one): bisection is local search.
     starts = [baseline, sorted(slots, key=dfs_key)] if len(slots) <= _SWAP_LIMIT else [baseline]
-    graph = _graph(edges, len(slots))
-    candidates = [refine_by_swaps(edges, bisection_mapping(graph, start)) for start in starts]
+    weights = _weights(edges, len(slots))
+    candidates = [refine_by_swaps(edges, bisection_mapping(weights, start), weights) for start in starts]
     best = min(candidates, key=lambda m: mapping_cost(edges, m))
     return best if mapping_cost(edges, best) < mapping_cost(edges, baseline) else baseline
 
@@ -55,7 +54,7 @@ _SWAP_LIMIT = 256  # replicas: dense n x n matrices per swap
 _MAX_SWAPS = 32
 
 
-def refine_by_swaps(edges: Edges, mapping: Sequence[Slot]) -> list[Slot]:
+def refine_by_swaps(edges: Edges, mapping: Sequence[Slot], weights: np.ndarray | None = None) -> list[Slot]:
     """Swap the slots of the two ranks whose swap lowers the cost most, while one does (at most
     min(n/2, 32) swaps): bisection sees only the edges inside each half; this repairs what the
     halves cost each other. With M[r, l] = the cost of rank r's edges were it at location l, swapping i and j changes
@@ -66,11 +65,9 @@ def refine_by_swaps(edges: Edges, mapping: Sequence[Slot]) -> list[Slot]:
         return result
     ids: dict[tuple[str, ...], int] = {}
     loc = np.array([ids.setdefault(_path(slot), len(ids)) for slot in result])
-    paths = list(ids)
-    distance = np.array([[_distance(a, b) for b in paths] for a in paths], dtype=float)
-    weights = np.zeros((n, n))
-    for (a, b), w in edges.items():
-        weights[a, b] = weights[b, a] = w
+    distance = _distances(list(ids))
+    if weights is None:
+        weights = _weights(edges, n)
     for _ in range(min(n // 2, _MAX_SWAPS)):
         cost_at = weights @ distance[loc, :]          # M: n x locations
         at_theirs = cost_at[:, loc]                   # M[i, l_j]
@@ -84,30 +81,32 @@ def refine_by_swaps(edges: Edges, mapping: Sequence[Slot]) -> list[Slot]:
     return result
 
 
-def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """Level of the lowest common domain of two paths (see _path): 0 same node, 1 same TOR, ..."""
-    for level in range(len(a)):
-        if a[level] != b[level]:
-            return len(a) - level
-    return 0
+def _distances(paths: list[tuple[str, ...]]) -> np.ndarray:
+    """Pairwise level of the lowest common domain of paths of equal length (see _path): 0 same node,
+    1 same TOR, ...: the length less the number of leading levels they share."""
+    if not paths:
+        return np.zeros((0, 0))
+    codes = np.array([[hash(part) for part in path] for path in paths], dtype=np.int64)
+    shared = np.cumprod(codes[:, None, :] == codes[None, :, :], axis=2).sum(axis=2)
+    return (codes.shape[1] - shared).astype(float)
 
 
-def _graph(edges: Edges, ranks: int) -> nx.Graph:
-    graph = nx.Graph()
-    graph.add_nodes_from(range(ranks))
-    graph.add_weighted_edges_from((a, b, w) for (a, b), w in edges.items())
-    return graph
+def _weights(edges: Edges, ranks: int) -> np.ndarray:
+    weights = np.zeros((ranks, ranks))
+    for (a, b), w in edges.items():
+        weights[a, b] = weights[b, a] = w
+    return weights
 
 
-def bisection_mapping(graph: nx.Graph, start: Sequence[Slot]) -> list[Slot]:
-    """Ranks 0..n-1 (the nodes of `graph`) onto the slots of `start` (a mapping in rank order), by
-    recursive bisection."""
+def bisection_mapping(weights: np.ndarray, start: Sequence[Slot]) -> list[Slot]:
+    """Ranks 0..n-1 (indices of the symmetric `weights`) onto the slots of `start` (a mapping in
+    rank order), by recursive bisection."""
     slots = sorted(start, key=dfs_key)
     position = {id(slot): i for i, slot in enumerate(slots)}
     # Ranks in the order of their starting slot: KL starts from the starting mapping's split.
     ranks = sorted(range(len(start)), key=lambda r: position[id(start[r])])
     placed: list[Slot | None] = [None] * len(start)
-    _bisect(graph, ranks, slots, 0, placed)
+    _bisect(weights, ranks, slots, 0, placed)
     assert all(s is not None for s in placed)
     return [s for s in placed if s is not None]
 
@@ -119,7 +118,8 @@ def _path(slot: Slot) -> tuple[str, ...]:
     return (*node.upper, node.spine, node.leaf, node.tor, node.nvlink_domain or node.name)
 
 
-def _bisect(graph: nx.Graph, ranks: list[int], slots: list[Slot], depth: int, placed: list[Slot | None]) -> None:
+def _bisect(weights: np.ndarray, ranks: list[int], slots: list[Slot], depth: int,
+            placed: list[Slot | None]) -> None:
     """Map `ranks` (in starting order) onto `slots` (depth-first order, all sharing the first
     `depth` path elements)."""
     # Descend while every slot sits in one child domain: no choice to make there.
@@ -146,22 +146,63 @@ def _bisect(graph: nx.Graph, ranks: list[int], slots: list[Slot], depth: int, pl
             break
     left = [s for child in children[:cut] for s in child]
     right = [s for child in children[cut:] for s in child]
-    first, second = _split(graph, ranks, len(left))
-    _bisect(graph, first, left, depth, placed)
-    _bisect(graph, second, right, depth, placed)
+    first, second = _split(weights, ranks, len(left))
+    _bisect(weights, first, left, depth, placed)
+    _bisect(weights, second, right, depth, placed)
 
 
-def _split(graph: nx.Graph, ranks: list[int], size: int) -> tuple[list[int], list[int]]:
+def _split(weights: np.ndarray, ranks: list[int], size: int) -> tuple[list[int], list[int]]:
     """`ranks` into parts of `size` and the rest with a small weighted cut, starting from the split
-    of the starting order (Kernighan-Lin swaps pairs, so the sizes stay)."""
-    first, second = ranks[:size], ranks[size:]
-    sub = graph.subgraph(ranks)
-    if sub.number_of_edges() == 0 or not first or not second:
-        return first, second
-    a, b = kernighan_lin_bisection(sub, partition=(set(first), set(second)), weight="weight", seed=0)
-    # networkx returns the parts in no promised order (3.6: the second part first): tell them apart
-    # by size, and equal halves by which keeps more of the starting split.
-    if len(a) != size or (len(a) == len(b) and len(a & set(first)) < len(b & set(first))):
-        a, b = b, a
-    order = {r: i for i, r in enumerate(ranks)}
-    return sorted(a, key=order.__getitem__), sorted(b, key=order.__getitem__)
+    of the starting order (Kernighan-Lin swaps pairs, so the sizes stay). Each part keeps the
+    starting order."""
+    if not 0 < size < len(ranks):
+        return ranks[:size], ranks[size:]
+    sub = weights[np.ix_(ranks, ranks)]
+    if not sub.any():
+        return ranks[:size], ranks[size:]
+    side = kernighan_lin(sub, size)
+    return [r for r, s in zip(ranks, side, strict=True) if not s], [r for r, s in zip(ranks, side, strict=True) if s]
+
+
+_KL_PASSES = 10  # as networkx's kernighan_lin_bisection: a pass rarely gains after a few
+_KL_PATIENCE = 12  # swaps tried past a pass's best prefix before the pass ends (Fiduccia-Mattheyses style)
+
+
+def kernighan_lin(weights: np.ndarray, size: int) -> np.ndarray:
+    """Kernighan-Lin bisection of a graph given by its dense symmetric weight matrix, starting from
+    vertices [0, size) on side 0 and the rest on side 1. Each pass swaps, one pair at a time, the
+    unlocked pair (a, b) of largest gain D[a] + D[b] - 2 w(a, b) (D = external - internal weight),
+    locks both, updates D, and keeps the prefix of swaps with the largest total gain; passes repeat
+    while one gains. Returns the side (False: the `size` part) of every vertex."""
+    n = len(weights)
+    side = np.arange(n) >= size
+    pair_cost = -2 * weights
+    for _ in range(_KL_PASSES):
+        gain_d = np.where(side[:, None] == side[None, :], -weights, weights).sum(axis=1)  # D = external - internal
+        # Locked (or wrong-side) vertices are masked with -inf: whole-matrix steps, few numpy calls each.
+        mask_a = np.where(side, -np.inf, 0.0)
+        mask_b = np.where(side, 0.0, -np.inf)
+        swaps: list[tuple[int, int]] = []
+        gains: list[float] = []
+        total, best_total, best_at = 0.0, 0.0, -1
+        for step in range(min(size, n - size)):
+            if step - best_at > _KL_PATIENCE:
+                break  # so many swaps past the best prefix: the rest of the pass rarely climbs back
+            gain = (gain_d + mask_a)[:, None] + (gain_d + mask_b)[None, :] + pair_cost
+            a, b = divmod(int(np.argmax(gain)), n)
+            swaps.append((a, b))
+            gains.append(float(gain[a, b]))
+            total += gains[-1]
+            if total > best_total:
+                best_total, best_at = total, step
+            mask_a[a] = mask_b[b] = -np.inf
+            # Moving a to side 1 and b to side 0: side-0 vertices gain 2w(x,a) - 2w(x,b), side-1 the reverse.
+            delta = 2 * (weights[:, a] - weights[:, b])
+            gain_d += np.where(side, -delta, delta)
+        totals = np.cumsum(gains)
+        best = int(np.argmax(totals))
+        if totals[best] <= 1e-9 * max(1.0, float(np.abs(weights).max())):
+            break
+        for a, b in swaps[:best + 1]:
+            side[a], side[b] = True, False
+    return side

@@ -13,8 +13,9 @@ from railyard.operator.bench.exact import optimum, weighted
 from railyard.operator.bench.mapping_quality import brute_force_gap, stream_mapping
 from railyard.operator.bench.rails import rail_required_acceptance
 from railyard.operator.bench.reference import best_fit, spread
-from railyard.operator.bench.workload import job_stream, occupy, profile_snapshot
+from railyard.operator.bench.workload import fragment, job_stream, occupy, profile_snapshot
 from railyard.topology.alignment import RailAlignment
+from railyard.topology.api import Parallelism
 from railyard.topology.model import Snapshot
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.profile import ClusterProfile, node_objects
@@ -49,6 +50,27 @@ def gang_timings(base: Snapshot, sizes: tuple[int, ...], samples: int, seed: int
             times.append(time.perf_counter() - t0)
             placed += decision.placed
         out[f"gang_{size}x8"] = {**_percentiles(times), "placed": placed}
+    return out
+
+
+LAYOUTS = {"data_parallel": None, "tp8_pp4_dp32": Parallelism(tensor=8, pipeline=4, data=32),
+           "tp8_pp8_dp16": Parallelism(tensor=8, pipeline=8, data=16)}
+
+
+def fragmented_timings(base: Snapshot, samples: int, seed: int) -> dict[str, Any]:
+    """128 x 8 on the fragmented cluster (workload.fragment), per parallelism layout: the solve with
+    its rank mapping, as `railyard plan` runs it."""
+    out: dict[str, Any] = {}
+    for name, parallelism in LAYOUTS.items():
+        times, placed = [], 0
+        for i in range(samples):
+            snap = fragment(base, random.Random(seed * 1000 + i))
+            request = GangRequest(name="g", replicas=128, gpus_per_replica=8, parallelism=parallelism)
+            t0 = time.perf_counter()
+            decision = solve(snap, request)
+            times.append(time.perf_counter() - t0)
+            placed += decision.placed
+        out[f"gang_128x8_{name}"] = {**_percentiles(times), "placed": placed}
     return out
 
 
@@ -157,6 +179,8 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
     large = build_snapshot(node_objects(ClusterProfile.model_validate({"metadata": {"name": "12k"}, "spec": {
         "spines": 6, "leavesPerSpine": 8, "torsPerLeaf": 8, "nodesPerTor": 32, "node": {"gpus": 8}}}), kwok=False))
     gangs_12k = gang_timings(large, (128, 1024), 5 if quick else 20, seed)
+    fragmented = fragmented_timings(base, 10 if quick else 40, seed)
+    fragmented_12k = fragmented_timings(large, 5 if quick else 20, seed)
     jobs = job_stream(stream_len, random.Random(seed))
     runs = {name: run_stream(base, placer, jobs, seed)
             for name, placer in (("railyard", railyard_placer), ("best_fit", best_fit), ("spread", spread))}
@@ -171,6 +195,9 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "p99_128_gang_within_50ms": gangs["gang_128x8"]["p99_ms"] <= 50,
         "p99_128_gang_12k_nodes_within_50ms": gangs_12k["gang_128x8"]["p99_ms"] <= 50,
         "p99_1024_gang_12k_nodes_within_200ms": gangs_12k["gang_1024x8"]["p99_ms"] <= 200,
+        # Issue 26's targets (reported; not yet met on every layout):
+        "p99_128_gang_fragmented_within_15ms_every_layout": all(f["p99_ms"] <= 15 for f in fragmented.values()),
+        "p99_128_gang_12k_nodes_within_20ms": gangs_12k["gang_128x8"]["p99_ms"] <= 20,
         "gpus_placed_ge_best_fit": ry["gpus_placed"] >= bf["gpus_placed"],
         "tors_le_best_fit": ry["mean_tors_spanned"] <= bf["mean_tors_spanned"],
         "tors_le_best_fit_on_every_job": stream["same_snapshot"]["more_tors_than_best_fit"] == 0,
@@ -185,6 +212,8 @@ def run_bench(quick: bool = False, seed: int = 7) -> dict[str, Any]:
         "python": platform.python_version(),
         "gangs": gangs,
         "gangs_12288_nodes": gangs_12k,
+        "fragmented": fragmented,
+        "fragmented_12288_nodes": fragmented_12k,
         "stream": stream,
         "exact": optimality_gap(20 if quick else 100, seed),
         "rank_mapping": mapping,

@@ -40,6 +40,17 @@ def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
                     levels=snapshot.levels)
 
 
+def fragment(snapshot: Snapshot, rng: random.Random) -> Snapshot:
+    """Every node with a random number of its GPUs busy (0 to all, uniformly: ~50 % overall), at
+    random indices: a cluster after weeks of small jobs, harsher than `occupy`'s mostly whole nodes."""
+    used = {}
+    for node in snapshot.nodes:
+        busy = rng.randint(0, node.gpu_count)
+        if busy:
+            used[node.name] = frozenset(rng.sample(range(node.gpu_count), busy))
+    return Snapshot(snapshot.nodes, used, snapshot.excluded, levels=snapshot.levels)
+
+
 @dataclass(frozen=True)
 class StreamJob:
     index: int
