@@ -86,7 +86,8 @@ def _distances(paths: list[tuple[str, ...]]) -> np.ndarray:
     1 same TOR, ...: the length less the number of leading levels they share."""
     if not paths:
         return np.zeros((0, 0))
-    codes = np.array([[hash(part) for part in path] for path in paths], dtype=np.int64)
+    ids: dict[str, int] = {}
+    codes = np.array([[ids.setdefault(part, len(ids)) for part in path] for path in paths], dtype=np.int64)
     shared = np.cumprod(codes[:, None, :] == codes[None, :, :], axis=2).sum(axis=2)
     return (codes.shape[1] - shared).astype(float)
 
