@@ -159,3 +159,30 @@ def test_defragment_shows_which_running_jobs_move_where_so_a_job_fits(tmp_path, 
     assert len(moves) == 1 and moves[0]["job"] in ("ns/a", "ns/b")
     code, out, _ = run(capsys, "plan", "--nodes", node_file, "--jobs", jobs, "--defragment")
     assert "after moving ns/" in out and "cleared" in out
+
+
+def test_a_dra_dump_with_resource_slices_and_a_foreign_claim_plans_around_its_gpu(tmp_path, capsys):
+    """`kubectl get nodes,resourceslices,resourceclaims -A -o yaml`: the claim's allocated GPU 3 is held."""
+    import yaml
+
+    from tests.support.clusters import profile_nodes
+    from tests.support.rig import load_hack_module
+
+    nodes = profile_nodes(leaves=1, tors=1, nodes=1)
+    name = nodes[0]["metadata"]["name"]
+    publisher = load_hack_module("dra_slices", "dra_slices.py")
+    from railyard.topology.nodes import node_from_object
+
+    slices = publisher.slices_for(node_from_object(nodes[0]))
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "theirs", "namespace": "t"},
+             "status": {"allocation": {"devices": {"results": [
+                 {"request": "g", "driver": "gpu.nvidia.com", "pool": name, "device": "gpu-3"}]}}}}
+    dump = write(tmp_path, yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*nodes, *slices, claim]}),
+                 "dump.yaml")
+    jobs = write(tmp_path, JOB.format(name="half", replicas=1, extra="").replace("nvidia.com/gpu: 8",
+                                                                                   "nvidia.com/gpu: 4"))
+    code, out, err = run(capsys, "plan", "--nodes", dump, "--jobs", jobs, "-o", "json")
+    assert code == 0, err
+    gpus = json.loads(out)["jobs"][0]["ranks"][0]["gpus"]
+    assert len(gpus) == 4 and 3 not in gpus

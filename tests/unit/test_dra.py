@@ -204,3 +204,31 @@ def test_a_released_device_plugin_pod_waiting_to_bind_is_never_taken_for_a_block
     r.step(3)
     assert r.reason("j") == "Released" and not _claims(r)
     assert not [e for e in r.api.posted_events if e["reason"] == "DeviceUnavailable"]
+
+
+def test_claims_a_failed_pass_left_missing_are_created_before_the_gang_is_released():
+    """Write-ahead: the pods exist but their claims do not (the API failed, or a leader stopped between
+    the two); the next pass creates the missing claims for the existing pods, then releases."""
+    from railyard.operator.kube.client import ApiException
+
+    r = rig(nodes=1, dra=True)
+    create = r.api.create
+    failed: list[str] = []
+
+    async def flaky(plural: str, body: dict[str, Any]):
+        if plural == "resourceclaims" and not failed:
+            failed.append(body["metadata"]["name"])
+            raise ApiException(status=500, reason="etcd leader changed")
+        return await create(plural, body)
+
+    r.api.create = flaky  # type: ignore[method-assign]
+    r.submit(make_job("j", 2, gpus=4))
+    r.step()
+    assert failed and r.reason("j") != "Released"
+    gated = [p for p in r.api.objects["pods"].values() if p["spec"].get("schedulingGates")]
+    assert len(gated) == 2, "nothing is released while a claim is missing"
+    r.clock.advance(60)
+    r.step(2)
+    assert r.reason("j") == "Released"
+    pods = {name: p["metadata"]["uid"] for (_, name), p in r.api.objects["pods"].items()}
+    assert {n: c["metadata"]["ownerReferences"][0]["uid"] for n, c in _claims(r).items()} == pods
