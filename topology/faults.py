@@ -83,7 +83,7 @@ class NodeHealth:
 
     name: str
     taints: tuple[Taint, ...]
-    gpu_allocatable: int
+    gpu_allocatable: int | None  # None: the node reports no nvidia.com/gpu (its GPUs are DRA's, in ResourceSlices)
     faults: tuple[tuple[str, str, str | None], ...]  # True fault conditions: (type, message, lastTransitionTime)
     ready: bool
     ready_status: str  # True | False | Unknown | Missing
@@ -129,8 +129,9 @@ def read_health(node: Mapping[str, Any], quarantine_annotation: str,
     status = node.get("status") or {}
     conditions = status.get("conditions") or []
     raw = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    allocatable: int | None
     try:
-        allocatable = parse_count(raw) if raw is not None else 0
+        allocatable = parse_count(raw) if raw is not None else None
     except ValueError:
         allocatable = 0
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -192,7 +193,7 @@ def node_loss(name: str, health: NodeHealth | None, held_gpus: int, tolerations:
             return NodeLoss(name, LossReason.TAINT,
                             f"node {name}: taint {taint.key}={taint.value}:{taint.effect} not tolerated", None)
     dropped_for = now - health.allocatable_seen
-    if health.gpu_allocatable < held_gpus and dropped_for >= grace_seconds:
+    if health.gpu_allocatable is not None and health.gpu_allocatable < held_gpus and dropped_for >= grace_seconds:
         return NodeLoss(name, LossReason.GPU_ALLOCATABLE_DROPPED,
                         f"node {name}: allocatable {GPU_RESOURCE} {health.gpu_allocatable} < {held_gpus} held by "
                         f"the job for {dropped_for:.0f}s", None, dropped_for)

@@ -81,3 +81,12 @@ def test_an_allocatable_drop_waits_its_grace_and_a_kubelet_restart_that_recovers
     still = health(node(gpus="7"), previous=dropped, at=SEEN + 6)  # a new value: its own grace
     assert node_loss("n1", still, 8, [], SEEN + 30, 30) is None
     assert node_loss("n1", still, 8, [], SEEN + 37, 30) is not None
+
+
+def test_a_node_that_reports_no_device_plugin_gpus_at_all_is_not_lost_for_it():
+    """A DRA-only node publishes its GPUs in ResourceSlices, not as nvidia.com/gpu allocatable: the
+    allocatable check does not apply to it (a reported 0 still does: a device plugin that died)."""
+    dra_only = node()
+    del dra_only["status"]["allocatable"]
+    assert node_loss("n1", health(dra_only), 8, [], SEEN + 3600, 30) is None
+    assert node_loss("n1", health(node(gpus="0")), 8, [], SEEN + 31, 30) is not None
