@@ -60,6 +60,9 @@ class NodeDevices:
     gpus: Mapping[int, Gpu] = field(default_factory=dict)
     nics: Mapping[str, Nic] = field(default_factory=dict)
 
+    def keys(self) -> set[DeviceKey]:
+        return {*(g.key for g in self.gpus.values()), *(n.key for n in self.nics.values())}
+
     def nic_for(self, gpu: int) -> Nic | None:
         """The rail NIC under GPU `gpu`'s PCIe root."""
         g = self.gpus.get(gpu)

@@ -243,8 +243,9 @@ class PlacementLoop:
         """Unbound, released pods whose ResourceClaim a known device stands in the way of (DRA)."""
         state = self.ctx.state
         placement = job.placement
-        if state.devices is None or placement is None:
-            return {}
+        if state.devices is None or not state.devices.claims or placement is None or \
+                job.is_true(ConditionType.RUNNING):
+            return {}  # asked every pass: a running gang (all bound) or a cluster without claims has none
         out = {}
         for rank in placement.ranks:
             pod = state.pods.get((job.namespace, rank.pod or ""))

@@ -92,32 +92,28 @@ class Devices:
                 touched |= self._renode(devices.node)
         return touched
 
-    def forget_slice(self, name: str) -> set[Key]:
-        return self.apply_slice("DELETED", {"metadata": {"name": name}})
-
     def _renode(self, node: str | None) -> set[Key]:
+        """Re-merge the node's slices; the claims in its pools when what it publishes changed."""
         if node is None:
             return set()
-        names = {n for n in self._slices_of_node.get(node, set()) if n in self._slices}
-        published = [s for n in sorted(names) if (s := self._slices[n][1]) is not None and s.node == node]
-        self._slices_of_node[node] = {n for n in names if (s := self._slices[n][1]) is not None and s.node == node}
+        live = {n for n in self._slices_of_node.get(node, ())
+                if (held := self._slices.get(n)) is not None and held[1] is not None and held[1].node == node}
+        self._slices_of_node[node] = live
         before = self.nodes.get(node)
+        merged = merge(s for n in sorted(live) if (s := self._slices[n][1]) is not None).get(node)
         for key in self._keys_of_node.pop(node, ()):
             self._where.pop(key, None)
-        merged = merge(published).get(node)
         if merged is None:
             self.nodes.pop(node, None)
         else:
             self.nodes[node] = merged
             self._where.update({g.key: (node, g.index) for g in merged.gpus.values()})
             self._where.update({n.key: (node, None) for n in merged.nics.values()})
-            self._keys_of_node[node] = {*(g.key for g in merged.gpus.values()), *(n.key for n in merged.nics.values())}
+            self._keys_of_node[node] = merged.keys()
         if before == merged:
             return set()
         self.epoch += 1
-        pools = {(d[0], d[1]) for s in published for d in [*(g.key for g in s.gpus), *(n.key for n in s.nics)]}
-        if before is not None:
-            pools |= {(g.key[0], g.key[1]) for g in before.gpus.values()}
+        pools = {(k[0], k[1]) for k in (merged.keys() if merged else set()) | (before.keys() if before else set())}
         return {k for pool in pools for k in self._claims_of_pool.get(pool, ())}
 
     def slice_names(self) -> Iterator[tuple[str, int | None]]:

@@ -107,14 +107,12 @@ class ClusterState:
     def apply(self, kind: str, event_type: str | None, body: Mapping[str, Any] | PodView | ClaimView) -> None:
         if self._predates_list(kind, body):
             return
-        if kind == "pods":
-            if isinstance(body, ClaimView):
-                raise TypeError("a claim view delivered as pods")
+        if kind == "pods" and not isinstance(body, ClaimView):
             self.apply_pod(event_type, body)
         elif kind == dra.CLAIMS and not isinstance(body, PodView):
             self.apply_claim(event_type, body if isinstance(body, ClaimView) else dra.claim_view(body))
         elif isinstance(body, PodView | ClaimView):
-            raise TypeError(f"a view delivered as {kind}")
+            raise TypeError(f"a {type(body).__name__} delivered as {kind}")
         elif kind == dra.SLICES:
             self.apply_slice(event_type, body)
         elif kind == "nodes":

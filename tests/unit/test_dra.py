@@ -232,3 +232,24 @@ def test_claims_a_failed_pass_left_missing_are_created_before_the_gang_is_releas
     assert r.reason("j") == "Released"
     pods = {name: p["metadata"]["uid"] for (_, name), p in r.api.objects["pods"].items()}
     assert {n: c["metadata"]["ownerReferences"][0]["uid"] for n, c in _claims(r).items()} == pods
+
+
+def test_a_claim_seen_before_its_nodes_slices_counts_once_they_arrive_and_stops_when_they_go():
+    """Reflectors deliver kinds in no order: an allocation naming devices not yet published holds
+    nothing until the slice arrives, then holds its GPUs; a deleted slice takes them along."""
+    r = rig(nodes=1, dra=True)
+    node = next(iter(r.state.nodes))
+    gpus_slice = r.api.objects["resourceslices"][("", f"{node}-gpus")]
+    r.api._remove("resourceslices", ("", f"{node}-gpus"))
+    r.deliver()
+    claim = {"metadata": {"name": "early", "namespace": "t"}, "status": {"allocation": {"devices": {"results": [
+        {"request": "g", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-2"}]}}}}
+    r.api._store("resourceclaims", claim, "ADDED")
+    r.deliver()
+    assert not r.state.snapshot().used
+    r.api._store("resourceslices", copy.deepcopy(gpus_slice), "ADDED")
+    r.deliver()
+    assert r.state.snapshot().used == {node: frozenset({2})}
+    r.api._remove("resourceslices", ("", f"{node}-gpus"))
+    r.deliver()
+    assert not r.state.snapshot().used
