@@ -252,7 +252,14 @@ def components() -> list[Component]:
     return [Component(c.name, c.args + gates.get(c.name, []), c.health) for c in comps]
 
 
+# Profiles with more nodes than this get a slow node lifecycle: kwok renewing 12,288 leases every 10 s
+# (lease 40 s) is more than 2 cores keep up with — nodes went NotReady faster than they turned Ready.
+# A 600 s lease (renewed every 150 s) and a 900 s grace; fault tests run on small profiles only.
+SCALE_NODES = 4096
+
+
 def _components() -> list[Component]:
+    scale = (STATE / "lifecycle").exists() and (STATE / "lifecycle").read_text().strip() == "scale"
     pki = STATE / "pki"
     kc = str(KUBECONFIG)
     etcd_url = f"http://127.0.0.1:{PORTS['etcd']}"
@@ -300,8 +307,10 @@ def _components() -> list[Component]:
             "--bind-address=127.0.0.1", f"--secure-port={PORTS['kube-controller-manager']}",
             "--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-            # Fast node lifecycle so fault tests see NotReady within seconds, not minutes.
-            "--node-monitor-period=2s", "--node-monitor-grace-period=20s",
+            # Fast node lifecycle so fault tests see NotReady within seconds, not minutes (scale rigs:
+            # see SCALE_NODES).
+            *(["--node-monitor-period=10s", "--node-monitor-grace-period=900s"] if scale else
+              ["--node-monitor-period=2s", "--node-monitor-grace-period=20s"]),
             "--kube-api-qps=500", "--kube-api-burst=1000", f"--cert-dir={STATE / 'kcm-certs'}",
         ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-controller-manager']}/healthz")),
         Component("kube-scheduler", [
@@ -315,7 +324,7 @@ def _components() -> list[Component]:
             # A label (not annotation) selector: the watch filters server-side, so removing the label
             # makes kwok release the node and stop its heartbeat, which is how tests fail a node.
             f"--manage-nodes-with-label-selector={KWOK_LABEL}",
-            f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
+            f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1", f"--node-lease-duration-seconds={600 if scale else 40}",
             f"--server-address=127.0.0.1:{PORTS['kwok']}", f"--config={STATE / 'kwok.yaml'}",
         ], lambda: _http_ok(f"http://127.0.0.1:{PORTS['kwok']}/healthz")),
     ]
@@ -494,6 +503,7 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
     try:
         STATE.mkdir(parents=True, exist_ok=True)
         (STATE / "k8s-gates").write_text(k8s_gates or "")
+        (STATE / "lifecycle").write_text("scale" if profile and len(nodes) > SCALE_NODES else "fast")
         record_rig(started_by=started_by)
         if real_node:
             (STATE / "real-node").write_text("1")
