@@ -65,6 +65,9 @@ preemption: deps
 defrag: deps
 	.venv/bin/python hack/bench_defrag.py | tee bench-defrag.json
 
+scale-bench: deps build
+	.venv/bin/python hack/bench_scale.py | tee bench-scale.json
+
 dra-bench: deps build
 	.venv/bin/python hack/bench_dra.py | tee bench-dra.json
 

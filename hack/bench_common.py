@@ -50,7 +50,8 @@ def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_po
     """Restart the rig (binaries already built) and return timings."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
     t0 = time.monotonic()
-    cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by)
+    scale = bool(profile) and len(cluster.load_profile_nodes(profile)) > cluster.SCALE_NODES
+    cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by, scale=scale)
     up_seconds = time.monotonic() - t0
     os.environ["KUBECONFIG"] = str(cluster.KUBECONFIG)
     figures = {"warm_up_seconds": round(up_seconds, 2)}

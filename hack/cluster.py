@@ -472,7 +472,9 @@ def describe() -> str:
 
 
 def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
-       real_node: bool = False, exclusive: bool = False, started_by: str | None = None) -> None:
+       real_node: bool = False, exclusive: bool = False, started_by: str | None = None,
+       scale: bool = False) -> None:
+    """`scale`: the slow node lifecycle (SCALE_NODES) even without a profile (its nodes come later)."""
     if k8s_gates and k8s_gates not in K8S_GATES:
         raise RigError(f"unknown --k8s-gates {k8s_gates!r}; known: {', '.join(sorted(K8S_GATES))}")
     if profile:
@@ -503,7 +505,7 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
     try:
         STATE.mkdir(parents=True, exist_ok=True)
         (STATE / "k8s-gates").write_text(k8s_gates or "")
-        (STATE / "lifecycle").write_text("scale" if profile and len(nodes) > SCALE_NODES else "fast")
+        (STATE / "lifecycle").write_text("scale" if scale or (profile and len(nodes) > SCALE_NODES) else "fast")
         record_rig(started_by=started_by)
         if real_node:
             (STATE / "real-node").write_text("1")

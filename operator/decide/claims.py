@@ -31,7 +31,8 @@ def _cel(value: str) -> str:
 def build_claim(pod: dict[str, Any], job_name: str, gpus: Sequence[int], devices: NodeDevices,
                 names: DeviceNames) -> dict[str, Any]:
     """The claim for a created pod (`pod` as the API server returned it: its uid owns the claim).
-    `gpus` in rail order; every one is published with a rail NIC (topology.devices.unpinnable)."""
+    `gpus` in rail order, every one published with a rail NIC (the materialiser checks). Two requests
+    per GPU: the API's limit of 32 requests per claim allows 16 GPUs per replica."""
     meta = pod["metadata"]
     requests: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
