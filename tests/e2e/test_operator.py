@@ -154,6 +154,21 @@ def test_malformed_job_is_rejected_by_the_api_server(crds, custom, namespace, sp
     assert message in json.loads(err.value.body)["message"]
 
 
+def test_a_pod_lives_as_long_as_its_template_asks_then_the_job_succeeds(operator, api_client, core, custom,
+                                                                       namespace):
+    """The rig's lifetime stage (hack/kwok-stages): what the living-cluster runs give each job."""
+    if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
+        pytest.skip("needs kwok nodes to simulate a container's lifetime")
+    create_job(custom, namespace, make_job("timed", 2, annotations={"railyard.dev/simulate-lifetime": "8s"}))
+    running = wait_condition(custom, namespace, "timed", "Running", timeout=60)
+    started = condition(running, "Running")["lastTransitionTime"]
+    done = wait_condition(custom, namespace, "timed", "Succeeded", timeout=60)
+    from railyard.topology.timestamps import epoch
+
+    lived = epoch(done["status"]["completionTime"], 0) - epoch(started, 0)
+    assert lived >= 6, f"the pods were to live 8 s; the job ran {lived:.0f} s"
+
+
 def test_job_succeeds_or_fails_with_its_pods(operator, api_client, core, custom, namespace):
     if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
         pytest.skip("needs kwok nodes to simulate containers exiting")
