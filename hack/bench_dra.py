@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_operator as ops
 import dra_slices
 from bench_common import after_gc_discovery, wait
-from railyard.topology.devices import allocated, inventory
+from railyard.topology.devices import allocated, device_index, inventory
 
 
 def run(dra: bool) -> dict:
@@ -53,15 +53,14 @@ def run(dra: bool) -> dict:
 
 def check_allocations(api, pods: list[dict]) -> dict:
     """Every pod's claim, allocated, holding exactly its pod's GPUs (from the slices' indices)."""
-    devices = inventory(api.list_all("/apis/resource.k8s.io/v1/resourceslices"))
-    where = {g.key: (node, g.index) for node, d in devices.items() for g in d.gpus.values()}
+    where = device_index(inventory(api.list_all("/apis/resource.k8s.io/v1/resourceslices")))
     claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c
               for c in api.list_all("/apis/resource.k8s.io/v1/resourceclaims")}
     mismatched = 0
     for pod in pods:
         meta = pod["metadata"]
         claim = claims.get((meta["namespace"], meta["name"]))
-        got = sorted(where[k][1] for k in allocated(claim or {}) if k in where)
+        got = sorted(index for k in allocated(claim or {}) if (index := where.get(k, ("", None))[1]) is not None)
         want = sorted(int(g) for g in meta["annotations"]["railyard.dev/gpus"].split(","))
         mismatched += got != want
     return {"pods": len(pods), "claims": len(claims), "mismatched": mismatched}

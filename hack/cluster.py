@@ -623,30 +623,33 @@ def load_profile_nodes(profile: str) -> list[dict]:
         raise RigError(f"{path}: invalid cluster profile: {errors}") from None
 
 
+def create_idempotent(create: Callable[[], object]) -> None:
+    """Run one create call: an object that already exists is fine; 429 and 5xx are retried (4 times)."""
+    from kubernetes.client.rest import ApiException
+
+    for attempt in range(5):
+        try:
+            create()
+            return
+        except ApiException as e:
+            if e.status == 409:
+                return
+            if e.status in (429, 500, 503) and attempt < 4:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise
+
+
 def create_nodes(nodes: list[dict]) -> None:
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
     core = client.CoreV1Api(api())
     existing = {n.metadata.name for n in core.list_node().items}
     todo = [n for n in nodes if n["metadata"]["name"] not in existing]
     t0 = time.monotonic()
 
-    def create(node: dict) -> None:
-        for attempt in range(5):
-            try:
-                core.create_node(node)
-                return
-            except ApiException as e:
-                if e.status == 409:
-                    return
-                if e.status in (429, 500, 503) and attempt < 4:
-                    time.sleep(0.5 * (attempt + 1))
-                    continue
-                raise
-
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(create, todo))
+        list(pool.map(lambda node: create_idempotent(lambda: core.create_node(node)), todo))
     log(f"created {len(todo)} kwok nodes in {time.monotonic() - t0:.1f}s ({len(existing)} already present)")
     names = {n["metadata"]["name"] for n in nodes}
 

@@ -99,19 +99,9 @@ def _client() -> Any:
 
 def _post(api: Any, plural: str, body: dict[str, Any]) -> None:
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
-    for attempt in range(5):
-        try:
-            client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, plural, body)
-            return
-        except ApiException as e:
-            if e.status == 409:
-                return
-            if e.status in (429, 500, 503) and attempt < 4:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            raise
+    custom = client.CustomObjectsApi(api)
+    cluster.create_idempotent(lambda: custom.create_cluster_custom_object(GROUP, VERSION, plural, body))
 
 
 def publish(selector: str) -> int:

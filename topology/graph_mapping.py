@@ -184,26 +184,22 @@ def kernighan_lin(weights: np.ndarray, size: int) -> np.ndarray:
         mask_a = np.where(side, -np.inf, 0.0)
         mask_b = np.where(side, 0.0, -np.inf)
         swaps: list[tuple[int, int]] = []
-        gains: list[float] = []
-        total, best_total, best_at = 0.0, 0.0, -1
+        total, best_total, best_at = 0.0, 0.0, -1  # the best prefix of this pass's swaps
         for step in range(min(size, n - size)):
             if step - best_at > _KL_PATIENCE:
                 break  # so many swaps past the best prefix: the rest of the pass rarely climbs back
             gain = (gain_d + mask_a)[:, None] + (gain_d + mask_b)[None, :] + pair_cost
             a, b = divmod(int(np.argmax(gain)), n)
             swaps.append((a, b))
-            gains.append(float(gain[a, b]))
-            total += gains[-1]
+            total += float(gain[a, b])
             if total > best_total:
                 best_total, best_at = total, step
             mask_a[a] = mask_b[b] = -np.inf
             # Moving a to side 1 and b to side 0: side-0 vertices gain 2w(x,a) - 2w(x,b), side-1 the reverse.
             delta = 2 * (weights[:, a] - weights[:, b])
             gain_d += np.where(side, -delta, delta)
-        totals = np.cumsum(gains)
-        best = int(np.argmax(totals))
-        if totals[best] <= 1e-9 * max(1.0, float(np.abs(weights).max())):
+        if best_at < 0 or best_total <= 1e-9 * max(1.0, float(np.abs(weights).max())):
             break
-        for a, b in swaps[:best + 1]:
+        for a, b in swaps[:best_at + 1]:
             side[a], side[b] = True, False
     return side

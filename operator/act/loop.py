@@ -251,10 +251,7 @@ class PlacementLoop:
             pod = state.pods.get((job.namespace, rank.pod or ""))
             if pod is None or pod.node_name or pod.gated or pod.placement_id != placement.id:
                 continue
-            claim = (job.namespace, claim_name(pod.name))
-            if claim not in state.devices.claims:
-                continue  # no claim: the device plugin's pod (or its claim is still being created)
-            why = state.devices.blocking(claim, rank.node, rank.gpus)
+            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus)
             if why is not None:
                 out[pod.name] = why
         return out

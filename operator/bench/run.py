@@ -41,16 +41,26 @@ def railyard_placer(snapshot: Snapshot, request: GangRequest) -> Placement | Non
 def gang_timings(base: Snapshot, sizes: tuple[int, ...], samples: int, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for size in sizes:
-        times, placed = [], 0
-        for i in range(samples):
-            snap = occupy(base, 0.5, random.Random(seed * 1000 + i))
-            request = GangRequest(name=f"gang-{size}", replicas=size, gpus_per_replica=8)
-            t0 = time.perf_counter()
-            decision = solve(snap, request)
-            times.append(time.perf_counter() - t0)
-            placed += decision.placed
-        out[f"gang_{size}x8"] = {**_percentiles(times), "placed": placed}
+        request = GangRequest(name=f"gang-{size}", replicas=size, gpus_per_replica=8)
+        out[f"gang_{size}x8"] = _timed_solves(base, occupy_half, request, samples, seed)
     return out
+
+
+def occupy_half(snapshot: Snapshot, rng: random.Random) -> Snapshot:
+    return occupy(snapshot, 0.5, rng)
+
+
+def _timed_solves(base: Snapshot, busy: Callable[[Snapshot, random.Random], Snapshot], request: GangRequest,
+                  samples: int, seed: int) -> dict[str, Any]:
+    """Solve times of `request` on `samples` seeded variants of the cluster made busy by `busy`."""
+    times, placed = [], 0
+    for i in range(samples):
+        snap = busy(base, random.Random(seed * 1000 + i))
+        t0 = time.perf_counter()
+        decision = solve(snap, request)
+        times.append(time.perf_counter() - t0)
+        placed += decision.placed
+    return {**_percentiles(times), "placed": placed}
 
 
 LAYOUTS = {"data_parallel": None, "tp8_pp4_dp32": Parallelism(tensor=8, pipeline=4, data=32),
@@ -62,15 +72,8 @@ def fragmented_timings(base: Snapshot, samples: int, seed: int) -> dict[str, Any
     its rank mapping, as `railyard plan` runs it."""
     out: dict[str, Any] = {}
     for name, parallelism in LAYOUTS.items():
-        times, placed = [], 0
-        for i in range(samples):
-            snap = fragment(base, random.Random(seed * 1000 + i))
-            request = GangRequest(name="g", replicas=128, gpus_per_replica=8, parallelism=parallelism)
-            t0 = time.perf_counter()
-            decision = solve(snap, request)
-            times.append(time.perf_counter() - t0)
-            placed += decision.placed
-        out[f"gang_128x8_{name}"] = {**_percentiles(times), "placed": placed}
+        request = GangRequest(name="g", replicas=128, gpus_per_replica=8, parallelism=parallelism)
+        out[f"gang_128x8_{name}"] = _timed_solves(base, fragment, request, samples, seed)
     return out
 
 

@@ -16,6 +16,7 @@ from railyard.topology.devices import (
     NodeDevices,
     SliceDevices,
     allocated,
+    device_index,
     merge,
     read_slice,
     unpinnable,
@@ -107,8 +108,7 @@ class Devices:
             self.nodes.pop(node, None)
         else:
             self.nodes[node] = merged
-            self._where.update({g.key: (node, g.index) for g in merged.gpus.values()})
-            self._where.update({n.key: (node, None) for n in merged.nics.values()})
+            self._where.update(device_index({node: merged}))
             self._keys_of_node[node] = merged.keys()
         if before == merged:
             return set()
@@ -167,10 +167,11 @@ class Devices:
 
     def blocking(self, claim: Key, node: str, gpus: Iterable[int]) -> str | None:
         """Why claim `claim` (pinning these GPUs of the node and their rail NICs) cannot be allocated, if
-        a device it names is gone or held by another claim; None when nothing known stands in its way."""
+        a device it names is gone or held by another claim; None when nothing known stands in its way,
+        when it is allocated, and when no such claim exists (a device-plugin pod, or a claim being created)."""
         view = self.claims.get(claim)
-        if view is not None and view.devices:
-            return None  # allocated
+        if view is None or view.devices:
+            return None
         published = self.nodes.get(node)
         for index in gpus:
             gpu = published.gpus.get(index) if published is not None else None

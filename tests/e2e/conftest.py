@@ -53,6 +53,16 @@ def lease_namespace(core) -> Iterator[str]:
         core.delete_namespace(name)
 
 
+@pytest.fixture
+def tenant(core) -> Iterator[str]:
+    """Another tenant's namespace (deleted after the test)."""
+    name = f"tenant-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(name)
+
+
 @pytest.fixture(scope="module")
 def operator(identity, crds, core, coordination, tmp_path_factory) -> Iterator[OperatorProcess]:
     lease_ns = f"railyard-e2e-{uuid.uuid4().hex[:6]}"

@@ -9,7 +9,6 @@ import itertools
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -40,15 +39,6 @@ def slices(api_client):
     if not custom.list_cluster_custom_object(GROUP, VERSION, "resourceslices", limit=1)["items"]:
         pytest.skip("no ResourceSlices in this cluster")
     yield
-
-
-@pytest.fixture
-def tenant(core):
-    name = f"tenant-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(client.ApiException):
-        core.delete_namespace(name)
 
 
 def _devices(api_client) -> dict[tuple[str, str, str], dict]:

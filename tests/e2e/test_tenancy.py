@@ -27,15 +27,6 @@ def _free_gpu_nodes(core, count: int) -> list[str]:
     return sorted(nodes)[:count]
 
 
-@pytest.fixture
-def tenant(core):
-    name = f"tenant-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(client.ApiException):
-        core.delete_namespace(name)
-
-
 def test_look_alike_gated_pinned_pods_of_another_tenant_change_nothing(operator, api_client, core, custom,
                                                                        namespace, tenant):
     """64 pods carrying Railyard's GPU annotation, a pin and a gate, asking for 0 GPUs, on the very
