@@ -18,9 +18,10 @@ matter to the mapping; `ModelHints` gives the sizes, with defaults of a 7B-param
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:  # api.py imports ModelHints from here
     from railyard.topology.api import Parallelism
@@ -68,9 +69,20 @@ Edges = dict[tuple[int, int], float]
 def replica_graph(replicas: int, gpus_per_replica: int, parallelism: Parallelism | None,
                   hints: ModelHints | None = None) -> Edges:
     """Bytes per step between replica pairs (a < b), or {} when the layout does not divide."""
+    weights = replica_weights(replicas, gpus_per_replica, parallelism, hints)
+    a, b = np.nonzero(np.triu(weights, 1))
+    return {(int(x), int(y)): float(weights[x, y]) for x, y in zip(a, b, strict=True)}
+
+
+def replica_weights(replicas: int, gpus_per_replica: int, parallelism: Parallelism | None,
+                    hints: ModelHints | None = None) -> np.ndarray:
+    """replica_graph as a symmetric replicas x replicas matrix (zeros when the layout does not
+    divide), built with whole-array index arithmetic: 128 replicas of TP8 x PP4 x DP32 are 3,000
+    GPU edges, a tenth of a solve in a Python loop."""
+    out = np.zeros((replicas, replicas))
     layout = Layout.of(replicas, gpus_per_replica, parallelism)
     if layout is None:
-        return {}
+        return out
     hints = hints or ModelHints()
     T, PP, D, G = layout.tensor, layout.pipeline, layout.data, layout.gpus_per_replica
     micro = hints.steps_micro_batches(PP)
@@ -78,24 +90,24 @@ def replica_graph(replicas: int, gpus_per_replica: int, parallelism: Parallelism
     tensor_edge = (hints.layers / PP) * 4 * micro * 2 * (T - 1) / T * activation if T > 1 else 0.0
     pipeline_edge = micro * 2 * activation / T
     data_edge = 2 * (D - 1) / D * hints.parameters / (T * PP) * BYTES_PER_VALUE if D > 1 else 0.0
-    edges: Edges = defaultdict(float)
+    p, d, t = (axis.ravel() for axis in np.meshgrid(np.arange(PP), np.arange(D), np.arange(T), indexing="ij"))
+    gpu = t + T * (d + D * p)
+    ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (GPU a, GPU b, bytes) per edge
 
-    def add(a: int, b: int, weight: float) -> None:
-        ra, rb = a // G, b // G
-        if ra != rb and weight > 0:
-            edges[(min(ra, rb), max(ra, rb))] += weight
+    def edges(mask: np.ndarray, other: np.ndarray, weight: float | np.ndarray) -> None:
+        ends.append((gpu[mask], other[mask], np.broadcast_to(weight, gpu.shape)[mask]))
 
-    for p in range(PP):
-        for d in range(D):
-            for t in range(T if T > 1 else 0):
-                add(layout.gpu(t, d, p), layout.gpu((t + 1) % T, d, p), tensor_edge if T > 2 or t == 0 else 0)
-            if p + 1 < PP:
-                for t in range(T):
-                    add(layout.gpu(t, d, p), layout.gpu(t, d, p + 1), pipeline_edge)
-        for t in range(T):
-            for d in range(D if D > 2 else D - 1):
-                add(layout.gpu(t, d, p), layout.gpu(t, (d + 1) % D, p), data_edge)
-    return dict(edges)
+    if T > 1:  # the tensor ring (T = 2: one edge)
+        ring = np.where((T > 2) | (t == 0), tensor_edge, 0.0)
+        edges(np.ones_like(t, dtype=bool), (t + 1) % T + T * (d + D * p), ring)
+    edges(p + 1 < PP, t + T * (d + D * (p + 1)), pipeline_edge)
+    edges(d < (D if D > 2 else D - 1), t + T * ((d + 1) % D + D * p), data_edge)  # the data ring (D = 2: one edge)
+    a, b, w = (np.concatenate(parts) for parts in zip(*ends, strict=True))
+    ra, rb = a // G, b // G
+    cross = (ra != rb) & (w > 0)
+    low, high = np.minimum(ra, rb)[cross], np.maximum(ra, rb)[cross]
+    np.add.at(out, (low, high), w[cross])
+    return out + out.T
 
 
 def is_ring(replicas: int, gpus_per_replica: int, parallelism: Parallelism | None) -> bool:

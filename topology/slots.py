@@ -112,6 +112,9 @@ def pick_gpus(
     """
     if size == 0:
         return [()] * count
+    whole = count == 1 and len(free) == size
+    if target is not None and whole and sorted(node.rails[g] for g in free) == sorted(target):
+        return [tuple(sorted(free))]  # the only group there is (a whole-node replica): nothing to choose
     if target is None:
         # cells in order: NVLink island + NUMA cells are filled one at a time
         return _locality_groups(node, free, size)[:count]
