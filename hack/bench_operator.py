@@ -59,6 +59,7 @@ class PodWatch:
     def __init__(self) -> None:
         self.bound: dict[str, float] = {}
         self.released: dict[str, float] = {}
+        self.finished: dict[str, float] = {}  # succeeded, failed or deleted
         self.labels: dict[str, dict[str, str]] = {}
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -77,6 +78,10 @@ class PodWatch:
                         self.released.setdefault(pod["metadata"]["name"], time.monotonic())
                     if spec.get("nodeName"):
                         self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
+                    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                        self.finished.setdefault(pod["metadata"]["name"], time.monotonic())
+                elif event.get("type") == "DELETED":
+                    self.finished.setdefault(pod["metadata"]["name"], time.monotonic())
                 if self._stop.is_set():
                     return
 

@@ -50,8 +50,11 @@ _PATHS = {("railyard.dev/v1alpha1", "TrainingJob"): "/apis/railyard.dev/v1alpha1
 _SCHEDULERS = ("kube-scheduler", "railyard-operator", "kueue", "vc-scheduler", "vc-controller-manager")
 
 
-def run_peer(peer: str, jobs) -> tuple[dict, dict]:
-    # kwok completes Job-owned pods by default; here every peer's pods run until the end.
+def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
+    """A fresh superpod-2k rig with the peer's scheduler running: (rig figures, API, the peer's
+    processes, their pids by name for the CPU figures)."""
+    # kwok completes Job-owned pods by default; here pods run until the end, or for the lifetime
+    # they ask (the living cluster).
     figures: dict = fresh_cluster("superpod-2k", "workload" if peer == "kube-scheduler-gang" else None,
                                   keep_job_pods=True, started_by="make compare")
     api = KubeApi(workers=32)
@@ -67,8 +70,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         extra["railyard-operator"] = operator.pid
     if peer == "kueue-tas":
-        kueue = peers_kueue.start(api, NS, sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
-                                               for n in api.list_all("/api/v1/nodes")))
+        kueue = peers_kueue.start(api, NS, cluster_gpus(api))
         processes.append(kueue)
         extra["kueue"] = kueue.pid
     if peer == "volcano":
@@ -78,14 +80,41 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
             extra[name] = proc.pid
     if peer in ("railyard", "volcano"):  # their pods are owned by objects of a kind installed just now
         after_gc_discovery(crds_applied)
+    return figures, api, processes, extra
+
+
+def cluster_gpus(api: KubeApi) -> int:
+    return sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in api.list_all("/api/v1/nodes"))
+
+
+def submitter(api: KubeApi, peer: str):
+    """A function that submits one job as the peer's objects."""
+    def submit(job) -> None:
+        for obj in TRANSLATORS[peer](job):
+            api.request("POST", _PATHS[(obj["apiVersion"], obj["kind"])].format(ns=NS), obj)
+    return submit
+
+
+def scheduler_cpu(before: dict[str, float], after: dict[str, float]) -> float:
+    return round(sum(after[k] - before[k] for k in after if k in _SCHEDULERS), 1)
+
+
+def stop(processes: list) -> None:
+    for proc in processes:
+        proc.terminate()
+        proc.wait(30)
+
+
+def run_peer(peer: str, jobs) -> tuple[dict, dict]:
+    figures, api, processes, extra = start_peer(peer)
     watcher = PodWatch()
     cpu_before = cpu_seconds(extra)
     submitted: dict[str, float] = {}
+    send = submitter(api, peer)
 
     def submit(job) -> None:
         submitted[job.name] = time.monotonic()
-        for obj in TRANSLATORS[peer](job):
-            api.request("POST", _PATHS[(obj["apiVersion"], obj["kind"])].format(ns=NS), obj)
+        send(job)
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
@@ -131,12 +160,9 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["bound_p99_seconds"] = percentile(latencies, 99) if latencies else None
     figures["pods_bound"] = len(bound_times)
     figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
-    figures["scheduler_cpu_seconds"] = round(sum(cpu_after[k] - cpu_before[k] for k in cpu_after
-                                                 if k in _SCHEDULERS), 1)
+    figures["scheduler_cpu_seconds"] = scheduler_cpu(cpu_before, cpu_after)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
-    for proc in processes:
-        proc.terminate()
-        proc.wait(30)
+    stop(processes)
     return figures, placements
 
 
@@ -167,26 +193,42 @@ def plot(out: dict, target: Path) -> None:
 
 
 def main() -> None:
-    jobs = stream(JOBS, SEED)
-    out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
-           "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
-    placements = {}
+    """COMPARE_MODE: burst (the one burst below), living (compare_living.py) or both (the default),
+    each peer on a fresh rig per mode."""
+    mode = os.environ.get("COMPARE_MODE", "both")
+    if mode not in ("burst", "living", "both"):
+        raise SystemExit(f"COMPARE_MODE={mode!r}: expected burst, living or both")
     try:
-        for peer in SELECTED:
-            t0 = time.monotonic()
-            out["peers"][peer], placements[peer] = run_peer(peer, jobs)
-            out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
-            print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
+        results = {}
+        if mode in ("burst", "both"):
+            results["burst"] = burst()
+        if mode in ("living", "both"):
+            import compare_living  # imports this module: loaded once main runs
+
+            results["living"] = compare_living.main()
     finally:
         # The 2,048-node rig full of the last peer's pods is of no use to anything after: stop it.
         if not os.environ.get("COMPARE_KEEP_RIG"):
             cluster.down()
+    print(json.dumps(results, indent=2))
+
+
+def burst() -> dict:
+    jobs = stream(JOBS, SEED)
+    out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
+           "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
+    placements = {}
+    for peer in SELECTED:
+        t0 = time.monotonic()
+        out["peers"][peer], placements[peer] = run_peer(peer, jobs)
+        out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
+        print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
     out["common_jobs"] = on_common_jobs(jobs, placements)
     target = Path(os.environ.get("COMPARE_OUT", str(cluster.STATE / "compare.md")))
     target.write_text(markdown_table(out["peers"]) + "\n")
     if os.environ.get("COMPARE_PLOT"):
         plot(out, Path(os.environ["COMPARE_PLOT"]))
-    print(json.dumps(out, indent=2))
+    return out
 
 
 if __name__ == "__main__":

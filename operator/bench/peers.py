@@ -30,6 +30,9 @@ KUEUE_QUEUE = "train"
 VOLCANO_TIERS = {"tor": 1, "leaf": 2, "spine": 3}  # HyperNode tiers, as volcano_cluster_objects builds them
 
 
+LIFETIME_ANNOTATION = "railyard.dev/simulate-lifetime"  # hack/kwok-stages: the pod succeeds after it
+
+
 @dataclass(frozen=True)
 class PeerJob:
     name: str
@@ -37,6 +40,8 @@ class PeerJob:
     gpus: int
     required_tier: str | None  # "tor" | "leaf" | None
     preferred_tier: str | None
+    arrival: float = 0.0  # seconds into the run (the living cluster's stream; 0 in the burst)
+    lifetime: float | None = None  # seconds each pod runs before it succeeds; None: forever
 
 
 def stream(count: int, seed: int) -> list[PeerJob]:
@@ -54,6 +59,11 @@ def _labels(job: PeerJob) -> dict[str, str]:
     return {JOB_LABEL: job.name}
 
 
+def _annotations(job: PeerJob) -> dict[str, str]:
+    """What every peer's pods carry: the lifetime kwok gives them (living-cluster runs only)."""
+    return {LIFETIME_ANNOTATION: f"{round(job.lifetime)}s"} if job.lifetime is not None else {}
+
+
 def _container(job: PeerJob) -> dict[str, Any]:
     return {"name": "train", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": job.gpus}}}
 
@@ -66,7 +76,7 @@ def railyard_objects(job: PeerJob) -> list[dict[str, Any]]:
     return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
              "metadata": {"name": job.name, "labels": _labels(job)},
              "spec": {"replicas": job.replicas, "topology": topology,
-                      "template": {"metadata": {"labels": _labels(job)},
+                      "template": {"metadata": {"labels": _labels(job), "annotations": _annotations(job)},
                                    "spec": {"containers": [_container(job)]}}}}]
 
 
@@ -74,7 +84,8 @@ def _pods(job: PeerJob, pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Bare pods, one per replica, with their index: no Job controller in the way (kwok completes
     Job-owned pods; the peers' schedulers are what is compared)."""
     return [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"{job.name}-{i}", "labels": _labels(job), "annotations": {INDEX_ANNOTATION: str(i)}},
+             "metadata": {"name": f"{job.name}-{i}", "labels": _labels(job),
+                          "annotations": {INDEX_ANNOTATION: str(i), **_annotations(job)}},
              "spec": {"restartPolicy": "Never", "containers": [_container(job)], **pod_spec}}
             for i in range(job.replicas)]
 
@@ -101,7 +112,7 @@ def naive_objects(job: PeerJob) -> list[dict[str, Any]]:
 def kueue_objects(job: PeerJob) -> list[dict[str, Any]]:
     """An Indexed Job, suspended, in Kueue's queue, with the tier as Kueue TAS's required or preferred
     topology (no webhooks: suspend and the queue label are set here, as the Job webhook would)."""
-    annotations = {}
+    annotations = _annotations(job)
     if job.required_tier:
         annotations["kueue.x-k8s.io/podset-required-topology"] = _TIER_LABEL[job.required_tier]
     elif job.preferred_tier:
@@ -141,7 +152,7 @@ def volcano_objects(job: PeerJob) -> list[dict[str, Any]]:
     spec: dict[str, Any] = {
         "schedulerName": "volcano", "queue": "default", "minAvailable": job.replicas, "maxRetry": 0,
         "tasks": [{"name": "worker", "replicas": job.replicas, "minAvailable": job.replicas,
-                   "template": {"metadata": {"labels": _labels(job)},
+                   "template": {"metadata": {"labels": _labels(job), "annotations": _annotations(job)},
                                 "spec": {"restartPolicy": "Never", "containers": [_container(job)]}}}],
     }
     tier = job.required_tier or job.preferred_tier

@@ -1,0 +1,134 @@
+"""`make compare`'s living cluster: the same peers on fresh superpod-2k rigs, fed a seeded Poisson
+stream of jobs that run for a drawn lifetime (kwok ends each pod after the lifetime its
+`railyard.dev/simulate-lifetime` annotation asks) and leave, for a fixed run. Figures per peer: GPU
+utilisation over time, queue wait p50/p99 by size class, TORs per multi-replica job, partial gangs,
+pods/s, scheduler CPU (per bound pod too), API requests per bound pod. The stream and the figures
+are operator/bench/living.py's.
+
+Environment: COMPARE_LIVING_SECONDS (run length, default 1200), COMPARE_LIFETIME_SECONDS (mean pod
+lifetime, default 300), COMPARE_LOAD (steady demand over the cluster's GPUs, default 1.1),
+COMPARE_SEED, COMPARE_PEERS; COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for the table and the plot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench_operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
+from compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
+from railyard.operator.bench.living import SIZE_CLASSES, living_figures, living_stream
+from railyard.operator.bench.peers import JOB_LABEL, read_placements, summarise
+
+SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
+LIFETIME = float(os.environ.get("COMPARE_LIFETIME_SECONDS", "300"))
+LOAD = float(os.environ.get("COMPARE_LOAD", "1.1"))
+CLUSTER_GPUS = 2048 * 8  # superpod-2k
+
+
+def run_living(peer: str, jobs) -> dict:
+    figures, api, processes, extra = start_peer(peer)
+    gpus = cluster_gpus(api)
+    watcher = PodWatch()
+    requests_before, cpu_before = api_requests(api), cpu_seconds(extra)
+    send = submitter(api, peer)
+    submitted: dict[str, float] = {}
+    failures: list[str] = []
+    t0 = time.monotonic()
+
+    def submit(job) -> None:
+        submitted[job.name] = time.monotonic() - t0
+        try:
+            send(job)
+        except Exception as e:  # reported with the figures: a peer that refuses jobs is a finding
+            failures.append(f"{job.name}: {e}")
+
+    with ThreadPoolExecutor(8) as pool:
+        for job in jobs:
+            # Pacing the arrivals (the stream's clock), not waiting for anything to happen.
+            time.sleep(max(0.0, t0 + job.arrival - time.monotonic()))
+            pool.submit(submit, job)
+        time.sleep(max(0.0, t0 + SECONDS - time.monotonic()))
+    end = time.monotonic() - t0
+    cpu_after, requests_after = cpu_seconds(extra), api_requests(api)
+    watcher.stop()
+    pods = api.list_all(f"/api/v1/namespaces/{NS}/pods")
+    placements = read_placements([j for j in jobs if j.name in submitted], pods, api.list_all("/api/v1/nodes"))
+    job_of = {pod: labels[JOB_LABEL] for pod, labels in watcher.labels.items() if JOB_LABEL in labels}
+    figures.update(living_figures(
+        jobs, submitted, {p: at - t0 for p, at in watcher.bound.items()},
+        {p: at - t0 for p, at in watcher.finished.items()}, job_of, gpus, end, warmup=min(LIFETIME, end / 2)))
+    spans = summarise(placements)
+    figures.update({k: spans[k] for k in ("mean_tors_spanned", "mean_leaves_spanned", "mean_ring_cost")})
+    cpu = scheduler_cpu(cpu_before, cpu_after)
+    bound = max(1, len(watcher.bound))
+    figures.update({
+        "scheduler_cpu_seconds": cpu, "scheduler_cpu_ms_per_bound_pod": round(cpu * 1000 / bound, 2),
+        "cpu_seconds": {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after},
+        "api_requests_per_bound_pod": per_pod(requests_before, requests_after, bound),
+        "submit_failures": len(failures), "submit_failure_examples": failures[:3], "run_seconds": round(end, 1),
+    })
+    stop(processes)
+    return figures
+
+
+_COLUMNS = (("GPU utilisation", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
+            *((f"{name} wait p50 / p99 s", lambda f, n=name: "{} / {}".format(
+                f["waits_by_size"][n]["wait_p50_seconds"], f["waits_by_size"][n]["wait_p99_seconds"]))
+              for name, _, _ in SIZE_CLASSES),
+            ("unplaced at end", lambda f: sum(c["unplaced_at_end"] for c in f["waits_by_size"].values())),
+            ("TORs/job", lambda f: f["mean_tors_spanned"]), ("partial gangs", lambda f: f["gangs_partly_bound_at_end"]),
+            ("pods/s", lambda f: f["pods_bound_per_second"]),
+            ("scheduler CPU ms/pod", lambda f: f["scheduler_cpu_ms_per_bound_pod"]),
+            ("API requests/pod", lambda f: f["api_requests_per_bound_pod"]["total"]))
+
+
+def markdown(out: dict) -> str:
+    lines = ["| peer | " + " | ".join(c for c, _ in _COLUMNS) + " |", "|---" * (len(_COLUMNS) + 1) + "|"]
+    for peer, figures in out["peers"].items():
+        lines.append(f"| {peer} | " + " | ".join(str(cell(figures)) for _, cell in _COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def plot(out: dict, target: Path) -> None:
+    """GPUs held over time and the wait CDF of every job placed, per peer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for peer, figures in out["peers"].items():
+        times = figures["gpus_held_over_time"]
+        axes[0].plot([t for t, _ in times], [g / CLUSTER_GPUS for _, g in times], label=peer)
+    axes[0].set(title=f"GPU utilisation (demand {LOAD}x the cluster, mean lifetime {LIFETIME:.0f} s)",
+                xlabel="seconds into the run", ylabel="GPUs held / GPUs", ylim=(0, 1.05))
+    axes[1].set(title="submit -> every replica bound, 32+ replica gangs", xlabel="seconds",
+                ylabel="fraction of those placed")
+    for peer, figures in out["peers"].items():
+        waits = figures["waits_by_size"][SIZE_CLASSES[-1][0]]["waits_seconds"]
+        if waits:
+            axes[1].step(waits, [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=peer)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(target, dpi=90)
+
+
+def main() -> dict:
+    jobs = living_stream(SECONDS, SEED, CLUSTER_GPUS, LOAD, LIFETIME)
+    out: dict = {"mode": "living", "seconds": SECONDS, "seed": SEED, "load": LOAD, "mean_lifetime_seconds": LIFETIME,
+                 "jobs": len(jobs), "pods": sum(j.replicas for j in jobs),
+                 "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
+    for peer in SELECTED:
+        out["peers"][peer] = run_living(peer, jobs)
+        brief = {k: v for k, v in out["peers"][peer].items() if k != "gpus_held_over_time"}
+        print(f"# living {peer}: {json.dumps(brief)}", flush=True)
+    Path(os.environ.get("COMPARE_LIVING_OUT", "compare-living.md")).write_text(markdown(out) + "\n")
+    if os.environ.get("COMPARE_LIVING_PLOT"):
+        plot(out, Path(os.environ["COMPARE_LIVING_PLOT"]))
+    return out

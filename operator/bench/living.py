@@ -1,0 +1,132 @@
+"""The living-cluster run's pure half: a seeded stream of jobs that arrive over time (Poisson), run
+for a drawn lifetime and leave, and the figures read from when each pod was bound and finished.
+hack/compare_living.py submits the stream to each peer on its own fresh rig and records the times.
+
+Demand: arrivals at rate load x cluster GPUs / (mean GPUs per job x mean lifetime), so the GPUs the
+jobs ask for in steady state are `load` times the cluster's (1.1: a queue that never quite drains,
+as on a busy cluster). The size mix is the burst's (workload.STREAM_MIX); lifetimes are lognormal
+(sigma 0.8, a few long jobs among many short ones) around the mean, the same for every size.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from railyard.operator.bench.peers import PeerJob
+from railyard.operator.bench.workload import STREAM_MIX
+
+LIFETIME_SIGMA = 0.8
+MIN_LIFETIME_SECONDS = 10
+# Size classes by replicas: what a queue's users feel differently (a 1-GPU notebook-sized job and a
+# 128-node pretraining gang do not wait alike).
+SIZE_CLASSES = (("1 replica", 1, 1), ("2-16 replicas", 2, 16), ("32+ replicas", 17, 1 << 30))
+
+
+def mean_job_gpus() -> float:
+    total = sum(w for _, _, w in STREAM_MIX)
+    return sum(r * g * w for r, g, w in STREAM_MIX) / total
+
+
+def arrival_rate(cluster_gpus: int, load: float, mean_lifetime: float) -> float:
+    """Jobs per second for `load` x the cluster's GPUs in steady demand (Little's law)."""
+    return load * cluster_gpus / (mean_job_gpus() * mean_lifetime)
+
+
+def living_stream(seconds: float, seed: int, cluster_gpus: int, load: float = 1.1,
+                  mean_lifetime: float = 300.0) -> list[PeerJob]:
+    """The jobs arriving in the first `seconds` of the run, in arrival order. Gangs of up to 16
+    replicas require one TOR, larger ones prefer TORs (as in the burst, peers.stream)."""
+    rng = random.Random(seed)
+    rate = arrival_rate(cluster_gpus, load, mean_lifetime)
+    shapes = [(r, g) for r, g, _ in STREAM_MIX]
+    weights = [w for _, _, w in STREAM_MIX]
+    jobs: list[PeerJob] = []
+    at = rng.expovariate(rate)
+    while at < seconds:
+        replicas, gpus = rng.choices(shapes, weights)[0]
+        # A lognormal of mean 1 (mu = -sigma^2 / 2), scaled to the mean lifetime.
+        lifetime = mean_lifetime * rng.lognormvariate(-LIFETIME_SIGMA ** 2 / 2, LIFETIME_SIGMA)
+        required = "tor" if 1 < replicas <= 16 else None
+        jobs.append(PeerJob(f"l{len(jobs):04d}-{replicas}x{gpus}", replicas, gpus, required,
+                            None if required else "tor", arrival=round(at, 2),
+                            lifetime=max(MIN_LIFETIME_SECONDS, round(lifetime))))
+        at += rng.expovariate(rate)
+    return jobs
+
+
+def size_class(job: PeerJob) -> str:
+    return next(name for name, low, high in SIZE_CLASSES if low <= job.replicas <= high)
+
+
+def busy_gpus(intervals: Iterable[tuple[float, float | None, int]], end: float,
+              step: float) -> list[tuple[float, int]]:
+    """GPUs held at t = 0, step, 2 step, ... < end, from (bound at, finished at or None, GPUs) per pod."""
+    changes: list[tuple[float, int]] = []
+    for start, stop, gpus in intervals:
+        changes.append((start, gpus))
+        if stop is not None:
+            changes.append((stop, -gpus))
+    changes.sort()
+    out: list[tuple[float, int]] = []
+    held, i = 0, 0
+    for k in range(math.ceil(end / step)):
+        t = k * step
+        while i < len(changes) and changes[i][0] <= t:
+            held += changes[i][1]
+            i += 1
+        out.append((t, held))
+    return out
+
+
+def _percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))], 2)
+
+
+def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
+                   finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float,
+                   step: float = 10.0, warmup: float = 0.0) -> dict[str, Any]:
+    """One peer's living-cluster figures. Times are seconds from the run's start: `submitted` per job,
+    `bound` and `finished` per pod (first seen bound / succeeded, failed or deleted), `job_of` a
+    pod's job. A job's wait is submit -> its last replica bound; jobs still waiting at `end` are
+    counted as unplaced, and in the censored p99 with their wait so far."""
+    by_name = {j.name: j for j in jobs}
+    gpus_of = {pod: by_name[job].gpus for pod, job in job_of.items() if job in by_name}
+    timeline = busy_gpus(((at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of),
+                         end, step)
+    steady = [held for t, held in timeline if t >= warmup]
+    replicas_bound: dict[str, list[float]] = {}
+    for pod, at in bound.items():
+        owner = job_of.get(pod)
+        if owner in by_name:
+            replicas_bound.setdefault(owner, []).append(at)
+    classes: dict[str, Any] = {}
+    for name, _, _ in SIZE_CLASSES:
+        members = [j for j in jobs if size_class(j) == name and j.name in submitted]
+        waits, censored, unplaced = [], [], 0
+        for job in members:
+            times = replicas_bound.get(job.name, [])
+            if len(times) >= job.replicas:
+                waits.append(max(times) - submitted[job.name])
+                censored.append(waits[-1])
+            else:
+                unplaced += 1
+                censored.append(end - submitted[job.name])
+        classes[name] = {"jobs": len(members), "placed": len(waits), "unplaced_at_end": unplaced,
+                         "wait_p50_seconds": _percentile(waits, 50), "wait_p99_seconds": _percentile(waits, 99),
+                         "wait_p99_censored_seconds": _percentile(censored, 99),
+                         "waits_seconds": sorted(round(w, 2) for w in waits)}
+    partial = sum(1 for j in jobs if 0 < len(replicas_bound.get(j.name, [])) < j.replicas)
+    return {
+        "jobs_submitted": len(submitted), "pods_bound": len(bound), "pods_finished": len(finished),
+        "gpu_utilisation_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0,
+        "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,
+        "gpus_held_over_time": timeline, "waits_by_size": classes, "gangs_partly_bound_at_end": partial,
+        "pods_bound_per_second": round(len(bound) / end, 2) if end > 0 else 0.0,
+    }

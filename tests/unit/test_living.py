@@ -1,0 +1,78 @@
+"""The living-cluster run's pure half: the stream's demand and shapes, and the figures read from pod
+bound/finished times (hack/compare_living.py runs it on the rig)."""
+
+from __future__ import annotations
+
+import statistics
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from railyard.operator.bench.living import (
+    SIZE_CLASSES,
+    arrival_rate,
+    busy_gpus,
+    living_figures,
+    living_stream,
+    mean_job_gpus,
+    size_class,
+)
+from railyard.operator.bench.peers import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
+
+
+def test_the_stream_asks_the_load_it_is_given_in_steady_demand():
+    seconds, lifetime = 20_000, 300.0
+    jobs = living_stream(seconds, 3, 16_384, load=1.1, mean_lifetime=lifetime)
+    arrivals = [j.arrival for j in jobs]
+    assert arrivals == sorted(arrivals) and 0 < arrivals[0] and arrivals[-1] < seconds
+    # Little's law: GPUs asked in steady state = rate x GPUs per job x lifetime, within sampling noise.
+    demand = sum(j.replicas * j.gpus * j.lifetime for j in jobs) / seconds
+    assert 0.9 * 1.1 * 16_384 < demand < 1.1 * 1.1 * 16_384, demand
+    assert abs(statistics.fmean(j.lifetime for j in jobs) / lifetime - 1) < 0.1
+    assert abs(len(jobs) / seconds / arrival_rate(16_384, 1.1, lifetime) - 1) < 0.05
+    assert living_stream(600, 3, 16_384) == living_stream(600, 3, 16_384)  # seeded
+
+
+def test_gangs_up_to_16_replicas_require_a_tor_and_larger_prefer_one():
+    for job in living_stream(3_000, 5, 16_384):
+        if 1 < job.replicas <= 16:
+            assert (job.required_tier, job.preferred_tier) == ("tor", None)
+        else:
+            assert (job.required_tier, job.preferred_tier) == (None, "tor")
+
+
+def test_every_peer_gives_its_pods_the_jobs_lifetime():
+    job = PeerJob("l0001-4x8", 4, 8, "tor", None, arrival=1.0, lifetime=123.4)
+    [tj] = railyard_objects(job)
+    assert tj["spec"]["template"]["metadata"]["annotations"] == {LIFETIME_ANNOTATION: "123s"}
+    [kjob] = kueue_objects(job)
+    assert kjob["spec"]["template"]["metadata"]["annotations"][LIFETIME_ANNOTATION] == "123s"
+    [vjob] = volcano_objects(job)
+    assert vjob["spec"]["tasks"][0]["template"]["metadata"]["annotations"] == {LIFETIME_ANNOTATION: "123s"}
+    [burst] = railyard_objects(PeerJob("j", 4, 8, "tor", None))
+    assert burst["spec"]["template"]["metadata"]["annotations"] == {}  # the burst's pods run forever
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.one_of(st.none(), st.floats(0, 100)), st.integers(1, 8)),
+                max_size=30), st.floats(1, 200), st.floats(0.5, 20))
+def test_busy_gpus_counts_exactly_the_pods_holding_gpus_at_each_sample(pods, end, step):
+    intervals = [(start, None if stop is None else start + stop, gpus) for start, stop, gpus in pods]
+    for t, held in busy_gpus(intervals, end, step):
+        assert held == sum(g for start, stop, g in intervals if start <= t and (stop is None or stop > t))
+
+
+def test_waits_are_per_size_class_and_jobs_still_waiting_are_counted_not_dropped():
+    jobs = [PeerJob("a-1x8", 1, 8, None, "tor", 0.0, 50), PeerJob("b-4x8", 4, 8, "tor", None, 1.0, 50),
+            PeerJob("c-64x8", 64, 8, None, "tor", 2.0, 50)]
+    submitted = {"a-1x8": 0.0, "b-4x8": 1.0, "c-64x8": 2.0}
+    bound = {"a-0": 3.0, **{f"b-{i}": 2.0 + i for i in range(4)}, "c-0": 4.0}
+    job_of = {"a-0": "a-1x8", **{f"b-{i}": "b-4x8" for i in range(4)}, "c-0": "c-64x8"}
+    figures = living_figures(jobs, submitted, bound, {"a-0": 20.0}, job_of, cluster_gpus=64, end=30.0, step=10)
+    small, medium, large = (figures["waits_by_size"][name] for name, _, _ in SIZE_CLASSES)
+    assert (small["placed"], small["wait_p50_seconds"]) == (1, 3.0)
+    assert (medium["placed"], medium["wait_p50_seconds"]) == (1, 4.0)  # submit 1.0 -> last replica 5.0
+    assert (large["placed"], large["unplaced_at_end"], large["wait_p99_censored_seconds"]) == (0, 1, 28.0)
+    assert figures["gangs_partly_bound_at_end"] == 1  # c: 1 of 64 bound
+    assert figures["gpus_held_over_time"] == [(0.0, 0), (10.0, 8 + 32 + 8), (20.0, 32 + 8)]
+    assert [size_class(j) for j in jobs] == [name for name, _, _ in SIZE_CLASSES]
+    assert mean_job_gpus() > 8
