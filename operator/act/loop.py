@@ -19,6 +19,7 @@ from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.budgets import Budgets
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
+from railyard.operator.act.endpoints import EndpointsWriter
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.lifecycle import Lifecycle
@@ -99,6 +100,7 @@ class PlacementLoop:
                                self.migrations)
         self.observer = Observer(ctx)
         self.budgets = Budgets(ctx)
+        self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
 
@@ -184,6 +186,7 @@ class PlacementLoop:
             if job.status_error is not None:
                 work.append(self.errors.report(job, "status", ValueError(job.status_error)))
                 continue
+            work.append(self.endpoints.sync(job))
             try:
                 action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
                                 force_after, health=state.health, seen=self._seen(job))

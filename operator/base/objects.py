@@ -60,6 +60,7 @@ class PodView:
     placement_id: str | None
     owner_uid: str | None
     node_name: str | None  # bound node (spec.nodeName)
+    ip: str | None  # status.podIP: what the job's EndpointSlice gives its rank's DNS name
     gated: bool  # still carries Railyard's scheduling gate
     phase: str | None
     terminating: bool
@@ -98,7 +99,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         resource_version=resource_version(pod), job=labels.get(LABEL_JOB),
         rank=int(rank_raw) if isinstance(rank_raw, str) and rank_raw.isdigit() else None,
         placement_id=annotations.get(ANNOTATION_PLACEMENT_ID), owner_uid=owner,
-        node_name=spec.get("nodeName"),
+        node_name=spec.get("nodeName"), ip=status.get("podIP") or None,
         gated=any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or []),
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),

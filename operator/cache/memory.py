@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from railyard.operator.base.objects import Job
+from railyard.operator.decide.endpoints import Addresses
 from railyard.operator.decide.goodput import Ledger
 from railyard.operator.decide.queue import Failure
 from railyard.operator.decide.stragglers import StragglerTracker
@@ -53,6 +54,8 @@ class JobMemory:
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
+    endpoints: Addresses | None = None  # what its EndpointSlice was last written with (decide/endpoints)
+    endpoints_partial_since: float | None = None  # monotonic: since when some of its ranks have an IP
     backoff_until: float = 0.0  # monotonic: left alone until then (repeated errors on this job)
     errors: int = 0  # consecutive errors handling it
     # How long each node has been slow, for the current attempt only (restart count, tracker).

@@ -182,14 +182,19 @@ def _pin(spec: dict[str, Any], node: str) -> None:
     required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]} for t in terms]
 
 
+RENDEZVOUS_PORT = 29500
+
+
 def build_service(job: Job) -> dict[str, Any]:
-    """Headless Service giving every replica a stable DNS name (rank 0 is the rendezvous point)."""
+    """Headless Service giving every replica a stable DNS name (rank 0 is the rendezvous point).
+    Without a selector: its EndpointSlice is the operator's (decide/endpoints.py), written once a
+    gang's ranks have their IPs instead of by kube-controller-manager as each pod changes."""
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": service_name(job.name), "namespace": job.namespace,
                      "labels": {LABEL_JOB: job.name}, "ownerReferences": [owner_reference(job)]},
-        "spec": {"clusterIP": "None", "selector": {LABEL_JOB: job.name}, "publishNotReadyAddresses": True,
-                 "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}]},
     }
 
 

@@ -35,7 +35,8 @@ __all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CONNECT_TIMEOUT = 5.0
 # create(): kinds outside the core group
-_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1"}
+_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1",
+                "endpointslices": "/apis/discovery.k8s.io/v1"}
 
 
 class Fenced(RuntimeError):
@@ -216,6 +217,18 @@ class KubeApi:
         except ApiException as e:
             if e.status == 404:
                 return False, None  # deleted between the two calls: the next iteration retries
+            raise
+
+    async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """PUT the whole object, unconditionally (its writer owns it: last write wins); None when it
+        does not exist (the caller creates it)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}/{name}"
+        try:
+            return await self.run(self.request, "PUT", path, body, query=[("fieldManager", FIELD_MANAGER)])
+        except ApiException as e:
+            if e.status == 404:
+                return None
             raise
 
     async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None:

@@ -23,6 +23,10 @@ class ClusterApi(Protocol):
         """(True, stored) when created; (False, the existing object or None) on a name conflict."""
         ...
 
+    async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """PUT the whole object; None when it does not exist."""
+        ...
+
     async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None: ...
 
     async def delete_pod(self, namespace: str, name: str, uid: str | None = None,

@@ -169,6 +169,34 @@ def test_a_pod_lives_as_long_as_its_template_asks_then_the_job_succeeds(operator
     assert lived >= 6, f"the pods were to live 8 s; the job ran {lived:.0f} s"
 
 
+def test_every_ranks_name_is_its_pods_ip_in_the_operators_endpoint_slice_and_follows_a_restart(
+        operator, api_client, core, custom, namespace):
+    """The Service has no selector, so kube-controller-manager writes no endpoints for it: the operator's
+    EndpointSlice is what CoreDNS serves `<job>-<rank>.<job>.<ns>.svc` from (the real-node test resolves
+    the names)."""
+    discovery = client.DiscoveryV1Api(api_client)
+    create_job(custom, namespace, make_job("named", 3))
+    wait_condition(custom, namespace, "named", "Running", timeout=60)
+
+    def names() -> dict[str, str] | None:
+        slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector="kubernetes.io/service-name=named")
+        ips = {p["spec"]["hostname"]: p["status"].get("podIP") for p in pods_of(api_client, core, namespace, "named")
+               if not p["metadata"].get("deletionTimestamp")}
+        found = {e.hostname: e.addresses[0] for s in slices.items for e in s.endpoints or []}
+        return found if found == ips and len(found) == 3 and all(ips.values()) else None
+
+    first = poll(names, 60, "an EndpointSlice naming every rank's pod IP")
+    slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector="kubernetes.io/service-name=named")
+    assert [s.metadata.labels["endpointslice.kubernetes.io/managed-by"] for s in slices.items] == \
+        ["railyard.dev/operator"], "one slice, the operator's: no controller follows the pods"
+    assert core.read_namespaced_service("named", namespace).spec.selector is None
+    victim = next(p for p in pods_of(api_client, core, namespace, "named") if p["spec"]["hostname"] == "named-1")
+    core.delete_namespaced_pod(victim["metadata"]["name"], namespace, grace_period_seconds=0)
+    wait_condition(custom, namespace, "named", "Restarting", status="False", timeout=90)
+    second = poll(names, 90, "the slice naming the new attempt's pods")
+    assert second["named-1"] != first["named-1"] or second != first
+
+
 def test_job_succeeds_or_fails_with_its_pods(operator, api_client, core, custom, namespace):
     if not any((n.metadata.labels or {}).get("type") == "kwok" for n in core.list_node().items):
         pytest.skip("needs kwok nodes to simulate containers exiting")

@@ -252,6 +252,56 @@ def test_a_gang_runs_reports_through_the_service_and_resumes_after_a_real_sigter
     print(json.dumps({"sigterm_to_resumed_seconds": round(time.monotonic() - deleted, 1), "resume_step": resume}))
 
 
+_RESOLVE = """
+import os, socket, time
+job, ns, n = os.environ["RAILYARD_JOB_NAME"], os.environ["RAILYARD_NAMESPACE"], int(os.environ["RAILYARD_REPLICAS"])
+names = [f"{job}-{r}.{job}.{ns}.svc" for r in range(n)]
+deadline = time.time() + 120
+while names and time.time() < deadline:
+    for name in list(names):
+        try:
+            print("RESOLVED", name, socket.gethostbyname(name), flush=True)
+            names.remove(name)
+        except OSError:
+            pass
+    time.sleep(0.5)
+time.sleep(3600)
+"""
+
+
+def test_every_ranks_name_resolves_to_its_pod_through_the_cluster_dns(release, api_client, core, custom, namespace):
+    """MASTER_ADDR and every rank's `<job>-<rank>.<job>.<ns>.svc` resolve, from inside each rank, to that
+    rank's pod IP: CoreDNS serving the operator's EndpointSlice for the selectorless Service."""
+    body = make_job("real-dns", 2, gpus=4)
+    pod = body["spec"]["template"]["spec"]
+    pod.update(nodeSelector=dict(REAL), tolerations=TOLERATE, terminationGracePeriodSeconds=1,
+               securityContext={"runAsUser": 65532, "runAsGroup": 65532})
+    pod["containers"][0].update(image="railyard-trainer:0.1.0", imagePullPolicy="IfNotPresent",
+                                command=["python3", "-c", _RESOLVE])
+    create_job(custom, namespace, body)
+    wait_bound(api_client, core, namespace, "real-dns", 2, timeout=120)
+
+    def resolved() -> tuple[dict[str, str], dict[str, dict[str, str]]] | None:
+        pods = pods_of(api_client, core, namespace, "real-dns")
+        ips = {f"{p['spec']['hostname']}.real-dns.{namespace}.svc": p["status"].get("podIP") for p in pods}
+        seen = {}
+        for p in pods:
+            try:
+                log = core.read_namespaced_pod_log(p["metadata"]["name"], namespace)
+            except client.ApiException:
+                return None
+            seen[p["metadata"]["name"]] = dict(line.split()[1:3] for line in log.splitlines()
+                                               if line.startswith("RESOLVED"))
+        return (ips, seen) if all(len(names) == 2 for names in seen.values()) else None
+
+    ips, seen = poll(resolved, 150, "both ranks resolving both names")
+    for rank_pod, names in seen.items():
+        assert names == ips, f"{rank_pod} resolved {names}, the pods' IPs are {ips}"
+    env = {e["name"]: e.get("value") for e in pods_of(api_client, core, namespace, "real-dns")[0]["spec"]
+           ["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] in ips
+
+
 def test_a_non_retryable_exit_fails_the_job_and_exit_1_restarts_it(release, api_client, core, custom, namespace,
                                                                    shared):
     for name, code in (("fatal", 42), ("flaky", 1)):

@@ -24,11 +24,13 @@ Event = tuple[str, str, dict[str, Any]]  # (kind, type, object)
 class FakeApi:
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         self._rv = itertools.count(100)
+        self._ips = itertools.count(0)
         self.revision = 99
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"nodes": {}, "pods": {}, "trainingjobs": {},
                                                                           "services": {}, "priorityclasses": {},
                                                                           "poddisruptionbudgets": {},
-                                                                          "resourceslices": {}, "resourceclaims": {}}
+                                                                          "resourceslices": {}, "resourceclaims": {},
+                                                                          "endpointslices": {}}
         self.log: list[Event] = []
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
@@ -59,7 +61,7 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = self._next()
         obj["metadata"].setdefault("uid", uuid.uuid4().hex)
         self.objects[kind][self._key(obj)] = obj
-        if kind not in ("services", "poddisruptionbudgets"):  # not watched by the operator
+        if kind not in ("services", "poddisruptionbudgets", "endpointslices"):  # not watched by the operator
             self.log.append((kind, event, copy.deepcopy(obj)))
         return copy.deepcopy(obj)
 
@@ -113,6 +115,8 @@ class FakeApi:
             pod = copy.deepcopy(pod)
             pod["spec"]["nodeName"] = pinned_node(pod["spec"])
             pod.setdefault("status", {})["phase"] = "Running"
+            ip = next(self._ips)
+            pod["status"]["podIP"] = f"10.0.{ip // 250}.{ip % 250 + 1}"  # as kwok and kubelets give one
             self._store("pods", pod, "MODIFIED")
             bound += 1
         return bound
@@ -145,6 +149,13 @@ class FakeApi:
         if key in self.objects[plural]:
             return False, copy.deepcopy(self.objects[plural][key])
         return True, self._store(plural, copy.deepcopy(body), "ADDED")
+
+    async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        self._write("PUT", plural)
+        key = self._key(body)
+        if key not in self.objects[plural]:
+            return None
+        return self._store(plural, copy.deepcopy(body), "MODIFIED")
 
     async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None:
         self._write("PATCH", f"pods/{name}")

@@ -156,6 +156,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
+        ("discovery.k8s.io", "endpointslices"): {"create", "get", "update"},  # the selectorless Service's
         ("policy", "poddisruptionbudgets"): {"create", "get"},
         ("", "events"): {"create", "patch"},
         ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},

@@ -23,7 +23,7 @@ def test_the_stream_asks_the_load_it_is_given_in_steady_demand():
     seconds, lifetime = 20_000, 300.0
     jobs = living_stream(seconds, 3, 16_384, load=1.1, mean_lifetime=lifetime)
     arrivals = [j.arrival for j in jobs]
-    assert arrivals == sorted(arrivals) and 0 < arrivals[0] and arrivals[-1] < seconds
+    assert arrivals == sorted(arrivals) and arrivals[0] > 0 and arrivals[-1] < seconds
     # Little's law: GPUs asked in steady state = rate x GPUs per job x lifetime, within sampling noise.
     demand = sum(j.replicas * j.gpus * j.lifetime for j in jobs) / seconds
     assert 0.9 * 1.1 * 16_384 < demand < 1.1 * 1.1 * 16_384, demand

@@ -1,0 +1,92 @@
+"""A job's rank DNS names as the operator writes them: the addresses of its current placement's pods,
+when they are worth a write, and the EndpointSlice that carries them for the job's selectorless
+headless Service (builders.build_service). Pure: the actor is act/endpoints.py.
+
+Why the operator and not kube-controller-manager: with a selector, its Endpoints and EndpointSlice
+controllers re-wrote both objects as each pod of a gang was bound and got its IP (0.98 requests per
+pod in the operator burst, more than the operator's own status writes). A gang only talks once every
+rank is up, so its addresses are written once all ranks have an IP, at once when one goes stale (its
+pod gone, terminating or re-addressed: a rank's name must not lead to a dead pod), and after
+`PARTIAL_WRITE_SECONDS` with the ranks that have one (a rank stuck pulling its image still leaves
+the others resolvable, e.g. for a debug shell).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.operator.base.keys import LABEL_JOB
+from railyard.operator.base.objects import Job, Key, PodView
+from railyard.operator.decide.builders import RENDEZVOUS_PORT, owner_reference, service_name
+from railyard.topology.api import PlacementStatus
+from railyard.topology.claims import pod_name
+
+PARTIAL_WRITE_SECONDS = 5.0
+MANAGED_BY = "railyard.dev/operator"  # endpointslice.kubernetes.io/managed-by: not the controller's value
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True, order=True)
+class Address:
+    hostname: str  # the rank's stable hostname (`<job>-<rank>`, the pod's spec.hostname)
+    ip: str
+    node: str
+    pod: str
+    uid: str
+
+
+Addresses = tuple[Address, ...]
+
+
+def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> Addresses:
+    """The current placement's pods that have an IP and are not leaving, in rank order."""
+    out = []
+    for rank in placement.ranks:
+        pod = pods.get((job.namespace, rank.pod or ""))
+        if pod is None or pod.ip is None or pod.terminating or pod.finished or pod.placement_id != placement.id:
+            continue
+        out.append(Address(pod_name(job.name, rank.rank), pod.ip, pod.node_name or rank.node, pod.name, pod.uid))
+    return tuple(out)
+
+
+def ending(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> bool:
+    """A rank's pod has finished: the gang is finishing or about to restart, and its next attempt's
+    addresses are written then (writing the leftovers now would be one more write per job)."""
+    return any((pod := pods.get((job.namespace, rank.pod or ""))) is not None and pod.finished
+               and pod.placement_id == placement.id for rank in placement.ranks)
+
+
+def worth_writing(current: Addresses, written: Addresses | None, ranks: int, partial_for: float) -> bool:
+    """Whether `current` should replace what was `written` (None: nothing yet, or not since this
+    operator started): when every rank has an address, when a written one went stale, or when some
+    ranks have waited `PARTIAL_WRITE_SECONDS` (`partial_for`) for the rest."""
+    if current == written:
+        return False
+    if written is not None and not set(written) <= set(current):
+        return True  # stale: a name leads to a pod that is gone, leaving, or re-addressed
+    if len(current) == ranks:
+        return True
+    return bool(current) and partial_for >= PARTIAL_WRITE_SECONDS
+
+
+def endpoint_slice(job: Job, current: Addresses) -> dict[str, Any]:
+    """The job's one EndpointSlice, named after its Service; owned by the job (collected with it).
+    Every address is ready: the Service publishes not-ready addresses (a rank's name must resolve
+    before its readiness probe passes, or rendezvous never starts)."""
+    family = "IPv6" if any(":" in a.ip for a in current) else "IPv4"
+    service = service_name(job.name)
+    return {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": service, "namespace": job.namespace,
+                     "labels": {SERVICE_NAME_LABEL: service, "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
+                                LABEL_JOB: job.name},
+                     "ownerReferences": [owner_reference(job)]},
+        "addressType": family,
+        "endpoints": [{"addresses": [a.ip], "hostname": a.hostname, "nodeName": a.node,
+                       "conditions": {"ready": True, "serving": True, "terminating": False},
+                       "targetRef": {"kind": "Pod", "namespace": job.namespace, "name": a.pod, "uid": a.uid}}
+                      for a in current],
+        "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "protocol": "TCP"}],
+    }
