@@ -14,9 +14,9 @@ from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
-from railyard.operator.base.reasons import ConditionType, EventType
+from railyard.operator.base.reasons import ConditionType, EventType, PlacedReason
 from railyard.operator.decide import status as transitions
-from railyard.operator.decide.actions import Cleanup, Finish, Invalid, MarkRunning, Resume, Rollback
+from railyard.operator.decide.actions import Cleanup, Finish, Invalid, MarkRunning, RecordRelease, Resume, Rollback
 
 
 class Lifecycle:
@@ -57,7 +57,22 @@ class Lifecycle:
         await self.writer.patch(job, patch)
 
     async def running(self, job: Job, action: MarkRunning) -> None:
-        await self.writer.patch(job, transitions.running(job, action.message, self._now()))
+        await self.writer.patch(job, transitions.running(job, action.message, self._now(), self._unrecorded(job)))
+
+    async def record_release(self, job: Job, action: RecordRelease) -> None:
+        released_at = self._unrecorded(job)
+        if released_at is not None:
+            await self.writer.patch(job, transitions.released(job, released_at))
+
+    def _unrecorded(self, job: Job) -> datetime | None:
+        """When this operator released the job's current placement, if its status does not say so yet."""
+        placed, placement = job.condition(ConditionType.PLACED), job.placement
+        memory = self.ctx.memories.peek(job)
+        if placed is not None and placed.reason == PlacedReason.RELEASED:
+            return None
+        if placement is None or memory is None or memory.released_at is None or memory.released_at[0] != placement.id:
+            return None
+        return utc(memory.released_at[1])
 
     async def finish(self, job: Job, action: Finish) -> None:
         patch = transitions.finished(job, action.succeeded, action.reason, action.message, self._now())

@@ -50,6 +50,7 @@ from railyard.operator.decide.actions import (
     Invalid,
     MarkRunning,
     Queue,
+    RecordRelease,
     Resize,
     Restart,
     Resume,
@@ -189,7 +190,8 @@ class PlacementLoop:
             work.append(self.endpoints.sync(job))
             try:
                 action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
-                                force_after, health=state.health, seen=self._seen(job))
+                                force_after, health=state.health, seen=self._seen(job),
+                                record_release_after=placement.release_record_seconds)
             except Exception as e:  # one job's trouble is that job's: the pass goes on
                 work.append(self.errors.report(job, "assess", e))
                 continue
@@ -276,6 +278,8 @@ class PlacementLoop:
                 await self.lifecycle.rollback(job, action)
             case MarkRunning():
                 await self.lifecycle.running(job, action)
+            case RecordRelease():
+                await self.lifecycle.record_release(job, action)
             case Finish():
                 await self.lifecycle.finish(job, action)
             case Queue() | Wait() | Done():

@@ -147,10 +147,17 @@ class Materialiser:
                 self.ctx.state.apply_pod("MODIFIED", pod)
         self.ctx.crash_point("released")
         now = self.ctx.clock.time()
-        current = self.writer.current(job)
-        if await self.writer.patch(current, transitions.released(current, utc(now))) is None:
-            return
-        self.ctx.memories.recall(job).released = (placement.id, self.ctx.clock.monotonic())
+        memory = self.ctx.memories.recall(job)
+        if self.ctx.settings.placement.release_record_seconds > 0:
+            # Recorded in the status with Running, or on its own if the gang is not running soon (assess:
+            # RecordRelease): one write fewer per gang. A successor that finds it unrecorded releases
+            # again (a no-op per pod) and records it.
+            memory.released_at = (placement.id, now)
+        else:
+            current = self.writer.current(job)
+            if await self.writer.patch(current, transitions.released(current, utc(now))) is None:
+                return
+        memory.released = (placement.id, self.ctx.clock.monotonic())
         created = job.created.timestamp() if job.created is not None else now
         metrics.RELEASE_SECONDS.observe(max(0.0, now - created))
         metrics.PLACEMENTS.inc()

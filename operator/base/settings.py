@@ -77,6 +77,9 @@ class PlacementSettings(_Settings):
     starvation_seconds: float = _seconds("STARVATION_SECONDS", 120.0)
     # Released pods not bound within this long mean a lost race: the gang is re-planned.
     bind_timeout_seconds: float = _seconds("BIND_TIMEOUT_SECONDS", 60.0)
+    # A released gang's Placed=Released goes out with its Running (one status write instead of two)
+    # when it runs within this long, else on its own then; 0: written at the release.
+    release_record_seconds: float = _seconds("RELEASE_RECORD_SECONDS", 10.0)
     resync_seconds: float = _seconds("RESYNC_SECONDS", 5.0)
     # An unschedulable job is solved again when capacity is freed, or at the latest after this long.
     retry_seconds: float = _seconds("RETRY_SECONDS", 30.0)

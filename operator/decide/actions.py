@@ -69,6 +69,12 @@ class MarkRunning:
 
 
 @dataclass(frozen=True)
+class RecordRelease:
+    """The gang was released RELEASE_RECORD_SECONDS ago and is not running yet: say Placed=Released
+    now (when it runs sooner, MarkRunning says both in one write)."""
+
+
+@dataclass(frozen=True)
 class Finish:
     """Succeeded (`succeeded`) or Failed, with the reason."""
 
@@ -98,4 +104,5 @@ class Resize:
     request: GangRequest
 
 
-Action = Done | Wait | Queue | Invalid | Resume | Rollback | Cleanup | MarkRunning | Finish | Restart | Resize
+Action = (Done | Wait | Queue | Invalid | Resume | Rollback | Cleanup | MarkRunning | RecordRelease | Finish
+          | Restart | Resize)

@@ -27,6 +27,7 @@ from railyard.operator.decide.actions import (
     Invalid,
     MarkRunning,
     Queue,
+    RecordRelease,
     Resize,
     Restart,
     Resume,
@@ -128,7 +129,10 @@ def _maintenance(placement: PlacementStatus, health: Mapping[str, NodeHealth],
 
 def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
            force_after: float = 60.0, conflict_retry: float = 30.0,
-           health: Mapping[str, NodeHealth] | None = None, seen: Seen | None = None) -> Action:
+           health: Mapping[str, NodeHealth] | None = None, seen: Seen | None = None,
+           record_release_after: float = 10.0) -> Action:
+    """What the job needs next. `record_release_after`: how long a release this operator made (seen.released,
+    not yet in the status) waits for the gang to run before it is recorded on its own (RecordRelease)."""
     generation = job.generation
     force = _stuck(pods, snapshot, now, force_after, seen, health)
     if job.finished:
@@ -159,9 +163,11 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     mine = {p.name: p for p in pods if p.placement_id == placement.id}
     stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
     wanted = {r.pod or "": r for r in placement.ranks}
-    if placed is None or placed.reason != PlacedReason.RELEASED:
+    recorded = placed is not None and placed.reason == PlacedReason.RELEASED
+    if not recorded and (seen is None or seen.released is None):
         # Placement recorded but not released: a previous leader stopped mid-way. Finish it if the
-        # nodes are still usable, else roll back and re-queue.
+        # nodes are still usable, else roll back and re-queue. (Released by this operator and not
+        # recorded yet — seen.released — is released: see RecordRelease.)
         for rank in placement.ranks:
             if not snapshot.has_node(rank.node):
                 return Rollback(PlacedReason.NODE_LOST, f"node {rank.node} of rank {rank.rank} is gone or not usable",
@@ -227,7 +233,8 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
         return Rollback(PlacedReason.DEVICE_UNAVAILABLE, f"rank {wanted[first].rank}'s ResourceClaim cannot be "
                         f"allocated: {why}; re-planning the gang", tuple(mine) + stale, force)
     if unbound and not any(mine[p].gated for p in wanted):
-        stalled = _stalled(unbound, wanted, pods, placement, placed.last_transition_time, now, seen, bind_timeout)
+        placed_at = placed.last_transition_time if placed is not None else None
+        stalled = _stalled(unbound, wanted, pods, placement, placed_at, now, seen, bind_timeout)
         if stalled:
             nodes = tuple(sorted({wanted[p].node for p in stalled}))
             return Rollback(PlacedReason.BIND_TIMEOUT,
@@ -243,6 +250,9 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
                       f"{len(wanted)} -> {desired} replicas", request)
     if any(mine[p].gated for p in wanted):
         return Resume()  # the release was interrupted
+    if not recorded and seen is not None and seen.released is not None and \
+            seen.now - seen.released >= record_release_after:
+        return RecordRelease()
     if force:
         return Cleanup(force=force)
     return Wait()

@@ -24,7 +24,7 @@ from railyard.topology.api import PlacementStatus
 from railyard.topology.claims import pod_name
 
 PARTIAL_WRITE_SECONDS = 5.0
-MANAGED_BY = "railyard.dev/operator"  # endpointslice.kubernetes.io/managed-by: not the controller's value
+MANAGED_BY = "operator.railyard.dev"  # endpointslice.kubernetes.io/managed-by (a label value: no slash)
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 

@@ -140,10 +140,15 @@ def invalid(job: Job, reason: PlacedReason, message: str, now: datetime) -> Trai
 
 # --- lifecycle ----------------------------------------------------------------------------------------
 
-def running(job: Job, message: str, now: datetime) -> TrainingJobStatus:
-    return TrainingJobStatus(start_time=job.status.start_time or now,
-                             conditions=_set(job, job.conditions, ConditionType.RUNNING, TRUE,
-                                             RunningReason.ALL_RUNNING, message, now))
+def running(job: Job, message: str, now: datetime, released_at: datetime | None = None) -> TrainingJobStatus:
+    """Running=True; with `released_at` (the release this operator made and has not recorded yet) the
+    release's record too, in the same write."""
+    record = released(job, released_at) if released_at is not None else None
+    conditions = _set(job, record.conditions if record is not None else job.conditions, ConditionType.RUNNING,
+                      TRUE, RunningReason.ALL_RUNNING, message, now)
+    fields = {} if record is None else {name: getattr(record, name) for name in record.model_fields_set
+                                        if name != "conditions"}
+    return TrainingJobStatus(start_time=job.status.start_time or now, conditions=conditions, **fields)
 
 
 def finished(job: Job, succeeded: bool, reason: FinishReason, message: str, now: datetime,

@@ -25,6 +25,7 @@ def test_jobs_topology_and_explain_tell_where_jobs_are_and_why_they_wait(
     waiting["spec"]["template"]["spec"]["nodeSelector"] = {"topology.railyard.dev/tor": "no-such-tor"}
     create_job(custom, namespace, waiting)
     wait_condition(custom, namespace, "picky", "Placed", status="False", reason="Unschedulable")
+    wait_condition(custom, namespace, "landed", "Placed", reason="Released")  # recorded with its Running
 
     rows = {r["name"]: r for r in run_json(capsys, "jobs", "--kubeconfig", kubeconfig, "-n", namespace)}
     assert rows["landed"]["placement"] == "Released" and rows["landed"]["replicas"] == 2

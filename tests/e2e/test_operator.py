@@ -188,7 +188,7 @@ def test_every_ranks_name_is_its_pods_ip_in_the_operators_endpoint_slice_and_fol
     first = poll(names, 60, "an EndpointSlice naming every rank's pod IP")
     slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector="kubernetes.io/service-name=named")
     assert [s.metadata.labels["endpointslice.kubernetes.io/managed-by"] for s in slices.items] == \
-        ["railyard.dev/operator"], "one slice, the operator's: no controller follows the pods"
+        ["operator.railyard.dev"], "one slice, the operator's: no controller follows the pods"
     assert core.read_namespaced_service("named", namespace).spec.selector is None
     victim = next(p for p in pods_of(api_client, core, namespace, "named") if p["spec"]["hostname"] == "named-1")
     core.delete_namespaced_pod(victim["metadata"]["name"], namespace, grace_period_seconds=0)

@@ -51,6 +51,6 @@ def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, cus
         placed_tors = {core.read_node(p["spec"]["nodeName"]).metadata.labels["topology.railyard.dev/tor"]
                        for p in pods}
         assert placed_tors == {reserved}
-        assert condition(get_job(custom, namespace, "big"), "Placed")["reason"] == "Released"
+        wait_condition(custom, namespace, "big", "Placed", reason="Released")  # recorded with its Running
     finally:
         op.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,6 +45,8 @@ def test_a_gangs_names_are_written_once_when_every_rank_has_an_ip_and_the_servic
     assert _slice_writes(r) == ["POST"], "one write for the gang, none for passes that change nothing"
     body = _slice(r, "names")
     assert body["metadata"]["labels"]["kubernetes.io/service-name"] == "names"
+    label_value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # what the API server accepts
+    assert all(label_value.match(v) and len(v) <= 63 for v in body["metadata"]["labels"].values())
     assert body["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob"
     assert all(e["conditions"]["ready"] and e["targetRef"]["kind"] == "Pod" for e in body["endpoints"])
     service = r.api.objects["services"][("default", "names")]

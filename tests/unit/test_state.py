@@ -439,12 +439,13 @@ def test_a_lost_node_restarts_the_gang_with_survivors_in_place_even_across_a_cra
     async def crash(*args, **kwargs):
         raise RuntimeError("operator killed after the write-ahead status")
 
+    delete = placer.pods.delete
     monkeypatch.setattr(placer.pods, "delete", crash)
     run(placer.run_once())
     status = job_status(api, "gang")
     assert status["restartCount"] == 1 and status["lastRestart"]["lostNodes"] == [first[1]]
     assert {p for (_, p) in api.objects["pods"]} == {"gang-0", "gang-1"}, "the crash came before any pod change"
-    monkeypatch.undo()
+    monkeypatch.setattr(placer.pods, "delete", delete)
     fresh = synced(api)  # a new leader
     successor = placer_for(fresh, api)
     run(successor.run_once())
