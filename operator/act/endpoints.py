@@ -9,6 +9,7 @@ from railyard.operator.act.context import Context
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType
 from railyard.operator.decide.endpoints import addresses, ending, endpoint_slice, worth_writing
+from railyard.operator.kube.client import ApiException
 
 log = logging.getLogger("railyard.endpoints")
 
@@ -46,8 +47,9 @@ class EndpointsWriter:
                 if not created:  # written by a predecessor (or before a restart): replace it
                     await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
         except Exception as e:  # one job's DNS is that job's trouble: retried next pass, the loop goes on
-            log.warning("job %s/%s: EndpointSlice not written (%s); its rank names may not resolve yet",
-                        job.namespace, job.name, e)
+            detail = e.body[:300] if isinstance(e, ApiException) and e.body else ""
+            log.warning("job %s/%s: EndpointSlice not written (%s %s); its rank names may not resolve yet",
+                        job.namespace, job.name, getattr(e, "reason", e), detail)
             return
         memory.endpoints = current
         memory.endpoints_partial_since = None

@@ -11,7 +11,6 @@ from tests.support.jobs import (
     condition,
     create_job,
     delete_job,
-    get_job,
     make_job,
     pinned,
     placeable_nodes,

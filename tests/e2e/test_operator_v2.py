@@ -88,8 +88,12 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(
             create_job(custom, namespace, make_job(name, 1 + i % 3, gpus=(8, 4, 2)[i % 3]))
         poll(lambda: sum(1 for n in names if (get_job(custom, namespace, n).get("status") or {}).get("placement"))
              >= 4, 60, "a few jobs placed by the first leader")
-        frozen = time.time()
         first.proc.send_signal(signal.SIGSTOP)
+        # The freeze starts once the process is stopped (state T), not when the signal is sent: a write
+        # checked in between was decided before the freeze.
+        poll(lambda: Path(f"/proc/{first.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", 10,
+             "the first leader stopped")
+        frozen = time.time()
         poll(lambda: coordination.read_namespaced_lease("railyard-operator", lease_namespace).spec.holder_identity
              not in (None, holder), 60, "the standby to take the lease")
         late = make_job("after-takeover", 2)
