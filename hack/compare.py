@@ -203,7 +203,7 @@ def main() -> None:
         if mode in ("burst", "both"):
             results["burst"] = burst()
         if mode in ("living", "both"):
-            import compare_living  # imports this module: loaded once main runs
+            import compare_living  # imported here: it imports this module (as `compare`, a second copy)
 
             results["living"] = compare_living.main()
     finally:

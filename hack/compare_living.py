@@ -40,11 +40,13 @@ def run_living(peer: str, jobs) -> dict:
     t0 = time.monotonic()
 
     def submit(job) -> None:
-        submitted[job.name] = time.monotonic() - t0
+        at = time.monotonic() - t0
         try:
             send(job)
         except Exception as e:  # reported with the figures: a peer that refuses jobs is a finding
             failures.append(f"{job.name}: {e}")
+            return
+        submitted[job.name] = at  # only what was accepted waits (and counts as unplaced)
 
     with ThreadPoolExecutor(8) as pool:
         for job in jobs:
@@ -69,7 +71,7 @@ def run_living(peer: str, jobs) -> dict:
         "scheduler_cpu_seconds": cpu, "scheduler_cpu_ms_per_bound_pod": round(cpu * 1000 / bound, 2),
         "cpu_seconds": {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after},
         "api_requests_per_bound_pod": per_pod(requests_before, requests_after, bound),
-        "submit_failures": len(failures), "submit_failure_examples": failures[:3], "run_seconds": round(end, 1),
+        "cluster_gpus": gpus, "submit_failures": len(failures), "submit_failure_examples": failures[:3], "run_seconds": round(end, 1),
     })
     stop(processes)
     return figures
@@ -103,7 +105,7 @@ def plot(out: dict, target: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for peer, figures in out["peers"].items():
         times = figures["gpus_held_over_time"]
-        axes[0].plot([t for t, _ in times], [g / CLUSTER_GPUS for _, g in times], label=peer)
+        axes[0].plot([t for t, _ in times], [g / figures["cluster_gpus"] for _, g in times], label=peer)
     axes[0].set(title=f"GPU utilisation (demand {LOAD}x the cluster, mean lifetime {LIFETIME:.0f} s)",
                 xlabel="seconds into the run", ylabel="GPUs held / GPUs", ylim=(0, 1.05))
     axes[1].set(title="submit -> every replica bound, 32+ replica gangs", xlabel="seconds",

@@ -4,12 +4,20 @@ decide/endpoints says the addresses are worth a write; remembers what it wrote p
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
+from typing import Any
 
 from railyard.operator.act.context import Context
 from railyard.operator.base.objects import Job
-from railyard.operator.base.reasons import ConditionType
-from railyard.operator.decide.endpoints import addresses, ending, endpoint_slice, worth_writing
-from railyard.operator.kube.client import ApiException
+from railyard.operator.decide.endpoints import (
+    Addresses,
+    addresses,
+    ending,
+    endpoint_slice,
+    same_endpoints,
+    worth_writing,
+)
+from railyard.operator.kube.client import ApiException, Fenced
 
 log = logging.getLogger("railyard.endpoints")
 
@@ -20,13 +28,15 @@ class EndpointsWriter:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    async def sync(self, job: Job) -> None:
+    def due(self, job: Job) -> Awaitable[None] | None:
+        """The write the job's addresses call for now, or None (asked every pass for every job: no
+        task unless there is something to write)."""
         placement = job.placement
-        if placement is None or job.is_true(ConditionType.SUCCEEDED) or job.is_true(ConditionType.FAILED):
-            return  # a finished gang's names no longer matter: its slice goes with the job
+        if placement is None or job.finished:
+            return None  # a finished gang's names no longer matter: its slice goes with the job
         pods = self.ctx.state.pods
         if ending(job, placement, pods):
-            return
+            return None
         memory = self.ctx.memories.recall(job)
         current = addresses(job, placement, pods)
         mono = self.ctx.clock.monotonic()
@@ -36,20 +46,34 @@ class EndpointsWriter:
             memory.endpoints_partial_since = mono
         since = memory.endpoints_partial_since
         if not worth_writing(current, memory.endpoints, len(placement.ranks), 0.0 if since is None else mono - since):
-            return
+            return None
+        return self._write(job, current)
+
+    async def _write(self, job: Job, current: Addresses) -> None:
+        memory = self.ctx.memories.recall(job)
         body = endpoint_slice(job, current)
         try:
-            replaced = None
+            stored = None
             if memory.endpoints is not None:  # written by this operator: it exists (unless deleted since)
-                replaced = await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
-            if replaced is None:
-                created, _ = await self.ctx.limited(self.ctx.api.create(PLURAL, body))
-                if not created:  # written by a predecessor (or before a restart): replace it
-                    await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+                stored = await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+            if stored is None:
+                created, answer = await self.ctx.limited(self.ctx.api.create(PLURAL, body))
+                stored = answer if created else await self._adopt(body, answer)
+        except Fenced:
+            raise  # leadership ended: the pass stops writing (writer.guard's rule)
         except Exception as e:  # one job's DNS is that job's trouble: retried next pass, the loop goes on
             detail = e.body[:300] if isinstance(e, ApiException) and e.body else ""
             log.warning("job %s/%s: EndpointSlice not written (%s %s); its rank names may not resolve yet",
                         job.namespace, job.name, getattr(e, "reason", e), detail)
             return
+        if stored is None:
+            return  # deleted between two calls: written again next pass
         memory.endpoints = current
         memory.endpoints_partial_since = None
+
+    async def _adopt(self, body: dict[str, Any], existing: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A slice of this name exists (a predecessor's, or this operator's before a restart): kept when
+        it already says the same, else replaced."""
+        if existing is not None and same_endpoints(existing, body):
+            return existing
+        return await self.ctx.limited(self.ctx.api.replace(PLURAL, body))

@@ -57,14 +57,22 @@ class Lifecycle:
         await self.writer.patch(job, patch)
 
     async def running(self, job: Job, action: MarkRunning) -> None:
-        await self.writer.patch(job, transitions.running(job, action.message, self._now(), self._unrecorded(job)))
+        await self.writer.patch(job, transitions.running(job, action.message, self._now(), self.unrecorded(job)))
 
     async def record_release(self, job: Job, action: RecordRelease) -> None:
-        released_at = self._unrecorded(job)
-        if released_at is not None:
-            await self.writer.patch(job, transitions.released(job, released_at))
+        """This operator's release, or one a predecessor made and did not record (seen now: the bind
+        timeout counts from here)."""
+        placement = job.placement
+        if placement is None:
+            return
+        released_at = self.unrecorded(job)
+        if released_at is None:
+            memory = self.ctx.memories.recall(job)
+            memory.released = (placement.id, self.ctx.clock.monotonic())
+            released_at = self._now()
+        await self.writer.patch(job, transitions.released(job, released_at))
 
-    def _unrecorded(self, job: Job) -> datetime | None:
+    def unrecorded(self, job: Job) -> datetime | None:
         """When this operator released the job's current placement, if its status does not say so yet."""
         placed, placement = job.condition(ConditionType.PLACED), job.placement
         memory = self.ctx.memories.peek(job)

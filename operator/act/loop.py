@@ -187,7 +187,8 @@ class PlacementLoop:
             if job.status_error is not None:
                 work.append(self.errors.report(job, "status", ValueError(job.status_error)))
                 continue
-            work.append(self.endpoints.sync(job))
+            if (names := self.endpoints.due(job)) is not None:
+                work.append(names)
             try:
                 action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
                                 force_after, health=state.health, seen=self._seen(job),
@@ -225,6 +226,10 @@ class PlacementLoop:
         await self.writer.guard(job.key, self.preemptions.evict(job))
 
     async def _step(self, job: Job, action: Action) -> None:
+        if isinstance(action, Restart | Finish | Rollback | Resize) and self.lifecycle.unrecorded(job) is not None:
+            # Its release goes into the status first (the next pass decides again): a restart's
+            # backoff and a finished job's conditions read it there.
+            action = RecordRelease()
         if await self.writer.guard(job.key, self.dispatch(job, action)):
             await self.errors.cleared(job)
 

@@ -140,8 +140,11 @@ class Materialiser:
             await self._refuse(job, refused)
             return
         gate = len(((job.body["spec"].get("template") or {}).get("spec") or {}).get("schedulingGates") or [])
+        # A pod the state already holds ungated (a resumed release) costs no request.
+        held = self.ctx.state.pods
+        gated = [r for r in ranks if (view := held.get((job.namespace, r.pod or ""))) is None or view.gated]
         released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod(job.namespace, r.pod or "", gate))
-                                          for r in ranks))
+                                          for r in gated))
         for pod in released:
             if pod:
                 self.ctx.state.apply_pod("MODIFIED", pod)

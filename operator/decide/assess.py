@@ -172,6 +172,8 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
             if not snapshot.has_node(rank.node):
                 return Rollback(PlacedReason.NODE_LOST, f"node {rank.node} of rank {rank.rank} is gone or not usable",
                                 tuple(mine) + stale, force)
+        if not stale and not force and set(wanted) <= set(mine) and not any(p.gated for p in mine.values()):
+            return RecordRelease()  # every pod exists, ungated: released by a predecessor that did not record it
         return Resume(tuple(sorted(set(wanted) - set(mine))), stale, force)
     # Released: watch the gang. A lost node comes first: its pods may fail or vanish as a consequence,
     # which is an infrastructure restart, not a failure of the job.

@@ -41,11 +41,12 @@ Addresses = tuple[Address, ...]
 
 
 def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> Addresses:
-    """The current placement's pods that have an IP and are not leaving, in rank order."""
+    """The current placement's pods that have an IP and are not leaving, in rank order (finished ones:
+    see `ending`)."""
     out = []
     for rank in placement.ranks:
         pod = pods.get((job.namespace, rank.pod or ""))
-        if pod is None or pod.ip is None or pod.terminating or pod.finished or pod.placement_id != placement.id:
+        if pod is None or pod.ip is None or pod.terminating or pod.placement_id != placement.id:
             continue
         out.append(Address(pod_name(job.name, rank.rank), pod.ip, pod.node_name or rank.node, pod.name, pod.uid))
     return tuple(out)
@@ -53,7 +54,8 @@ def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView])
 
 def ending(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> bool:
     """A rank's pod has finished: the gang is finishing or about to restart, and its next attempt's
-    addresses are written then (writing the leftovers now would be one more write per job)."""
+    addresses are written then (writing the leftovers now would be one more write per job). A rank
+    deleted or Terminating is different: its name is cleared at once (a restart costs that write)."""
     return any((pod := pods.get((job.namespace, rank.pod or ""))) is not None and pod.finished
                and pod.placement_id == placement.id for rank in placement.ranks)
 
@@ -69,6 +71,14 @@ def worth_writing(current: Addresses, written: Addresses | None, ranks: int, par
     if len(current) == ranks:
         return True
     return bool(current) and partial_for >= PARTIAL_WRITE_SECONDS
+
+
+def same_endpoints(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether a stored slice already names the same pods at the same addresses as `body`."""
+    def names(obj: Mapping[str, Any]) -> set[tuple[str, tuple[str, ...], str]]:
+        return {(e.get("hostname") or "", tuple(e.get("addresses") or ()), (e.get("targetRef") or {}).get("uid") or "")
+                for e in obj.get("endpoints") or []}
+    return names(stored) == names(body)
 
 
 def endpoint_slice(job: Job, current: Addresses) -> dict[str, Any]:

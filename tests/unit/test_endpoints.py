@@ -86,7 +86,7 @@ def test_a_name_never_leads_to_a_pod_that_is_gone():
     assert after.get("moving-0") == before["moving-0"] or "moving-0" not in after
 
 
-def test_a_new_operator_replaces_its_predecessors_slice_once():
+def test_a_new_operator_adopts_its_predecessors_slice_and_replaces_one_that_differs():
     r = rig(nodes=4)
     r.submit(make_job("handed", 2))
     r.running()
@@ -94,7 +94,13 @@ def test_a_new_operator_replaces_its_predecessors_slice_once():
     successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # blank memory
     asyncio.run(successor.run_once())
     asyncio.run(successor.run_once())
-    assert _slice_writes(r) == ["POST", "POST", "PUT"], "found (a conflict) and replaced once, then left alone"
+    assert _slice_writes(r) == ["POST", "POST"], "found (a conflict) saying the same: kept, then left alone"
+    stored = r.api.objects["endpointslices"][("default", "handed")]
+    stored["endpoints"][0]["addresses"] = ["10.9.9.9"]  # changed behind the operators' backs
+    third = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)
+    asyncio.run(third.run_once())
+    assert _slice_writes(r) == ["POST", "POST", "POST", "PUT"]
+    assert "10.9.9.9" not in _names(r, "handed").values()
 
 
 def test_a_finishing_gang_costs_no_write():

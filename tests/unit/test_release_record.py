@@ -5,6 +5,7 @@ happened either way, and a successor that finds it unrecorded finishes it."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 from railyard.operator.act.loop import PlacementLoop
 from railyard.topology.timestamps import epoch
@@ -57,7 +58,7 @@ def test_an_unrecorded_release_still_times_out_unbound_pods():
     r.submit(make_job("stuck", 2))
     r.step()
     r.clock.advance(31)
-    r.step()
+    r.step(2)  # the release is recorded first, then the gang rolled back
     assert r.reason("stuck") == "BindTimeout", "the release counts from when it happened, recorded or not"
 
 
@@ -94,4 +95,25 @@ def test_a_successor_finishes_a_release_its_predecessor_did_not_record():
     asyncio.run(successor.run_once())
     r.deliver()
     assert r.reason("handed") == "Released" and r.reason("handed", "Running") == "AllRunning"
-    assert r.pods() == {"handed-0", "handed-1"}, "released again in place: no pod re-created"
+    assert r.pods() == {"handed-0", "handed-1"}, "no pod re-created"
+    assert sum(1 for verb, what in r.api.writes if verb == "PATCH" and what.startswith("pods/")) == 2, \
+        "the predecessor's release is taken as it is: no pod released twice"
+
+
+def test_a_gang_that_fails_before_it_runs_records_its_release_before_it_restarts():
+    r = rig(nodes=4, release_record_seconds=10)
+    r.submit(make_job("flaky", 2))
+    r.step()
+    r.api.bind_released()
+    pod = copy.deepcopy(r.api.objects["pods"][("default", "flaky-1")])
+    pod["status"]["phase"] = "Failed"
+    pod["status"]["containerStatuses"] = [{"name": "train", "state": {"terminated": {"exitCode": 1}}}]
+    r.api._store("pods", pod, "MODIFIED")
+    r.deliver()
+    r.step()
+    assert r.reason("flaky") == "Released" and not r.status("flaky").get("restartCount"), "the release first"
+    assert r.status("flaky")["placement"]["releasedAt"], "what the restart's backoff counts the attempt from"
+    r.step()  # the failure's restart waits out its backoff
+    r.clock.advance(120)
+    r.step()
+    assert r.status("flaky")["restartCount"] == 1 and r.status("flaky")["lastRestart"]["reason"] == "ProcessFailed"
