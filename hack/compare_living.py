@@ -71,7 +71,8 @@ def run_living(peer: str, jobs) -> dict:
         "scheduler_cpu_seconds": cpu, "scheduler_cpu_ms_per_bound_pod": round(cpu * 1000 / bound, 2),
         "cpu_seconds": {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after},
         "api_requests_per_bound_pod": per_pod(requests_before, requests_after, bound),
-        "cluster_gpus": gpus, "submit_failures": len(failures), "submit_failure_examples": failures[:3], "run_seconds": round(end, 1),
+        "cluster_gpus": gpus, "submit_failures": len(failures), "submit_failure_examples": failures[:3],
+        "run_seconds": round(end, 1),
     })
     stop(processes)
     return figures

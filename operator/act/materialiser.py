@@ -153,8 +153,8 @@ class Materialiser:
         memory = self.ctx.memories.recall(job)
         if self.ctx.settings.placement.release_record_seconds > 0:
             # Recorded in the status with Running, or on its own if the gang is not running soon (assess:
-            # RecordRelease): one write fewer per gang. A successor that finds it unrecorded releases
-            # again (a no-op per pod) and records it.
+            # RecordRelease): one write fewer per gang. A successor that finds it unrecorded (every pod
+            # ungated) records it as found.
             memory.released_at = (placement.id, now)
         else:
             current = self.writer.current(job)

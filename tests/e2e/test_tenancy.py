@@ -99,6 +99,31 @@ def test_the_operators_account_cannot_create_an_unowned_pod_anywhere(identity, c
     assert err.value.status == 403 and "only objects owned by a TrainingJob" in err.value.body, err.value.body
 
 
+def test_the_operators_account_cannot_take_over_another_services_endpoint_slice(identity, api_client, core,
+                                                                                   namespace):
+    """RBAC lets the operator update EndpointSlices everywhere (its jobs' rank names); the policy refuses
+    replacing one it does not manage, even dressed up as a TrainingJob's."""
+    from kubernetes import config
+
+    mine = client.DiscoveryV1Api(api_client)
+    theirs = {"metadata": {"name": "payments", "labels": {"kubernetes.io/service-name": "payments",
+                                                          "endpointslice.kubernetes.io/managed-by": "someone-else"}},
+              "addressType": "IPv4", "endpoints": [{"addresses": ["10.1.2.3"]}]}
+    mine.create_namespaced_endpoint_slice(namespace, theirs)
+    stored = mine.read_namespaced_endpoint_slice("payments", namespace)
+    operator = client.DiscoveryV1Api(config.new_client_from_config(config_file=identity.kubeconfig))
+    hijack = api_client.sanitize_for_serialization(stored)
+    hijack["metadata"]["labels"].update({"railyard.dev/job-name": "payments",
+                                         "endpointslice.kubernetes.io/managed-by": "operator.railyard.dev"})
+    hijack["metadata"]["ownerReferences"] = [{"apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
+                                              "name": "payments", "uid": str(uuid.uuid4()), "controller": True}]
+    hijack["endpoints"] = [{"addresses": ["10.6.6.6"]}]
+    with pytest.raises(client.ApiException) as err:
+        operator.replace_namespaced_endpoint_slice("payments", namespace, hijack)
+    assert err.value.status == 403, err.value.body
+    assert mine.read_namespaced_endpoint_slice("payments", namespace).endpoints[0].addresses == ["10.1.2.3"]
+
+
 def test_the_operators_account_changes_only_railyards_taints_and_annotations_on_nodes(identity, core):
     node = sorted(n.metadata.name for n in core.list_node().items)[-1]
     other = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
