@@ -9,7 +9,7 @@ help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
 	@echo "make test   - lint, unit, integration and e2e tests against the local control plane"
 	@echo "make bench  - placement benchmark (JSON)"
-	@echo "make compare - Railyard next to kube-scheduler gang scheduling and a naive baseline on the rig"
+	@echo "make compare - Railyard next to the gang schedulers on the rig: a burst, then a living cluster"
 	@echo "make goodput - goodput under Llama 3's failure mix (JSON); make soak - a fault a minute for 30 min"
 	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
 	@echo "make defrag / make spares - a fragmenting stream, and replacements with full TORs (JSON)"
@@ -74,8 +74,11 @@ dra-bench: deps build
 spares: deps
 	.venv/bin/python hack/bench_spares.py | tee bench-spares.json
 
-# Railyard next to kube-scheduler 1.36 gang scheduling and a naive podAffinity baseline, each on a
-# fresh superpod-2k rig (restarts the local rig; ~15 min). JSON here, the table in compare.md.
+# Railyard next to kube-scheduler 1.36 gang scheduling, Kueue TAS, Volcano and a naive podAffinity
+# baseline, each on a fresh superpod-2k rig (restarts the local rig): the burst (~15 min), then the
+# living cluster (COMPARE_LIVING_SECONDS per peer, default 1200: ~2 h for five). COMPARE_MODE=burst|living
+# runs one. JSON here, the tables in compare.md and compare-living.md.
 compare: deps build
 	.venv/bin/python -m pip install -q -e '.[compare]'
-	COMPARE_OUT=compare.md COMPARE_PLOT=docs/compare.png .venv/bin/python hack/compare.py | tee bench-compare.json
+	COMPARE_OUT=compare.md COMPARE_PLOT=docs/compare.png COMPARE_LIVING_OUT=compare-living.md \
+		COMPARE_LIVING_PLOT=docs/compare-living.png .venv/bin/python hack/compare.py | tee bench-compare.json
