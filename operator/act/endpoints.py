@@ -12,7 +12,6 @@ from railyard.operator.base.objects import Job
 from railyard.operator.decide.endpoints import (
     Addresses,
     addresses,
-    ending,
     endpoint_slice,
     same_endpoints,
     worth_writing,
@@ -34,11 +33,10 @@ class EndpointsWriter:
         placement = job.placement
         if placement is None or job.finished:
             return None  # a finished gang's names no longer matter: its slice goes with the job
-        pods = self.ctx.state.pods
-        if ending(job, placement, pods):
+        current = addresses(job, placement, self.ctx.state.pods)
+        if current is None:
             return None
         memory = self.ctx.memories.recall(job)
-        current = addresses(job, placement, pods)
         mono = self.ctx.clock.monotonic()
         if not current or len(current) == len(placement.ranks):
             memory.endpoints_partial_since = None

@@ -57,7 +57,7 @@ class Lifecycle:
         await self.writer.patch(job, patch)
 
     async def running(self, job: Job, action: MarkRunning) -> None:
-        await self.writer.patch(job, transitions.running(job, action.message, self._now(), self.unrecorded(job)))
+        await self.writer.patch(job, transitions.running(job, action.message, self._now(), self._unrecorded(job)))
 
     async def record_release(self, job: Job, action: RecordRelease) -> None:
         """This operator's release, or one a predecessor made and did not record (seen now: the bind
@@ -65,14 +65,14 @@ class Lifecycle:
         placement = job.placement
         if placement is None:
             return
-        released_at = self.unrecorded(job)
+        released_at = self._unrecorded(job)
         if released_at is None:
             memory = self.ctx.memories.recall(job)
             memory.released = (placement.id, self.ctx.clock.monotonic())
             released_at = self._now()
         await self.writer.patch(job, transitions.released(job, released_at))
 
-    def unrecorded(self, job: Job) -> datetime | None:
+    def _unrecorded(self, job: Job) -> datetime | None:
         """When this operator released the job's current placement, if its status does not say so yet."""
         placed, placement = job.condition(ConditionType.PLACED), job.placement
         memory = self.ctx.memories.peek(job)

@@ -226,10 +226,6 @@ class PlacementLoop:
         await self.writer.guard(job.key, self.preemptions.evict(job))
 
     async def _step(self, job: Job, action: Action) -> None:
-        if isinstance(action, Restart | Finish | Rollback | Resize) and self.lifecycle.unrecorded(job) is not None:
-            # Its release goes into the status first (the next pass decides again): a restart's
-            # backoff and a finished job's conditions read it there.
-            action = RecordRelease()
         if await self.writer.guard(job.key, self.dispatch(job, action)):
             await self.errors.cleared(job)
 

@@ -133,6 +133,21 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
            record_release_after: float = 10.0) -> Action:
     """What the job needs next. `record_release_after`: how long a release this operator made (seen.released,
     not yet in the status) waits for the gang to run before it is recorded on its own (RecordRelease)."""
+    action = _assess(job, pods, snapshot, now, bind_timeout, force_after, conflict_retry, health, seen,
+                     record_release_after)
+    placed = job.condition(ConditionType.PLACED)
+    unrecorded = seen is not None and seen.released is not None and job.placement is not None and \
+        (placed is None or placed.reason != PlacedReason.RELEASED)
+    if unrecorded and isinstance(action, Restart | Finish | Rollback | Resize):
+        # The release goes into the status first (the next pass decides again): a restart's backoff
+        # and a finished job's conditions read it there.
+        return RecordRelease()
+    return action
+
+
+def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
+            force_after: float, conflict_retry: float, health: Mapping[str, NodeHealth] | None,
+            seen: Seen | None, record_release_after: float) -> Action:
     generation = job.generation
     force = _stuck(pods, snapshot, now, force_after, seen, health)
     if job.finished:

@@ -40,24 +40,21 @@ class Address:
 Addresses = tuple[Address, ...]
 
 
-def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> Addresses:
-    """The current placement's pods that have an IP and are not leaving, in rank order (finished ones:
-    see `ending`)."""
+def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> Addresses | None:
+    """The current placement's pods that have an IP and are not leaving, in rank order; None when a
+    rank's pod has finished: the gang is finishing or about to restart, and its next attempt's
+    addresses are written then (the leftovers would be one more write per job). A rank deleted or
+    Terminating is different: its name is cleared at once (a restart costs that write)."""
     out = []
     for rank in placement.ranks:
         pod = pods.get((job.namespace, rank.pod or ""))
-        if pod is None or pod.ip is None or pod.terminating or pod.placement_id != placement.id:
+        if pod is None or pod.placement_id != placement.id:
             continue
-        out.append(Address(pod_name(job.name, rank.rank), pod.ip, pod.node_name or rank.node, pod.name, pod.uid))
+        if pod.finished:
+            return None
+        if pod.ip is not None and not pod.terminating:
+            out.append(Address(pod_name(job.name, rank.rank), pod.ip, pod.node_name or rank.node, pod.name, pod.uid))
     return tuple(out)
-
-
-def ending(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView]) -> bool:
-    """A rank's pod has finished: the gang is finishing or about to restart, and its next attempt's
-    addresses are written then (writing the leftovers now would be one more write per job). A rank
-    deleted or Terminating is different: its name is cleared at once (a restart costs that write)."""
-    return any((pod := pods.get((job.namespace, rank.pod or ""))) is not None and pod.finished
-               and pod.placement_id == placement.id for rank in placement.ranks)
 
 
 def worth_writing(current: Addresses, written: Addresses | None, ranks: int, partial_for: float) -> bool:
