@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.node_rules import template_eligible
 from railyard.topology.preemption import RunningGang, search, sufficient_prefix
 from railyard.topology.preemption import plan_in_domain as preemption_in_domain
 from railyard.topology.replace import RankSlot, Replacement, solve_replacement
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, template_eligible
+from railyard.topology.solver import Placement
 
 
 @dataclass(frozen=True)

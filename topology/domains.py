@@ -73,8 +73,11 @@ class Domain:
     cap: int = 0
     children: list[Domain] = field(default_factory=list)
     node: GpuNode | None = None
-    free_gpus: int = 0  # nodes only: best fit packs the fullest node, keeping empty nodes whole
-    empty: bool = False  # nodes only: every GPU free
+    free_gpus: int = 0  # nodes (and `members`): best fit packs the fullest node, keeping empty nodes whole
+    empty: bool = False  # nodes (and `members`): every GPU free
+    # A TOR of interchangeable nodes (one slot each, the same free GPUs), in name order: their
+    # Domains are never built (on 12,288 nodes, whole-node gangs: most of what building the tree cost).
+    members: tuple[GpuNode, ...] = ()
     unit_cost: int = 0   # nodes only: the cost of using it (set by the DP)
     census: tuple[tuple[int, ...], int, int] = ((), 0, 0)  # root only: see build_tree
 
@@ -94,33 +97,45 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
     depth = levels.depth
     # Nodes into their lowest domains in one pass (12,288 nodes: this loop was a third of a solve),
     # then the few upper domains from their children's paths.
-    lowest: dict[object, Domain] = {}
+    lowest: dict[tuple[str, ...], Domain] = {}
     max_free = 0
     nodes = 0
     nvlink = levels.nvlink
     network_depth = len(levels.network)
+    raw: dict[object, list[tuple[GpuNode, int, int]]] = {}
     for node, count in slots:
         if count <= 0:
             continue
         nodes += 1
-        above = node.network_path
-        if nvlink or len(above) != network_depth:
-            above = levels.path(node)  # with the NVLink domain; raises for a node of another depth
         free = free_gpus(node) if free_gpus else 0
-        max_free = max(max_free, free)
-        leaf = Domain(node.name, 0, (*above, node.name), count, node=node, free_gpus=free,
-                      empty=free == node.gpu_count)
+        if free > max_free:
+            max_free = free
+        if nvlink or len(node.network_path) != network_depth:
+            levels.path(node)  # raises for a node of another depth
         if top_level == 0:
-            root.children.append(leaf)
+            root.children.append(Domain(node.name, 0, (*levels.path(node), node.name), count, node=node,
+                                        free_gpus=free, empty=free == node.gpu_count))
             continue
         # Keyed by the TOR id (and the NVLink domain within it): ids are unique per level, and a
         # string key is a third cheaper than the path on 12,288 nodes.
-        key = (node.tor, above[-1]) if nvlink else node.tor
-        parent = lowest.get(key)
-        if parent is None:
-            parent = lowest[key] = Domain(above[-1], 1, above)
-        parent.children.append(leaf)
-        parent.cap += count
+        key = (node.tor, node.nvlink_domain or node.name) if nvlink else node.tor
+        members = raw.get(key)
+        if members is None:
+            members = raw[key] = []
+        members.append((node, count, free))
+    for members in raw.values():
+        above = levels.path(members[0][0])  # the TOR's path (with the NVLink domain, if any)
+        tor = lowest[above] = Domain(above[-1], 1, above)
+        shapes = {(count, free, free == node.gpu_count) for node, count, free in members}
+        if len(shapes) == 1 and next(iter(shapes))[0] == 1:
+            _, tor.free_gpus, tor.empty = shapes.pop()
+            tor.members = tuple(sorted((node for node, _, _ in members), key=lambda n: n.name))
+            tor.cap = len(members)
+            continue
+        for node, count, free in members:
+            tor.children.append(Domain(node.name, 0, (*above, node.name), count, node=node, free_gpus=free,
+                                          empty=free == node.gpu_count))
+            tor.cap += count
     level_sizes = [nodes, len(lowest)]
     below = list(lowest.values())
     for level in range(2, top_level + 1):
@@ -140,7 +155,7 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
     # Domains per level, the most children any domain has, the most free GPUs of a node: bounds
     # of the cost components (_weights).
     level_sizes = level_sizes[: top_level + 1] + [0] * (depth + 1 - min(len(level_sizes), top_level + 1))
-    widest = max((len(t.children) for t in lowest.values()), default=0)
+    widest = max((len(t.children) or len(t.members) for t in lowest.values()), default=0)
     root.census = (tuple(level_sizes), max(widest, len(root.children), 8), max_free)
     return root
 
@@ -226,14 +241,26 @@ def _min_plus(acc: Costs, child: Costs, need: int) -> tuple[Costs, NDArray[np.in
     return totals[np.arange(size), best], width - 1 - best
 
 
+_Take = tuple[GpuNode, int, bool]  # a node, the replicas it takes, whether it was empty
+
+
+def _take(node: Domain, count: int) -> _Take:
+    assert node.node is not None
+    return node.node, count, node.empty
+
+
 def _node_cost(node: Domain, weights: _Weights) -> int:
     return weights.per_level[0] + weights.broken * node.empty + weights.free * node.free_gpus
 
 
 def _solve_tor(tor: Domain, need: int, weights: _Weights, own: int) -> _Solved:
+    limit = min(tor.cap, need)
+    if tor.members:  # interchangeable nodes: d of them cost d times one
+        uniform = own + _node_cost(tor, weights) * np.arange(limit + 1, dtype=np.int64)
+        uniform[0] = 0
+        return _Solved(uniform)
     for node in tor.children:
         node.unit_cost = _node_cost(node, weights)
-    limit = min(tor.cap, need)
     costs = [0] * (limit + 1)
     if all(node.cap == 1 for node in tor.children):
         # One slot a node (whole-node replicas): any d nodes are d nodes, so the cheapest d.
@@ -301,12 +328,12 @@ class _Fewest:
         k, full = self._split(demand)
         return (self.costs[k - 1] if k else 0) + self.order[self.cheapest[demand - full][k]].unit_cost
 
-    def takes(self, demand: int, out: list[tuple[Domain, int]]) -> None:
+    def takes(self, demand: int, out: list[_Take]) -> None:
         if demand <= 0:
             return
         k, full = self._split(demand)
-        out.extend((node, node.cap) for node in self.order[:k])
-        out.append((self.order[self.cheapest[demand - full][k]], demand - full))
+        out.extend(_take(node, node.cap) for node in self.order[:k])
+        out.append(_take(self.order[self.cheapest[demand - full][k]], demand - full))
 
 
 class _TorFill:
@@ -329,13 +356,13 @@ class _TorFill:
         b, rest = self._broken(demand)
         return (self.empty.costs[b - 1] if b else 0) + self.partial.cost(rest)
 
-    def takes(self, demand: int, out: list[tuple[Domain, int]]) -> None:
+    def takes(self, demand: int, out: list[_Take]) -> None:
         b, rest = self._broken(demand)
         if rest < 0:  # the empty nodes alone hold it: the last one takes what is left
-            out.extend((node, node.cap) for node in self.empty.order[:b - 1])
-            out.append((self.empty.order[b - 1], self.empty.order[b - 1].cap + rest))
+            out.extend(_take(node, node.cap) for node in self.empty.order[:b - 1])
+            out.append(_take(self.empty.order[b - 1], self.empty.order[b - 1].cap + rest))
             return
-        out.extend((node, node.cap) for node in self.empty.order[:b])
+        out.extend(_take(node, node.cap) for node in self.empty.order[:b])
         self.partial.takes(rest, out)
 
 
@@ -365,17 +392,46 @@ def _solve(domain: Domain, need: int, weights: _Weights, rank: int) -> _Solved:
     return solved
 
 
-def _takes(domain: Domain, solved: _Solved, demand: int, out: list[tuple[Domain, int]]) -> None:
+def _solve_exactly(domain: Domain, need: int, weights: _Weights, rank: int) -> _Solved:
+    """As _solve, but only the cost of exactly `need` is kept (the rest is infinite). When the
+    children's level is counted and one child holds the whole demand, a placement in one child beats
+    every placement over several (its count at that level is 1), so only the children that hold it
+    are solved, each for `need` alone: on 12,288 nodes a 128-replica gang then skips most of the
+    convolutions of the levels above the TORs."""
+    if domain.level < 2 or not weights.per_level[domain.level - 1]:
+        return _solve(domain, need, weights, rank)
+    by_size = sorted(domain.children, key=lambda c: (c.cap, c.sort_key))
+    best: tuple[int, Domain, _Solved] | None = None
+    for child_rank, child in enumerate(by_size):
+        if child.cap < need:
+            continue
+        sub = _solve_exactly(child, need, weights, child_rank)
+        cost = int(sub.costs[need])
+        if best is None or cost <= best[0]:  # ties to the later child, as _min_plus's argmin
+            best = (cost, child, sub)
+    if best is None:
+        return _solve(domain, need, weights, rank)
+    cost, child, sub = best
+    own = weights.per_level[domain.level] + weights.rank * rank if domain.level < len(weights.per_level) else 0
+    costs = np.full(need + 1, _INFINITE, dtype=np.int64)
+    costs[need] = cost + own
+    split = np.zeros(need + 1, dtype=np.intp)
+    split[need] = need
+    return _Solved(costs, children=[(child, sub)], splits=[split])
+
+
+def _takes(domain: Domain, solved: _Solved, demand: int, out: list[_Take]) -> None:
     if demand <= 0:
         return
     if domain.level == 1:
-        order = solved.node_order
-        if solved.fill is not None:
+        if domain.members:
+            out.extend((node, 1, domain.empty) for node in domain.members[:demand])
+        elif solved.fill is not None:
             solved.fill.takes(demand, out)
         else:
-            for node in order:
+            for node in solved.node_order:
                 take = min(node.cap, demand)
-                out.append((node, take))
+                out.append(_take(node, take))
                 demand -= take
                 if demand <= 0:
                     break
@@ -384,7 +440,7 @@ def _takes(domain: Domain, solved: _Solved, demand: int, out: list[tuple[Domain,
         take = int(split[demand])
         if take:
             if child.level == 0:
-                out.append((child, take))
+                out.append(_take(child, take))
             else:
                 assert sub is not None
                 _takes(child, sub, take, out)
@@ -396,11 +452,11 @@ def select_best(root: Domain, need: int, objective: Objective, levels: Levels = 
     """The placement of `need` replicas in `root` that is optimal for the objective (see the module
     docstring); the root must hold them (root.cap >= need)."""
     weights = _weights(root, need, objective)
-    solved = _solve(root, need, weights, 0)
-    chosen: list[tuple[Domain, int]] = []
+    solved = _solve_exactly(root, need, weights, 0)
+    chosen: list[_Take] = []
     _takes(root, solved, need, chosen)
-    takes = [(node.node, take) for node, take in chosen if node.node is not None]
-    return Selection(counts_of(takes, levels), takes, sum(node.empty for node, _ in chosen))
+    takes = [(node, take) for node, take, _ in chosen]
+    return Selection(counts_of(takes, levels), takes, sum(empty for _, _, empty in chosen))
 
 
 def objective_for(preferred_level: int | None, depth: int = 3) -> Objective:

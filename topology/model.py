@@ -80,11 +80,13 @@ class Snapshot:
     lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    __slots__ = ("_by_name", "_free", "excluded", "levels", "memo", "nodes", "requested", "used")
+    __slots__ = ("_by_name", "_free", "_free_counts", "excluded", "levels", "memo", "nodes", "requested", "scratch",
+                 "used")
 
     def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
                  excluded: tuple[Exclusion, ...] = (),
-                 requested: Mapping[str, Mapping[str, int]] | None = None, levels: Levels = DEFAULT_LEVELS) -> None:
+                 requested: Mapping[str, Mapping[str, int]] | None = None, levels: Levels = DEFAULT_LEVELS,
+                 memo: dict[object, object] | None = None) -> None:
         self.nodes = tuple(nodes)
         self.levels = levels
         self.used: Mapping[str, frozenset[int]] = MappingProxyType(dict(used or {}))
@@ -92,9 +94,13 @@ class Snapshot:
         self.requested: Mapping[str, Mapping[str, int]] = MappingProxyType(dict(requested or {}))
         self._by_name = {n.name: n for n in self.nodes}
         self._free: dict[str, tuple[int, ...]] = {}
+        self._free_counts: dict[str, int] | None = None
         # Results of pure functions of the nodes alone (e.g. template eligibility), shared by the
-        # snapshots `allocate` derives, which have the same nodes.
-        self.memo: dict[object, object] = {}
+        # snapshots `allocate` derives and by any snapshot given it (`memo`) over the same nodes.
+        self.memo: dict[object, object] = {} if memo is None else memo
+        # Results of pure functions of this snapshot (its nodes and what is in use), for the solves
+        # of one pass that share it.
+        self.scratch: dict[object, object] = {}
 
     def __repr__(self) -> str:
         return f"Snapshot({len(self.nodes)} nodes, {self.free_gpus} free GPUs, {len(self.excluded)} excluded)"
@@ -118,6 +124,15 @@ class Snapshot:
             free = all_gpus(node.gpu_count) if not used else _free_of(node.gpu_count, used)
             self._free[node.name] = free
         return free
+
+    def free_counts(self) -> Mapping[str, int]:
+        """Free GPUs of each node with any in use (a node missing here has all its GPUs free): one
+        dictionary lookup a node where the solver visits thousands."""
+        if self._free_counts is None:
+            by_name = self._by_name
+            self._free_counts = {name: by_name[name].gpu_count - len(busy)
+                                 for name, busy in self.used.items() if busy and name in by_name}
+        return self._free_counts
 
     def requested_on(self, node: str) -> Mapping[str, int]:
         return self.requested.get(node) or {}

@@ -21,8 +21,9 @@ from typing import TypeVar
 
 from railyard.topology.levels import NODE
 from railyard.topology.model import Snapshot
+from railyard.topology.node_rules import template_eligible
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve, template_eligible
+from railyard.topology.solver import Placement, solve
 
 WHOLE_CLUSTER = ""  # the domain id of a plan that is not inside one domain of any level
 

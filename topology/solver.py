@@ -9,7 +9,6 @@ decision carries a reason naming the binding constraint.
 from __future__ import annotations
 
 import gc
-import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -18,15 +17,13 @@ from typing import Any
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
-from railyard.topology.eligibility import PodConstraints
 from railyard.topology.graph_mapping import map_ranks
-from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.levels import NODE, LevelError, Levels
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
+from railyard.topology.node_rules import eligible_nodes
 from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
 from railyard.topology.rank_order import local_rank_order
 from railyard.topology.request import GangRequest
-from railyard.topology.resources import replicas_that_fit
 from railyard.topology.slots import (
     FreePattern,
     RailTarget,
@@ -38,7 +35,6 @@ from railyard.topology.slots import (
 )
 
 _MAX_RAIL_TARGETS = 8
-_GPU_ONLY = frozenset({GPU_RESOURCE})  # GPUs are counted by index, not by amount
 
 
 @dataclass(frozen=True)
@@ -94,72 +90,6 @@ class _Candidate:
     slots: list[tuple[GpuNode, int]]
 
 
-def excluded_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None = None) -> dict[str, str]:
-    """Every node this gang may not use, and why (for `railyard explain`)."""
-    why: dict[str, str] = {e.node: e.reason for e in snapshot.excluded}
-    _eligible(snapshot, request, limits, why)
-    return why
-
-
-def template_eligible(snapshot: Snapshot, request: GangRequest) -> frozenset[str]:
-    """The nodes the gang's template may use at all (selectors, affinity, taints, GPU product): what
-    no eviction or move can change."""
-    return frozenset(n.name for n, reason in zip(snapshot.nodes, _template_reasons(snapshot, request), strict=True)
-                     if not reason)
-
-
-def _eligible(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None,
-              why: dict[str, str] | None = None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
-    """Nodes the template may use, why the others may not, and how many replicas each node's
-    non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod rules leave room for."""
-    template_reasons = _template_reasons(snapshot, request)
-    rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
-    eligible: list[GpuNode] = []
-    caps: dict[str, int] = {}
-    for node, reason in zip(snapshot.nodes, template_reasons, strict=True):
-        if reason is None and limits is not None:
-            reason = limits.rejected.get(node.name)
-        if reason:
-            rejected[reason] += 1
-            if why is not None:
-                why[node.name] = reason
-            continue
-        if limits is not None and node.name in limits.caps:
-            caps[node.name] = limits.caps[node.name]
-        if request.resources and node.allocatable:
-            fit, binding = replicas_that_fit(node.allocatable, snapshot.requested_on(node.name), request.resources,
-                                             _GPU_ONLY)
-            if fit == 0:
-                rejected[f"insufficient {binding}"] += 1
-                if why is not None:
-                    why[node.name] = f"insufficient {binding}"
-                continue
-            caps[node.name] = min(fit, caps.get(node.name, fit))
-        eligible.append(node)
-    return eligible, rejected, caps
-
-
-def _template_reasons(snapshot: Snapshot, request: GangRequest) -> list[str | None]:
-    """Per node (in snapshot order), why the template's node constraints rule it out, or None.
-    Depends only on the nodes, so it is memoised on the snapshot: a queue of jobs sharing a template
-    checks every node's taints and labels once, not once per job."""
-    constraints = PodConstraints(request.pod_spec)
-    key = ("template", request.gpus_per_replica, json.dumps(
-        [constraints.node_selector, constraints.terms, constraints.tolerations], sort_keys=True, default=str))
-    cached = snapshot.memo.get(key)
-    if cached is not None:
-        return cached  # type: ignore[return-value]
-    unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
-    reasons: list[str | None] = []
-    for node in snapshot.nodes:
-        if node.gpu_count < request.gpus_per_replica:
-            reasons.append(f"fewer than {request.gpus_per_replica} GPUs")
-        else:
-            reasons.append(None if unconstrained else constraints.reject_reason(node))
-    snapshot.memo[key] = reasons
-    return reasons
-
-
 def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest,
                 caps: Mapping[str, int] | None = None) -> list[_Candidate]:
     caps = caps or {}
@@ -173,14 +103,14 @@ def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangReque
 def _with_free_gpus(snapshot: Snapshot, nodes: Sequence[GpuNode], size: int) -> list[tuple[GpuNode, tuple[int, ...]]]:
     """The nodes with at least `size` free GPUs, and those GPUs. Idle and full nodes are told apart
     by the used map alone (12,288 nodes: a third of the time the free lists took)."""
-    used = snapshot.used
+    partly = snapshot.free_counts()
     out: list[tuple[GpuNode, tuple[int, ...]]] = []
     for node in nodes:
-        busy = used.get(node.name)
-        if not busy:
+        free = partly.get(node.name)
+        if free is None:
             if node.gpu_count >= size:
                 out.append((node, all_gpus(node.gpu_count)))
-        elif node.gpu_count - len(busy) >= size:
+        elif free >= size:
             out.append((node, snapshot.free(node)))
     return out
 
@@ -265,8 +195,8 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
     top = _top_level(request, levels)
     best: tuple | None = None
     chosen: _Option | None = None
-    used = snapshot.used
-    free = lambda n: n.gpu_count - len(used.get(n.name, ()))  # noqa: E731
+    partly = snapshot.free_counts()
+    free = lambda n: partly.get(n.name, n.gpu_count)  # noqa: E731
     for scope_id, slots in _scopes(candidate, request, levels):
         cap = sum(c for _, c in slots)
         if cap < need:
@@ -395,7 +325,7 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
         snapshot.levels.check_tiers(request.required_tier, request.preferred_tier)
     except LevelError as e:
         return Decision(request, None, str(e))
-    nodes, rejected, caps = _eligible(snapshot, request, limits)
+    nodes, rejected, caps = eligible_nodes(snapshot, request, limits)
     groups = _product_groups(nodes, request)
     best: tuple | None = None
     chosen: _Option | None = None

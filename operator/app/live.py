@@ -13,10 +13,11 @@ from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 from railyard.topology.claims import pod_name, trust_placements
 from railyard.topology.decision import decide, inter_pod_limits, pod_infos
 from railyard.topology.labels import LabelScheme
+from railyard.topology.node_rules import excluded_nodes
 from railyard.topology.nodes import Trust, build_snapshot, parse_gpu_annotation
 from railyard.topology.planner import PlanResult
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, Placement, excluded_nodes
+from railyard.topology.solver import Decision, Placement
 
 JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 

@@ -13,7 +13,7 @@ from railyard.operator.bench.exact import optimum, weighted
 from railyard.operator.bench.mapping_quality import brute_force_gap, stream_mapping
 from railyard.operator.bench.rails import rail_required_acceptance
 from railyard.operator.bench.reference import best_fit, spread
-from railyard.operator.bench.workload import fragment, job_stream, occupy, profile_snapshot
+from railyard.operator.bench.workload import fragment, job_stream, occupy, profile_snapshot, requests_for
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.api import Parallelism
 from railyard.topology.model import Snapshot
@@ -41,7 +41,7 @@ def railyard_placer(snapshot: Snapshot, request: GangRequest) -> Placement | Non
 def gang_timings(base: Snapshot, sizes: tuple[int, ...], samples: int, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for size in sizes:
-        request = GangRequest(name=f"gang-{size}", replicas=size, gpus_per_replica=8)
+        request = GangRequest(name=f"gang-{size}", replicas=size, gpus_per_replica=8, resources=requests_for(8))
         out[f"gang_{size}x8"] = _timed_solves(base, occupy_half, request, samples, seed)
     return out
 
@@ -52,7 +52,9 @@ def occupy_half(snapshot: Snapshot, rng: random.Random) -> Snapshot:
 
 def _timed_solves(base: Snapshot, busy: Callable[[Snapshot, random.Random], Snapshot], request: GangRequest,
                   samples: int, seed: int) -> dict[str, Any]:
-    """Solve times of `request` on `samples` seeded variants of the cluster made busy by `busy`."""
+    """Solve times of `request` on `samples` seeded variants of the cluster made busy by `busy`. The
+    variants share the node memo, as the operator's snapshots of one node set do: the first solve
+    pays the template's checks of every node, the others reuse them."""
     times, placed = [], 0
     for i in range(samples):
         snap = busy(base, random.Random(seed * 1000 + i))
@@ -72,7 +74,8 @@ def fragmented_timings(base: Snapshot, samples: int, seed: int) -> dict[str, Any
     its rank mapping, as `railyard plan` runs it."""
     out: dict[str, Any] = {}
     for name, parallelism in LAYOUTS.items():
-        request = GangRequest(name="g", replicas=128, gpus_per_replica=8, parallelism=parallelism)
+        request = GangRequest(name="g", replicas=128, gpus_per_replica=8, parallelism=parallelism,
+                              resources=requests_for(8))
         out[f"gang_128x8_{name}"] = _timed_solves(base, fragment, request, samples, seed)
     return out
 

@@ -14,6 +14,15 @@ from railyard.topology.profile import ClusterProfile, node_objects
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 # Background pods: mostly whole nodes, some partial, as on a shared training cluster.
 BACKGROUND_SIZES = (8, 8, 8, 8, 8, 4, 4, 2, 1)
+# What a training pod asks of a node per GPU besides the GPU (milli-units), background pods and
+# benchmark gangs alike: the solver then counts cpu, memory and pod slots as it does in the operator.
+PER_GPU_REQUESTS = {"cpu": 12_000, "memory": 160 * (1 << 30) * 1000, "pods": 1000}
+
+
+def requests_for(gpus: int, pods: int = 1) -> dict[str, int]:
+    """What `pods` pods holding `gpus` GPUs in all request of their node besides the GPUs."""
+    return {"cpu": PER_GPU_REQUESTS["cpu"] * gpus, "memory": PER_GPU_REQUESTS["memory"] * gpus,
+            "pods": PER_GPU_REQUESTS["pods"] * pods}
 
 
 def profile_snapshot(name: str) -> Snapshot:
@@ -25,6 +34,7 @@ def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
     """Fill about `fraction` of the GPUs with background pods at random nodes (lowest free indices)."""
     target = int(snapshot.total_gpus * fraction)
     used: dict[str, set[int]] = {}
+    pods: dict[str, int] = {}
     filled = 0
     nodes = list(snapshot.nodes)
     while filled < target:
@@ -35,9 +45,10 @@ def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
         if len(free) < size:
             continue
         taken.update(free[:size])
+        pods[node.name] = pods.get(node.name, 0) + 1
         filled += size
     return Snapshot(snapshot.nodes, {k: frozenset(v) for k, v in used.items()}, snapshot.excluded,
-                    levels=snapshot.levels)
+                    {k: requests_for(len(used[k]), n) for k, n in pods.items()}, snapshot.levels, snapshot.memo)
 
 
 def fragment(snapshot: Snapshot, rng: random.Random) -> Snapshot:
@@ -48,7 +59,8 @@ def fragment(snapshot: Snapshot, rng: random.Random) -> Snapshot:
         busy = rng.randint(0, node.gpu_count)
         if busy:
             used[node.name] = frozenset(rng.sample(range(node.gpu_count), busy))
-    return Snapshot(snapshot.nodes, used, snapshot.excluded, levels=snapshot.levels)
+    requested = {name: requests_for(len(gpus), len(gpus)) for name, gpus in used.items()}  # 1-GPU pods
+    return Snapshot(snapshot.nodes, used, snapshot.excluded, requested, snapshot.levels, snapshot.memo)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from railyard.topology.resources import pod_requests
 KINDS = ("nodes", "pods", "trainingjobs", "priorityclasses")  # what the reflectors list and watch
 CLUSTER_SCOPED = ("nodes", "priorityclasses")
 TOMBSTONE_SECONDS = 600.0
+_NODE_MEMO_ENTRIES = 256  # distinct templates whose node checks are kept between node changes
 
 
 def _newer(candidate: int | None, held: int | None) -> bool:
@@ -97,6 +98,7 @@ class ClusterState:
         self._snapshot: Snapshot | None = None
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
         self._clashes: tuple[Exclusion, ...] = ()  # nodes whose domain ids clash (nodes.ambiguous_domains)
+        self._node_memo: dict[object, object] = {}  # the solver's node-only results, kept while nodes stay
 
     @property
     def ready(self) -> bool:
@@ -202,6 +204,7 @@ class ClusterState:
     def _changed_nodes(self) -> None:
         self.node_epoch += 1
         self._nodes_sorted = None
+        self._node_memo = {}
         self._snapshot = None
 
     def apply_pod(self, event_type: str | None, body: Mapping[str, Any] | PodView) -> None:
@@ -495,17 +498,14 @@ class ClusterState:
                     clashes.update(self.devices.unpinnable(models, self.dra_required))
                 self._nodes_sorted = tuple(n for n in models if n.name not in clashes)
                 self._clashes = tuple(Exclusion(n, why) for n, why in sorted(clashes.items()))
-            used = {}
-            requested = {}
-            for node in self._nodes_sorted:
-                gpus = self.usage.gpus(node)
-                if gpus:
-                    used[node.name] = gpus
-                on_node = self.usage.requested(node.name)
-                if on_node:
-                    requested[node.name] = dict(on_node)
+            usage = self.usage
+            used = {node.name: gpus for node in self._nodes_sorted if (gpus := usage.gpus(node))}
+            requested = {n.name: dict(on) for n in self._nodes_sorted if (on := usage.requested(n.name))}
             excluded = sorted([*self.excluded.values(), *self._clashes], key=lambda e: e.node)
-            self._snapshot = Snapshot(self._nodes_sorted, used, tuple(excluded), requested, self.scheme.levels)
+            if len(self._node_memo) > _NODE_MEMO_ENTRIES:  # an entry is a list over the nodes, one per template
+                self._node_memo = {}
+            self._snapshot = Snapshot(self._nodes_sorted, used, tuple(excluded), requested, self.scheme.levels,
+                                      self._node_memo)
         return self._snapshot
 
 

@@ -79,3 +79,18 @@ def test_a_small_gang_takes_partly_used_nodes_before_breaking_a_whole_one():
     # With no partly used room at all, one whole node is broken for it.
     selection = select_best(build_tree(slots[:1], 3, free_gpus=free), 2, objective_for(None))
     assert selection.counts[0] == 1 and selection.broken == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(fabrics(), st.sampled_from([None, 1, 2, 3]))
+def test_solving_only_the_demand_costs_what_the_full_dp_does(fabric, preferred_level):
+    """The shortcut that solves only the children holding the whole gang (when their level is
+    counted) finds a placement of the full dynamic program's cost."""
+    from railyard.topology.domains import _solve, _solve_exactly, _weights
+
+    slots, need, empty = fabric
+    root = build_tree(slots, 3, free_gpus=lambda n: 8 if n.name in empty else 4)
+    if root.cap < need:
+        return
+    weights = _weights(root, need, objective_for(preferred_level))
+    assert _solve_exactly(root, need, weights, 0).costs[need] == _solve(root, need, weights, 0).costs[need]
