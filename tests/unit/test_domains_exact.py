@@ -93,4 +93,5 @@ def test_solving_only_the_demand_costs_what_the_full_dp_does(fabric, preferred_l
     if root.cap < need:
         return
     weights = _weights(root, need, objective_for(preferred_level))
-    assert _solve_exactly(root, need, weights, 0).costs[need] == _solve(root, need, weights, 0).costs[need]
+    exactly = _solve_exactly([root], [0], need, weights)[0]
+    assert exactly.costs[need] == _solve([root], [0], need, weights)[0].costs[need]
