@@ -6,10 +6,12 @@ requests are then taken from the snapshot for whoever comes next."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from railyard.topology.affinity import NodeLimits, PodInfo, has_inter_pod_rules, node_limits
 from railyard.topology.model import Snapshot
+from railyard.topology.node_rules import template_key
 from railyard.topology.nodes import Trust, pod_usage, trust_all
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, solve
@@ -23,9 +25,19 @@ def decide(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo] = (
 
 def never_fits(snapshot: Snapshot, request: GangRequest) -> Decision | None:
     """None when the gang fits this cluster with nothing else on it; else that empty cluster's reason
-    (a selector matching no node, more GPUs than exist): such a job must never hold a reservation."""
-    decision = solve(snapshot.emptied(), request)
-    return None if decision.placed else decision
+    (a selector matching no node, more GPUs than exist): such a job must never hold a reservation.
+
+    The answer depends on the nodes and the gang's shape alone, so it is memoised with the nodes
+    (jobs of one shape ask once), and the solve skips what only the choice among placements needs
+    (rank mapping, a preferred tier): on an empty 2,048-node cluster a solve took 20-380 ms, and the
+    operator asked it of every job that did not fit at once — a quarter of its CPU on a living cluster."""
+    key = ("never fits", template_key(request), request.smallest, request.gpus_per_replica,
+           tuple(sorted(request.resources.items())), request.required_tier, request.rail_alignment)
+    if key not in snapshot.memo:
+        shape = replace(request, replicas=request.smallest, min_replicas=None, preferred_tier=None, parallelism=None)
+        snapshot.memo[key] = solve(snapshot.emptied(), shape).reason
+    reason = snapshot.memo[key]
+    return None if reason is None else Decision(request, None, str(reason))
 
 
 def inter_pod_limits(snapshot: Snapshot, request: GangRequest, pods: Iterable[PodInfo]) -> NodeLimits | None:

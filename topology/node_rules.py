@@ -105,16 +105,22 @@ class _TemplateCheck:
     rejected: Counter[str]
 
 
+def template_key(request: GangRequest) -> str:
+    """What of the template decides which nodes it may use (selectors, affinity, tolerations)."""
+    constraints = PodConstraints(request.pod_spec)
+    return json.dumps([constraints.node_selector, constraints.terms, constraints.tolerations], sort_keys=True,
+                      default=str)
+
+
 def _template_check(snapshot: Snapshot, request: GangRequest) -> _TemplateCheck:
     """Per node, why the template's node constraints rule it out. Depends only on the nodes, so it
     is memoised on the snapshot (and the operator keeps that memo across passes over one node set):
     a queue of jobs sharing a template checks every node's taints and labels once, not once per job."""
-    constraints = PodConstraints(request.pod_spec)
-    key = ("template", request.gpus_per_replica, json.dumps(
-        [constraints.node_selector, constraints.terms, constraints.tolerations], sort_keys=True, default=str))
+    key = ("template", request.gpus_per_replica, template_key(request))
     cached = snapshot.memo.get(key)
     if cached is not None:
         return cached  # type: ignore[return-value]
+    constraints = PodConstraints(request.pod_spec)
     unconstrained = not (constraints.node_selector or constraints.terms or any(n.taints for n in snapshot.nodes))
     reasons: list[str | None] = []
     for node in snapshot.nodes:
