@@ -140,41 +140,42 @@ class Snapshot:
     def allocate(self, allocations: Iterable[tuple[str, Iterable[int]]],
                  requests: Mapping[str, int] | None = None) -> Snapshot:
         """A new snapshot with these (node, gpu indices) marked used and, per allocation, `requests`
-        added to the node's requested resources. Double-booking raises."""
-        used = {k: set(v) for k, v in self.used.items()}
-        requested = {k: dict(v) for k, v in self.requested.items()}
+        added to the node's requested resources. Double-booking raises. Only the nodes allocated on
+        are copied: a pass placing many gangs derives a snapshot for each."""
+        used = dict(self.used)
+        requested = dict(self.requested)
         for node_name, gpus in allocations:
-            taken = used.setdefault(node_name, set())
-            gpus = set(gpus)
+            taken = used.get(node_name, frozenset())
+            gpus = frozenset(gpus)
             clash = taken & gpus
             if clash:
                 raise ValueError(f"node {node_name}: GPUs {sorted(clash)} are already allocated")
-            taken |= gpus
+            used[node_name] = taken | gpus
             if requests:
-                on_node = requested.setdefault(node_name, {})
+                on_node = dict(requested.get(node_name) or {})
                 for name, amount in requests.items():
                     on_node[name] = on_node.get(name, 0) + amount
-        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items()}, self.excluded, requested,
-                           self.levels)
-        derived.memo = self.memo
-        return derived
+                requested[node_name] = on_node
+        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo)
 
     def release(self, allocations: Iterable[tuple[str, Iterable[int]]],
                 requests: Mapping[str, int] | None = None) -> Snapshot:
         """The inverse of `allocate`: these GPUs free again and, per allocation, `requests` given back
         (what a gang leaving would leave behind)."""
-        used = {k: set(v) for k, v in self.used.items()}
-        requested = {k: dict(v) for k, v in self.requested.items()}
+        used = dict(self.used)
+        requested = dict(self.requested)
         for node_name, gpus in allocations:
-            used.get(node_name, set()).difference_update(gpus)
+            left = used.get(node_name, frozenset()) - frozenset(gpus)
+            if left:
+                used[node_name] = left
+            else:
+                used.pop(node_name, None)
             if requests and node_name in requested:
-                on_node = requested[node_name]
+                on_node = dict(requested[node_name])
                 for name, amount in requests.items():
                     on_node[name] = max(0, on_node.get(name, 0) - amount)
-        derived = Snapshot(self.nodes, {k: frozenset(v) for k, v in used.items() if v}, self.excluded, requested,
-                           self.levels)
-        derived.memo = self.memo
-        return derived
+                requested[node_name] = on_node
+        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo)
 
     def only_nodes(self, names: frozenset[str]) -> Snapshot:
         """The snapshot restricted to these nodes (a domain)."""
