@@ -110,8 +110,8 @@ def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: s
         free = free_gpus(node) if free_gpus else 0
         if free > max_free:
             max_free = free
-        if nvlink or len(node.network_path) != network_depth:
-            levels.path(node)  # raises for a node of another depth
+        if len(node.network_path) != network_depth:
+            levels.path(node)  # raises: a node of another depth
         if top_level == 0:
             root.children.append(Domain(node.name, 0, (*levels.path(node), node.name), count, node=node,
                                         free_gpus=free, empty=free == node.gpu_count))
@@ -355,6 +355,11 @@ class _TorFill:
         self.partial.takes(rest, out)
 
 
+def _by_size(domain: Domain) -> list[Domain]:
+    """Children in the DP's order: smallest first (a child's rank is its place here)."""
+    return sorted(domain.children, key=lambda c: (c.cap, c.sort_key))
+
+
 def _own(domain: Domain, rank: int, weights: _Weights) -> int:
     """What using the domain costs by itself: its level's count, then its rank among its siblings."""
     return weights.per_level[domain.level] + weights.rank * rank if domain.level < len(weights.per_level) else 0
@@ -367,7 +372,7 @@ def _solve(domains: list[Domain], ranks: list[int], need: int, weights: _Weights
     if domains[0].level == 1:
         return [_solve_tor(tor, need, weights, _own(tor, rank, weights)) for tor, rank in zip(domains, ranks,
                                                                                                 strict=True)]
-    ordered = [sorted(domain.children, key=lambda c: (c.cap, c.sort_key)) for domain in domains]
+    ordered = [_by_size(domain) for domain in domains]
     flat = [child for children in ordered for child in children]
     # Nodes hang only under level-1 domains (TORs, or a scope of one TOR's level), solved above.
     subs = _solve(flat, [rank for children in ordered for rank in range(len(children))], need, weights)
@@ -401,7 +406,7 @@ def _solve_exactly(domains: list[Domain], ranks: list[int], need: int, weights: 
     fitting: list[list[tuple[Domain, int]]] = []
     for domain in domains:
         counted = domain.level >= 2 and weights.per_level[domain.level - 1]
-        by_size = sorted(domain.children, key=lambda c: (c.cap, c.sort_key)) if counted else []
+        by_size = _by_size(domain) if counted else []
         fitting.append([(child, rank) for rank, child in enumerate(by_size) if child.cap >= need])
     whole = [i for i, fits in enumerate(fitting) if not fits]
     out: list[_Solved | None] = [None] * len(domains)
