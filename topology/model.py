@@ -80,8 +80,7 @@ class Snapshot:
     lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    __slots__ = ("_by_name", "_free", "_free_counts", "excluded", "levels", "memo", "nodes", "requested", "scratch",
-                 "used")
+    __slots__ = ("_by_name", "_free", "excluded", "levels", "memo", "nodes", "requested", "scratch", "used")
 
     def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
                  excluded: tuple[Exclusion, ...] = (),
@@ -94,7 +93,6 @@ class Snapshot:
         self.requested: Mapping[str, Mapping[str, int]] = MappingProxyType(dict(requested or {}))
         self._by_name = {n.name: n for n in self.nodes}
         self._free: dict[str, tuple[int, ...]] = {}
-        self._free_counts: dict[str, int] | None = None
         # Results of pure functions of the nodes alone (e.g. template eligibility), shared by the
         # snapshots `allocate` derives and by any snapshot given it (`memo`) over the same nodes.
         self.memo: dict[object, object] = {} if memo is None else memo
@@ -128,11 +126,12 @@ class Snapshot:
     def free_counts(self) -> Mapping[str, int]:
         """Free GPUs of each node with any in use (a node missing here has all its GPUs free): one
         dictionary lookup a node where the solver visits thousands."""
-        if self._free_counts is None:
+        cached = self.scratch.get("free counts")
+        if cached is None:
             by_name = self._by_name
-            self._free_counts = {name: by_name[name].gpu_count - len(busy)
-                                 for name, busy in self.used.items() if busy and name in by_name}
-        return self._free_counts
+            cached = self.scratch["free counts"] = {name: by_name[name].gpu_count - len(busy)
+                                                    for name, busy in self.used.items() if busy and name in by_name}
+        return cached  # type: ignore[return-value]
 
     def requested_on(self, node: str) -> Mapping[str, int]:
         return self.requested.get(node) or {}
