@@ -8,6 +8,7 @@ from functools import cache, lru_cache
 from types import MappingProxyType
 
 from railyard.topology.levels import DEFAULT_LEVELS, Levels
+from railyard.topology.node_usage import NodeUsage, busy_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +81,15 @@ class Snapshot:
     lookup tables that a frozen dataclass could only set through object.__setattr__.)
     """
 
-    __slots__ = ("_by_name", "_free", "excluded", "levels", "memo", "nodes", "requested", "scratch", "used")
+    __slots__ = ("_by_name", "_free", "_usage", "excluded", "levels", "memo", "nodes", "requested", "scratch",
+                 "used")
 
     def __init__(self, nodes: tuple[GpuNode, ...], used: Mapping[str, frozenset[int]] | None = None,
                  excluded: tuple[Exclusion, ...] = (),
                  requested: Mapping[str, Mapping[str, int]] | None = None, levels: Levels = DEFAULT_LEVELS,
-                 memo: dict[object, object] | None = None) -> None:
+                 memo: dict[object, object] | None = None, usage: NodeUsage | None = None) -> None:
+        """`usage`: `used` and `requested` as arrays in node order (node_usage.py), when the caller keeps
+        them; else they are derived on first use."""
         self.nodes = tuple(nodes)
         self.levels = levels
         self.used: Mapping[str, frozenset[int]] = MappingProxyType(dict(used or {}))
@@ -99,6 +103,7 @@ class Snapshot:
         # Results of pure functions of this snapshot (its nodes and what is in use), for the solves
         # of one pass that share it.
         self.scratch: dict[object, object] = {}
+        self._usage = usage
 
     def __repr__(self) -> str:
         return f"Snapshot({len(self.nodes)} nodes, {self.free_gpus} free GPUs, {len(self.excluded)} excluded)"
@@ -123,15 +128,29 @@ class Snapshot:
             self._free[node.name] = free
         return free
 
-    def free_counts(self) -> Mapping[str, int]:
-        """Free GPUs of each node with any in use (a node missing here has all its GPUs free): one
-        dictionary lookup a node where the solver visits thousands."""
-        cached = self.scratch.get("free counts")
+    def node_usage(self) -> NodeUsage:
+        """Free GPUs and requested resources of every node, as arrays in node order."""
+        if self._usage is None:
+            self._usage = NodeUsage.of(self.nodes, self.used, self.requested)
+        return self._usage
+
+    def positions(self) -> Mapping[str, int]:
+        """Node name -> its index in `nodes` (node memo)."""
+        cached = self.memo.get(("positions",))
         if cached is None:
-            by_name = self._by_name
-            cached = self.scratch["free counts"] = {name: by_name[name].gpu_count - len(busy)
-                                                    for name, busy in self.used.items() if busy and name in by_name}
+            cached = self.memo[("positions",)] = {node.name: i for i, node in enumerate(self.nodes)}
         return cached  # type: ignore[return-value]
+
+    def _usage_after(self, touched: set[str], used: Mapping[str, frozenset[int]],
+                     requested: Mapping[str, Mapping[str, int]]) -> NodeUsage | None:
+        """This snapshot's arrays with the touched nodes rewritten, when it has arrays at all."""
+        if self._usage is None:
+            return None
+        where = self.positions()
+        by_name = self._by_name
+        return self._usage.changed((where[name], by_name[name].gpu_count - busy_count(by_name[name].gpu_count,
+                                                                                    used.get(name, frozenset())),
+                                    requested.get(name) or {}) for name in touched if name in where)
 
     def requested_on(self, node: str) -> Mapping[str, int]:
         return self.requested.get(node) or {}
@@ -143,6 +162,7 @@ class Snapshot:
         are copied: a pass placing many gangs derives a snapshot for each."""
         used = dict(self.used)
         requested = dict(self.requested)
+        touched: set[str] = set()
         for node_name, gpus in allocations:
             taken = used.get(node_name, frozenset())
             gpus = frozenset(gpus)
@@ -155,7 +175,9 @@ class Snapshot:
                 for name, amount in requests.items():
                     on_node[name] = on_node.get(name, 0) + amount
                 requested[node_name] = on_node
-        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo)
+            touched.add(node_name)
+        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo,
+                        self._usage_after(touched, used, requested))
 
     def release(self, allocations: Iterable[tuple[str, Iterable[int]]],
                 requests: Mapping[str, int] | None = None) -> Snapshot:
@@ -163,6 +185,7 @@ class Snapshot:
         (what a gang leaving would leave behind)."""
         used = dict(self.used)
         requested = dict(self.requested)
+        touched: set[str] = set()
         for node_name, gpus in allocations:
             left = used.get(node_name, frozenset()) - frozenset(gpus)
             if left:
@@ -174,7 +197,9 @@ class Snapshot:
                 for name, amount in requests.items():
                     on_node[name] = max(0, on_node.get(name, 0) - amount)
                 requested[node_name] = on_node
-        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo)
+            touched.add(node_name)
+        return Snapshot(self.nodes, used, self.excluded, requested, self.levels, self.memo,
+                        self._usage_after(touched, used, requested))
 
     def only_nodes(self, names: frozenset[str]) -> Snapshot:
         """The snapshot restricted to these nodes (a domain)."""

@@ -2,7 +2,8 @@
 for, over every node of a snapshot at once.
 
 The same count as resources.replicas_that_fit, node by node, in numpy: allocatable is a function of
-the nodes alone and is kept in the snapshot's node memo; what pods request is read once per snapshot.
+the nodes alone and is kept in the snapshot's node memo; what pods request comes from the snapshot's
+arrays (node_usage.py).
 On 12,288 nodes the per-node loop was most of a solve that carried a template's requests (every
 operator solve does: a pod always requests its `pods` slot).
 """
@@ -36,20 +37,11 @@ def node_fit(snapshot: Snapshot, need: Mapping[str, int], skip: frozenset[str]) 
     if not resources:
         return NodeFit(resources, np.full(count, UNLIMITED, dtype=np.int64), np.zeros(count, dtype=np.intp))
     allocatable, modelled = _allocatable(snapshot, resources)
-    free = np.maximum(allocatable - _requested(snapshot, resources), 0)
+    free = np.maximum(allocatable - snapshot.node_usage().requested_of(resources), 0)
     per_resource = free // np.array([need[name] for name in resources], dtype=np.int64)[:, None]
     binding = per_resource.argmin(axis=0)  # the first of equal fits, as replicas_that_fit
     fit = np.where(modelled, per_resource.min(axis=0), UNLIMITED)
     return NodeFit(resources, fit, binding)
-
-
-def positions(snapshot: Snapshot) -> dict[str, int]:
-    """Node name -> index in snapshot order (node memo)."""
-    key = ("positions",)
-    cached = snapshot.memo.get(key)
-    if cached is None:
-        cached = snapshot.memo[key] = {node.name: i for i, node in enumerate(snapshot.nodes)}
-    return cached  # type: ignore[return-value]
 
 
 def _allocatable(snapshot: Snapshot, resources: tuple[str, ...]) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
@@ -66,16 +58,3 @@ def _allocatable(snapshot: Snapshot, resources: tuple[str, ...]) -> tuple[NDArra
         cached = snapshot.memo[key] = (matrix, modelled)
     return cached  # type: ignore[return-value]
 
-
-def _requested(snapshot: Snapshot, resources: tuple[str, ...]) -> NDArray[np.int64]:
-    key = ("requested", resources)
-    cached = snapshot.scratch.get(key)
-    if cached is None:
-        where = positions(snapshot)
-        pairs = [(where[name], on_node) for name, on_node in snapshot.requested.items() if name in where]
-        at = np.array([i for i, _ in pairs], dtype=np.intp)
-        matrix = np.zeros((len(resources), len(snapshot.nodes)), dtype=np.int64)
-        for r, resource in enumerate(resources):  # one column a resource: comprehensions, not a loop a node
-            matrix[r, at] = np.array([on_node.get(resource, 0) for _, on_node in pairs], dtype=np.int64)
-        cached = snapshot.scratch[key] = matrix
-    return cached  # type: ignore[return-value]

@@ -79,13 +79,23 @@ def optimum(slots: list[tuple[GpuNode, int]], need: int, lowest_level: int = 0,
     for weight, used in tiers:
         cost = np.zeros(size)
         cost[list(used)] = 1
-        result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
-                      integrality=np.ones(size), bounds=Bounds(np.zeros(size), ub), options={"mip_rel_gap": 0})
-        if not result.success:
-            return None
-        best = round(result.fun)
+        best = _minimum(cost, LinearConstraint(np.array(rows), lower, upper), Bounds(np.zeros(size), ub))
         total += best * weight
-        rows.append(cost)  # keep this tier at its optimum for the next
-        lower.append(best)
-        upper.append(best)
+        # Keep this tier at its optimum for the next, as "at most best + 1/2" (the counts are integers):
+        # an equality row pinned at the optimum sometimes left HiGHS reporting no solution at all.
+        rows.append(cost)
+        lower.append(-np.inf)
+        upper.append(best + 0.5)
     return total
+
+
+def _minimum(cost: np.ndarray, constraints: LinearConstraint, bounds: Bounds) -> int:
+    """The integer optimum of a MILP known to be feasible (capacity was checked first): HiGHS again
+    without presolve when it reports no success, and an error rather than a wrong None."""
+    integrality = np.ones(len(cost))
+    result = None
+    for options in ({"mip_rel_gap": 0}, {"mip_rel_gap": 0, "presolve": False}):
+        result = milp(cost, constraints=constraints, integrality=integrality, bounds=bounds, options=options)
+        if result.success:
+            return round(result.fun)
+    raise RuntimeError(f"the MILP oracle failed on a feasible problem: {result.message if result else ''}")

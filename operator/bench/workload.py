@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 from railyard.topology.model import Snapshot
+from railyard.topology.node_usage import NodeUsage
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.profile import ClusterProfile, node_objects
 
@@ -47,8 +48,8 @@ def occupy(snapshot: Snapshot, fraction: float, rng: random.Random) -> Snapshot:
         taken.update(free[:size])
         pods[node.name] = pods.get(node.name, 0) + 1
         filled += size
-    return Snapshot(snapshot.nodes, {k: frozenset(v) for k, v in used.items()}, snapshot.excluded,
-                    {k: requests_for(len(used[k]), n) for k, n in pods.items()}, snapshot.levels, snapshot.memo)
+    return _as_the_operator_has_it(snapshot, {k: frozenset(v) for k, v in used.items()},
+                                   {k: requests_for(len(used[k]), n) for k, n in pods.items()})
 
 
 def fragment(snapshot: Snapshot, rng: random.Random) -> Snapshot:
@@ -60,7 +61,16 @@ def fragment(snapshot: Snapshot, rng: random.Random) -> Snapshot:
         if busy:
             used[node.name] = frozenset(rng.sample(range(node.gpu_count), busy))
     requested = {name: requests_for(len(gpus), len(gpus)) for name, gpus in used.items()}  # 1-GPU pods
-    return Snapshot(snapshot.nodes, used, snapshot.excluded, requested, snapshot.levels, snapshot.memo)
+    return _as_the_operator_has_it(snapshot, used, requested)
+
+
+def _as_the_operator_has_it(base: Snapshot, used: dict[str, frozenset[int]],
+                            requested: dict[str, dict[str, int]]) -> Snapshot:
+    """A snapshot of `base`'s nodes with this usage, carrying it as arrays as the operator's snapshots
+    do (its cache keeps them current pod by pod: operator/cache/snapshot_usage.py), so a timed solve
+    costs what it costs in the operator."""
+    return Snapshot(base.nodes, used, base.excluded, requested, base.levels, base.memo,
+                    NodeUsage.of(base.nodes, used, requested))
 
 
 @dataclass(frozen=True)

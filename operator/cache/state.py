@@ -28,6 +28,7 @@ from railyard.operator.base.keys import ANNOTATION_MAINTENANCE, ANNOTATION_QUARA
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
 from railyard.operator.cache import devices as dra
 from railyard.operator.cache.devices import ClaimView, Devices
+from railyard.operator.cache.snapshot_usage import SnapshotUsage
 from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
 from railyard.topology.affinity import PodInfo
@@ -99,6 +100,7 @@ class ClusterState:
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
         self._clashes: tuple[Exclusion, ...] = ()  # nodes whose domain ids clash (nodes.ambiguous_domains)
         self._node_memo: dict[object, object] = {}  # the solver's node-only results, kept while nodes stay
+        self._snapshot_usage = SnapshotUsage()
 
     @property
     def ready(self) -> bool:
@@ -498,14 +500,12 @@ class ClusterState:
                     clashes.update(self.devices.unpinnable(models, self.dra_required))
                 self._nodes_sorted = tuple(n for n in models if n.name not in clashes)
                 self._clashes = tuple(Exclusion(n, why) for n, why in sorted(clashes.items()))
-            usage = self.usage
-            used = {node.name: gpus for node in self._nodes_sorted if (gpus := usage.gpus(node))}
-            requested = {n.name: dict(on) for n in self._nodes_sorted if (on := usage.requested(n.name))}
+            used, requested, arrays = self._snapshot_usage.current(self._nodes_sorted, self.usage)
             excluded = sorted([*self.excluded.values(), *self._clashes], key=lambda e: e.node)
             if len(self._node_memo) > _NODE_MEMO_ENTRIES:  # an entry is a list over the nodes, one per template
                 self._node_memo = {}
             self._snapshot = Snapshot(self._nodes_sorted, used, tuple(excluded), requested, self.scheme.levels,
-                                      self._node_memo)
+                                      self._node_memo, arrays)
         return self._snapshot
 
 

@@ -20,6 +20,7 @@ class Usage:
         self._requested: dict[str, dict[str, int]] = {}
         self._gpus: dict[str, frozenset[int]] = {}  # cache per node; dropped when the node changes
         self.freed = 0  # bumps whenever capacity is released: unschedulable jobs are worth a new try
+        self._touched: set[str] = set()  # nodes whose usage may have changed since take_touched()
 
     def set(self, holder: Holder, usage: PodUsage | None, handover: bool = False) -> None:
         """Record what `holder` holds now (None: nothing). `handover`: what it held is now held by
@@ -32,6 +33,7 @@ class Usage:
             self._by_node[old.node].pop(holder, None)
             self._add_requests(old.node, old.requests, -1)
             self._gpus.pop(old.node, None)
+            self._touched.add(old.node)
             if not handover and (usage is None or usage.node != old.node or usage.gpu_count < old.gpu_count):
                 self.freed += 1
         if usage is not None:
@@ -39,6 +41,7 @@ class Usage:
             self._by_node.setdefault(usage.node, {})[holder] = usage
             self._add_requests(usage.node, usage.requests, +1)
             self._gpus.pop(usage.node, None)
+            self._touched.add(usage.node)
 
     def _add_requests(self, node: str, requests: Mapping[str, int], sign: int) -> None:
         if not requests:
@@ -53,6 +56,12 @@ class Usage:
 
     def node_changed(self, name: str) -> None:
         self._gpus.pop(name, None)
+        self._touched.add(name)
+
+    def take_touched(self) -> AbstractSet[str]:
+        """The nodes whose usage may have changed since the last call (and forget them)."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     def gpus(self, node: GpuNode) -> frozenset[int]:
         cached = self._gpus.get(node.name)
