@@ -1,8 +1,8 @@
 """Choosing domains for a gang: the exact optimum of a top-down objective, by dynamic programming.
 
-The tree is scope -> the levels of the topology (levels.py; by default spines -> leaves -> TORs,
-optionally NVLink domains below the TORs) -> nodes, each node carrying how many replicas (slots) it
-can host. For every domain and every demand d (0..need) the DP keeps the cheapest way to put
+The tree (domain_tree.py) is scope -> the levels of the topology (levels.py; by default spines ->
+leaves -> TORs, optionally NVLink domains below the TORs) -> nodes, each node carrying how many
+replicas (slots) it can host. For every domain and every demand d (0..need) the DP keeps the cheapest way to put
 exactly d replicas in it:
 
 - a lowest-level domain's (a TOR's) cost comes from its nodes in closed form: when nodes are
@@ -22,18 +22,15 @@ radix would overflow int64.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
+from railyard.topology.domain_tree import Counts, Domain, counts_of
 from railyard.topology.levels import DEFAULT_LEVELS, Levels
 from railyard.topology.model import GpuNode
 
-# counts[level]: distinct domains used at that level, bottom-up (0 nodes, then each level of
-# levels.Levels: by default 1 TORs, 2 leaves, 3 spines).
-Counts = tuple[int, ...]
 Costs = NDArray[np.int64]
 
 _PAD = np.int64(1 << 61)  # an infeasible cost: two of them still sum below int64's limit
@@ -65,106 +62,11 @@ class Objective:
         return tuple(counts[level] for level in range(self.depth, max(self.lowest_level, 1) - 1, -1))
 
 
-@dataclass(slots=True)
-class Domain:
-    id: str
-    level: int
-    sort_key: tuple[str, ...]
-    cap: int = 0
-    children: list[Domain] = field(default_factory=list)
-    node: GpuNode | None = None
-    free_gpus: int = 0  # nodes (and `members`): best fit packs the fullest node, keeping empty nodes whole
-    empty: bool = False  # nodes (and `members`): every GPU free
-    # A TOR of interchangeable nodes (one slot each, the same free GPUs), in name order: their
-    # Domains are never built (on 12,288 nodes, whole-node gangs: most of what building the tree cost).
-    members: tuple[GpuNode, ...] = ()
-    unit_cost: int = 0   # nodes only: the cost of using it (set by the DP)
-    census: tuple[tuple[int, ...], int, int] = ((), 0, 0)  # root only: see build_tree
-
-
 @dataclass
 class Selection:
     counts: Counts
     takes: list[tuple[GpuNode, int]]
     broken: int = 0  # empty nodes this selection touches: best fit keeps them whole
-
-
-def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope",
-               free_gpus: Callable[[GpuNode], int] | None = None, levels: Levels = DEFAULT_LEVELS) -> Domain:
-    """A tree of the nodes with free slots, from `top_level` down (the root is the scope). A domain
-    is its path from the top, so ids only need to be unique among siblings."""
-    root = Domain(scope_id, top_level + 1, ())
-    depth = levels.depth
-    # Nodes into their lowest domains in one pass (12,288 nodes: this loop was a third of a solve),
-    # then the few upper domains from their children's paths.
-    lowest: dict[tuple[str, ...], Domain] = {}
-    max_free = 0
-    nodes = 0
-    nvlink = levels.nvlink
-    network_depth = len(levels.network)
-    raw: dict[object, list[tuple[GpuNode, int, int]]] = {}
-    for node, count in slots:
-        if count <= 0:
-            continue
-        nodes += 1
-        free = free_gpus(node) if free_gpus else 0
-        if free > max_free:
-            max_free = free
-        if len(node.network_path) != network_depth:
-            levels.path(node)  # raises: a node of another depth
-        if top_level == 0:
-            root.children.append(Domain(node.name, 0, (*levels.path(node), node.name), count, node=node,
-                                        free_gpus=free, empty=free == node.gpu_count))
-            continue
-        # Keyed by the TOR id (and the NVLink domain within it): ids are unique per level, and a
-        # string key is a third cheaper than the path on 12,288 nodes.
-        key = (node.tor, node.nvlink_domain or node.name) if nvlink else node.tor
-        members = raw.get(key)
-        if members is None:
-            members = raw[key] = []
-        members.append((node, count, free))
-    for members in raw.values():
-        above = levels.path(members[0][0])  # the TOR's path (with the NVLink domain, if any)
-        tor = lowest[above] = Domain(above[-1], 1, above)
-        shapes = {(count, free, free == node.gpu_count) for node, count, free in members}
-        if len(shapes) == 1 and next(iter(shapes))[0] == 1:
-            _, tor.free_gpus, tor.empty = shapes.pop()
-            tor.members = tuple(sorted((node for node, _, _ in members), key=lambda n: n.name))
-            tor.cap = len(members)
-            continue
-        for node, count, free in members:
-            tor.children.append(Domain(node.name, 0, (*above, node.name), count, node=node, free_gpus=free,
-                                          empty=free == node.gpu_count))
-            tor.cap += count
-    level_sizes = [nodes, len(lowest)]
-    below = list(lowest.values())
-    for level in range(2, top_level + 1):
-        parents: dict[str, Domain] = {}
-        for child in below:
-            key = child.sort_key[depth - level]  # network ids are unique per level
-            parent = parents.get(key)
-            if parent is None:
-                parent = parents[key] = Domain(key, level, child.sort_key[: depth + 1 - level])
-            parent.children.append(child)
-            parent.cap += child.cap
-        level_sizes.append(len(parents))
-        below = list(parents.values())
-    if top_level > 0:
-        root.children = below
-    root.cap = sum(c.cap for c in root.children)
-    # Domains per level, the most children any domain has, the most free GPUs of a node: bounds
-    # of the cost components (_weights).
-    level_sizes = level_sizes[: top_level + 1] + [0] * (depth + 1 - min(len(level_sizes), top_level + 1))
-    widest = max((len(t.children) or len(t.members) for t in lowest.values()), default=0)
-    root.census = (tuple(level_sizes), max(widest, len(root.children), 8), max_free)
-    return root
-
-
-def counts_of(takes: list[tuple[GpuNode, int]], levels: Levels = DEFAULT_LEVELS) -> Counts:
-    """Distinct domains used at each level, bottom-up (nodes first)."""
-    paths = [(*levels.path(n), n.name) for n, k in takes if k > 0]
-    size = levels.depth + 1
-    return tuple(len({p[: size - level] for p in paths}) for level in range(size))
 
 
 @dataclass(frozen=True)

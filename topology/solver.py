@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.alignment import RailAlignment
-from railyard.topology.domains import Objective, Selection, build_tree, objective_for, select_best
+from railyard.topology.domain_tree import NodeTable, build_tree, node_table
+from railyard.topology.domains import Objective, Selection, objective_for, select_best
 from railyard.topology.graph_mapping import map_ranks
 from railyard.topology.levels import NODE, LevelError, Levels
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
@@ -196,6 +197,7 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
     chosen: _Option | None = None
     where, free_gpus = snapshot.positions(), snapshot.node_usage().free.tolist()
     free = lambda n: free_gpus[where[n.name]]  # noqa: E731
+    table = _node_table(snapshot)
     for scope_id, slots in _scopes(candidate, request, levels):
         cap = sum(c for _, c in slots)
         if cap < need:
@@ -205,11 +207,21 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
                                   int(free(slots[0][0]) == slots[0][0].gpu_count))
         else:
             selection = (_in_one_nvlink_domain(slots, top, need, objective, free, levels)
-                         or select_best(build_tree(slots, top, scope_id, free, levels), need, objective, levels))
+                         or select_best(build_tree(slots, top, scope_id, free, levels, table), need, objective, levels))
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
     return chosen
+
+
+def _node_table(snapshot: Snapshot) -> NodeTable | None:
+    """The snapshot's nodes as arrays for build_tree: the node-only part kept with the nodes (memo),
+    the free GPUs from this snapshot."""
+    key = ("node table",)
+    if key not in snapshot.memo:
+        snapshot.memo[key] = node_table(snapshot.nodes, np.zeros(0, dtype=np.int64), snapshot.levels)
+    base = snapshot.memo[key]
+    return replace(base, free=snapshot.node_usage().free) if isinstance(base, NodeTable) else None
 
 
 def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int, objective: Objective,

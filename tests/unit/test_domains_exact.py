@@ -7,7 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.bench.exact import optimum, weighted
-from railyard.topology.domains import build_tree, counts_of, objective_for, select_best
+from railyard.topology.domain_tree import build_tree, counts_of
+from railyard.topology.domains import objective_for, select_best
+from railyard.topology.levels import DEFAULT_LEVELS
 
 from tests.support.clusters import fabric_node
 
@@ -95,3 +97,43 @@ def test_solving_only_the_demand_costs_what_the_full_dp_does(fabric, preferred_l
     weights = _weights(root, need, objective_for(preferred_level))
     exactly = _solve_exactly([root], [0], need, weights)[0]
     assert exactly.costs[need] == _solve([root], [0], need, weights)[0].costs[need]
+
+
+@st.composite
+def tables(draw):
+    """A fabric whose nodes (4 or 8 GPUs, some used, in shuffled order) each offer 0..3 slots, as a
+    solve sees them: slots, their free GPUs, and the node table of their snapshot."""
+    nodes, free = [], []
+    for s in range(draw(st.integers(1, 2))):
+        for lf in range(draw(st.integers(1, 2))):
+            for t in range(draw(st.integers(1, 3))):
+                for n in range(draw(st.integers(1, 4))):
+                    gpus = draw(st.sampled_from([4, 8]))
+                    nodes.append(fabric_node(s, lf, t, n, gpus))
+                    free.append(draw(st.sampled_from([gpus, gpus, gpus // 2, 1])))
+    order = draw(st.permutations(range(len(nodes))))
+    nodes, free = [nodes[i] for i in order], [free[i] for i in order]
+    counts = [draw(st.sampled_from([0, 1, 1, 1, 2, 3])) for _ in nodes]
+    return nodes, free, counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(tables(), st.integers(1, 12), st.sampled_from([None, 1, 2, 3]))
+def test_the_tree_built_from_arrays_selects_what_the_loop_does(case, need, preferred_level):
+    import numpy as np
+    from railyard.topology.domain_tree import node_table
+
+    nodes, free, counts = case
+    slots = list(zip(nodes, counts, strict=True))
+    table = node_table(nodes, np.array(free, dtype=np.int64), DEFAULT_LEVELS)
+    assert table is not None
+    of = dict(zip((n.name for n in nodes), free, strict=True))
+    by_loop = build_tree(slots, 3, free_gpus=lambda n: of[n.name])
+    by_arrays = build_tree(slots, 3, free_gpus=lambda n: of[n.name], table=table)
+    assert by_loop.census == by_arrays.census and by_loop.cap == by_arrays.cap
+    if by_loop.cap < need:
+        return
+    objective = objective_for(preferred_level)
+    one, other = select_best(by_loop, need, objective), select_best(by_arrays, need, objective)
+    assert (one.counts, one.broken) == (other.counts, other.broken)
+    assert sorted((n.name, k) for n, k in one.takes) == sorted((n.name, k) for n, k in other.takes)

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.bench.exact import counts_weight, optimum
 from railyard.topology.alignment import RailAlignment
-from railyard.topology.domains import build_tree, counts_of, objective_for, select_best
+from railyard.topology.domain_tree import build_tree, counts_of
+from railyard.topology.domains import objective_for, select_best
 from railyard.topology.labels import LABEL_GPU_CLIQUE, LABEL_LEAF, LABEL_SPINE, LABEL_TOR, parse_levels, scheme_for
 from railyard.topology.levels import LevelError, Levels
 from railyard.topology.model import Snapshot
