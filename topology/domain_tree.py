@@ -66,14 +66,16 @@ def node_table(nodes: Sequence[GpuNode], free: NDArray[np.int64], levels: Levels
 
 def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope",
                free_gpus: Callable[[GpuNode], int] | None = None, levels: Levels = DEFAULT_LEVELS,
-               table: NodeTable | None = None) -> Domain:
+               table: NodeTable | None = None, at: NDArray[np.intp] | None = None,
+               counts: NDArray[np.int64] | None = None) -> Domain:
     """A tree of the nodes with free slots, from `top_level` down (the root is the scope). A domain
     is its path from the top, so ids only need to be unique among siblings. `table` (node_table of
-    the snapshot the slots come from) gives the free GPUs instead of `free_gpus`, and a faster build."""
+    the snapshot the slots come from) gives the free GPUs instead of `free_gpus`, and a faster build;
+    `at` and `counts`, the slots' node indices in the table and their slots, spare reading them."""
     root = Domain(scope_id, top_level + 1, ())
     depth = levels.depth
     if table is not None and top_level > 0 and not levels.nvlink:
-        lowest, nodes, max_free = _tors_by_arrays(slots, table, levels)
+        lowest, nodes, max_free = _tors_by_arrays(slots, table, levels, at, counts)
     else:
         lowest, nodes, max_free = _lowest_by_loop(root, slots, top_level, free_gpus, levels)
     level_sizes = [nodes, len(lowest)]
@@ -147,13 +149,15 @@ def _lowest_by_loop(root: Domain, slots: Sequence[tuple[GpuNode, int]], top_leve
     return lowest, nodes, max_free
 
 
-def _tors_by_arrays(slots: Sequence[tuple[GpuNode, int]], table: NodeTable,
-                    levels: Levels) -> tuple[dict[tuple[str, ...], Domain], int, int]:
+def _tors_by_arrays(slots: Sequence[tuple[GpuNode, int]], table: NodeTable, levels: Levels,
+                    at: NDArray[np.intp] | None, slot_counts: NDArray[np.int64] | None,
+                    ) -> tuple[dict[tuple[str, ...], Domain], int, int]:
     """_lowest_by_loop's TORs, sorted out with numpy: only TORs whose nodes differ build node Domains."""
-    where = table.where
     count = len(slots)
-    at = np.fromiter((where[node.name] for node, _ in slots), dtype=np.intp, count=count)
-    slot_counts = np.fromiter((c for _, c in slots), dtype=np.int64, count=count)
+    if at is None or slot_counts is None:
+        where = table.where
+        at = np.fromiter((where[node.name] for node, _ in slots), dtype=np.intp, count=count)
+        slot_counts = np.fromiter((c for _, c in slots), dtype=np.int64, count=count)
     kept = np.flatnonzero(slot_counts > 0)
     lowest: dict[tuple[str, ...], Domain] = {}
     if not len(kept):

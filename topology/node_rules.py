@@ -36,9 +36,11 @@ def template_eligible(snapshot: Snapshot, request: GangRequest) -> frozenset[str
 
 
 def eligible_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None,
-              why: dict[str, str] | None = None) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
-    """Nodes the template may use, why the others may not, and how many replicas each node's
-    non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod rules leave room for."""
+                   why: dict[str, str] | None = None,
+                   ) -> tuple[list[GpuNode], NDArray[np.intp], Counter[str], dict[str, int]]:
+    """Nodes the template may use (and their indices in the snapshot), why the others may not, and
+    how many replicas each node's non-GPU resources (cpu, memory, pods, RDMA NICs ...) and inter-pod
+    rules leave room for."""
     check = _template_check(snapshot, request)
     rejected: Counter[str] = Counter(e.reason for e in snapshot.excluded)
     if limits is None and why is None:
@@ -66,16 +68,17 @@ def eligible_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits 
                 continue
             caps[node.name] = min(fit, caps.get(node.name, fit))
         eligible.append(node)
-    return eligible, rejected, caps
+    where = snapshot.positions()
+    return eligible, np.array([where[n.name] for n in eligible], dtype=np.intp), rejected, caps
 
 
 def _eligible_by_arrays(snapshot: Snapshot, request: GangRequest, check: _TemplateCheck,
-                        rejected: Counter[str]) -> tuple[list[GpuNode], Counter[str], dict[str, int]]:
+                        rejected: Counter[str]) -> tuple[list[GpuNode], NDArray[np.intp], Counter[str], dict[str, int]]:
     """eligible_nodes without inter-pod rules or explanations, over every node at once (numpy); caps
     only where resources bind below the node's GPU slots (elsewhere a cap changes nothing)."""
     rejected.update(check.rejected)
     if not request.resources:
-        return list(check.eligible), rejected, {}
+        return list(check.eligible), check.indices, rejected, {}
     fit = node_fit(snapshot, request.resources, _GPU_ONLY)
     counts = fit.fit[check.indices]
     short = counts == 0
@@ -87,7 +90,7 @@ def _eligible_by_arrays(snapshot: Snapshot, request: GangRequest, check: _Templa
     slots = _gpu_counts(snapshot)[keep] // request.gpus_per_replica if request.gpus_per_replica else 1
     binds = np.flatnonzero(counts[~short] < slots)
     caps = {nodes[i].name: int(c) for i, c in zip(keep[binds].tolist(), counts[~short][binds].tolist(), strict=True)}
-    return [nodes[i] for i in keep.tolist()], rejected, caps
+    return [nodes[i] for i in keep.tolist()], keep, rejected, caps
 
 
 def _gpu_counts(snapshot: Snapshot) -> NDArray[np.int64]:

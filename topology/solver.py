@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.domain_tree import NodeTable, build_tree, node_table
@@ -86,48 +87,77 @@ class Decision:
 
 @dataclass
 class _Candidate:
-    """One way to fill the gang: a rail target (or none) and the slots it gives per node."""
+    """One way to fill the gang: a rail target (or none) and the slots it gives per node; where
+    known, the same as arrays (the nodes' indices in the snapshot, their slots) for build_tree."""
 
     target: RailTarget | None
     slots: list[tuple[GpuNode, int]]
+    at: NDArray[np.intp] | None = None
+    counts: NDArray[np.int64] | None = None
+
+    @property
+    def capacity(self) -> int:
+        return int(self.counts.sum()) if self.counts is not None else sum(c for _, c in self.slots)
 
 
-def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest,
+@dataclass(frozen=True)
+class _NodeFacts:
+    """What the solver asks of every node of a snapshot, as arrays in its order (node memo)."""
+
+    gpu_count: NDArray[np.int64]
+    rail_code: NDArray[np.int64]  # the node's rail set, as an index into rail_sets
+    rail_sets: tuple[tuple[int, ...], ...]
+    gpu_counts: frozenset[int]
+    nvlink_domains: bool  # any node in a multi-node NVLink domain
+
+
+def _facts(snapshot: Snapshot) -> _NodeFacts:
+    key = ("solver facts",)
+    cached = snapshot.memo.get(key)
+    if cached is None:
+        codes: dict[tuple[int, ...], int] = {}
+        nodes = snapshot.nodes
+        cached = snapshot.memo[key] = _NodeFacts(
+            np.array([n.gpu_count for n in nodes], dtype=np.int64),
+            np.array([codes.setdefault(n.rail_set, len(codes)) for n in nodes], dtype=np.int64),
+            tuple(codes), frozenset(n.gpu_count for n in nodes), any(n.nvlink_domain for n in nodes))
+    return cached  # type: ignore[return-value]
+
+
+def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np.intp], request: GangRequest,
                 caps: Mapping[str, int] | None = None) -> list[_Candidate]:
+    """`at`: the nodes' indices in the snapshot."""
     caps = caps or {}
-    candidates = _gpu_candidates(snapshot, nodes, request)
+    candidates = _gpu_candidates(snapshot, nodes, at, request)
     if not caps:
         return candidates
     capped = ((c.target, [(n, min(k, caps.get(n.name, k))) for n, k in c.slots]) for c in candidates)
     return [_Candidate(target, [(n, k) for n, k in slots if k > 0]) for target, slots in capped]
 
 
-def _with_free_gpus(snapshot: Snapshot, nodes: Sequence[GpuNode], size: int) -> list[tuple[GpuNode, tuple[int, ...]]]:
-    """The nodes with at least `size` free GPUs, and those GPUs. Counted from the snapshot's arrays;
-    only partly used nodes read their free indices."""
-    where = snapshot.positions()
-    at = np.fromiter((where[node.name] for node in nodes), dtype=np.intp, count=len(nodes))
-    free = snapshot.node_usage().free[at]
-    out: list[tuple[GpuNode, tuple[int, ...]]] = []
-    for i, count in zip(np.flatnonzero(free >= size).tolist(), free[free >= size].tolist(), strict=True):
-        node = nodes[i]
-        out.append((node, all_gpus(count) if count == node.gpu_count else snapshot.free(node)))
-    return out
-
-
-def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangRequest) -> list[_Candidate]:
+def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np.intp],
+                    request: GangRequest) -> list[_Candidate]:
     size = request.gpus_per_replica
     if size == 0:
-        return [_Candidate(None, [(n, 1) for n in nodes])]
-    frees = _with_free_gpus(snapshot, nodes, size)
-    unaligned = _Candidate(None, [(n, len(f) // size) for n, f in frees])
+        return [_Candidate(None, [(n, 1) for n in nodes], at, np.ones(len(at), dtype=np.int64))]
+    # The nodes with at least `size` free GPUs, counted from the snapshot's arrays.
+    free_now = snapshot.node_usage().free[at]
+    fits = np.flatnonzero(free_now >= size)
+    at, free_now = at[fits], free_now[fits]
+    counts = free_now // size
+    fitting = [nodes[i] for i in fits.tolist()]
+    unaligned = _Candidate(None, list(zip(fitting, counts.tolist(), strict=True)), at, counts)
     if request.rail_alignment == RailAlignment.NONE or request.replicas == 1:
         return [unaligned]  # a single replica has no peers to align with
-    rail_sets = {n.rail_set for n, _ in frees}
-    if len(rail_sets) == 1 and all(n.gpu_count == size for n, _ in frees):
+    facts = _facts(snapshot)
+    rails = facts.rail_code[at]
+    if len(at) and bool((facts.gpu_count[at] == size).all()) and bool((rails == rails[0]).all()):
         # Whole-node replicas on one node shape: every free node is aligned on its rails (the
         # general path below finds the same single candidate, at twice the cost on 12k nodes).
-        return [_Candidate(rail_sets.pop(), unaligned.slots)]
+        return [_Candidate(facts.rail_sets[int(rails[0])], unaligned.slots, at, counts)]
+    # Only partly used nodes read their free indices.
+    frees = [(node, all_gpus(count) if count == node.gpu_count else snapshot.free(node))
+             for node, count in zip(fitting, free_now.tolist(), strict=True)]
     weights: Counter[RailTarget] = Counter()
     patterns: Counter[FreePattern] = Counter()
     rail_patterns: dict[str, FreePattern] = {}
@@ -161,15 +191,15 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], request: GangR
     return [*aligned, unaligned]
 
 
-def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels) -> list[tuple[str, list[tuple[GpuNode, int]]]]:
+def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels) -> list[tuple[str, _Candidate]]:
     """The domains the whole gang may live in: one per domain of the required tier, else the cluster."""
     if request.required_tier is None:
-        return [("cluster", candidate.slots)]
+        return [("cluster", candidate)]
     level = levels.index(request.required_tier)
     groups: dict[str, list[tuple[GpuNode, int]]] = {}
     for node, count in candidate.slots:
         groups.setdefault(levels.domain_of(node, level), []).append((node, count))
-    return sorted(groups.items())
+    return [(scope, _Candidate(candidate.target, slots)) for scope, slots in sorted(groups.items())]
 
 
 def _top_level(request: GangRequest, levels: Levels) -> int:
@@ -198,16 +228,20 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
     where, free_gpus = snapshot.positions(), snapshot.node_usage().free.tolist()
     free = lambda n: free_gpus[where[n.name]]  # noqa: E731
     table = _node_table(snapshot)
-    for scope_id, slots in _scopes(candidate, request, levels):
-        cap = sum(c for _, c in slots)
+    facts = _facts(snapshot)
+    for scope_id, scope in _scopes(candidate, request, levels):
+        cap = scope.capacity
         if cap < need:
             continue
+        slots = scope.slots
         if top < 0:  # requiredTier node: the scope is one node
             selection = Selection((1,) + (0,) * levels.depth, [(slots[0][0], need)],
                                   int(free(slots[0][0]) == slots[0][0].gpu_count))
         else:
-            selection = (_in_one_nvlink_domain(slots, top, need, objective, free, levels)
-                         or select_best(build_tree(slots, top, scope_id, free, levels, table), need, objective, levels))
+            in_nvlink = (_in_one_nvlink_domain(slots, top, need, objective, free, levels)
+                         if facts.nvlink_domains else None)
+            selection = in_nvlink or select_best(build_tree(slots, top, scope_id, free, levels, table, scope.at,
+                                                            scope.counts), need, objective, levels)
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
@@ -248,7 +282,7 @@ def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int,
 
 
 def _largest_scope(candidate: _Candidate, request: GangRequest, levels: Levels) -> int:
-    return max((sum(c for _, c in slots) for _, slots in _scopes(candidate, request, levels)), default=0)
+    return max((scope.capacity for _, scope in _scopes(candidate, request, levels)), default=0)
 
 
 def _build_placement(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
@@ -336,21 +370,21 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
         snapshot.levels.check_tiers(request.required_tier, request.preferred_tier)
     except LevelError as e:
         return Decision(request, None, str(e))
-    nodes, rejected, caps = eligible_nodes(snapshot, request, limits)
-    groups = _product_groups(nodes, request)
+    nodes, at, rejected, caps = eligible_nodes(snapshot, request, limits)
+    groups = _product_groups(nodes, at, request)
     best: tuple | None = None
     chosen: _Option | None = None
-    for group in groups:
-        key, option = _best_in(snapshot, request, _candidates(snapshot, group, request, caps))
+    for group, group_at in groups:
+        key, option = _best_in(snapshot, request, _candidates(snapshot, group, group_at, request, caps))
         if option is not None and (best is None or key < best):
             best, chosen = key, option
     packed = _packed(snapshot, request, limits)
     if chosen is None:
         if packed is not None:
             return Decision(request, packed, None)
-        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, request, caps), snapshot.levels)
+        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, at, request, caps), snapshot.levels)
         if len(groups) > 1:
-            sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g in groups)
+            sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g, _ in groups)
             reason += f"; GPU products are not mixed in one gang: {sizes}"
         return Decision(request, None, reason)
     placement = _build_placement(snapshot, chosen, request)
@@ -382,7 +416,7 @@ def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None)
             or (request.parallelism is not None and request.parallelism.tensor * request.parallelism.pipeline > size)):
         return None
     best: Placement | None = None
-    for gpus_per_node in sorted({n.gpu_count for n in snapshot.nodes}):
+    for gpus_per_node in sorted(_facts(snapshot).gpu_counts):
         per_node = gpus_per_node // size
         if request.replicas * size <= gpus_per_node:  # fits on one node: no cross-node edge at all
             one = replace(request, required_tier=NODE, preferred_tier=None,
@@ -428,13 +462,19 @@ def mixing_allowed(pod_spec: Mapping[str, Any]) -> bool:
                for t in affinity.get("nodeSelectorTerms") or [] for e in t.get("matchExpressions") or [])
 
 
-def _product_groups(nodes: list[GpuNode], request: GangRequest) -> list[list[GpuNode]]:
-    """The node sets a gang may be placed on: one per GPU product (nodes without the product label
-    form their own group), or all nodes together when the template accepts mixing."""
+def _product_groups(nodes: list[GpuNode], at: NDArray[np.intp],
+                    request: GangRequest) -> list[tuple[list[GpuNode], NDArray[np.intp]]]:
+    """The node sets a gang may be placed on (with their indices in the snapshot): one per GPU product
+    (nodes without the product label form their own group), or all nodes together when the template
+    accepts mixing."""
     products = {n.product for n in nodes}
     if len(products) <= 1 or mixing_allowed(request.pod_spec):
-        return [nodes]
-    return [[n for n in nodes if n.product == p] for p in sorted(products)]
+        return [(nodes, at)]
+    groups = []
+    for product in sorted(products):
+        mine = [i for i, n in enumerate(nodes) if n.product == product]
+        groups.append(([nodes[i] for i in mine], at[np.array(mine, dtype=np.intp)]))
+    return groups
 
 
 def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candidate]) -> tuple[tuple, _Option | None]:

@@ -55,8 +55,9 @@ def test_the_array_fit_is_replicas_that_fit_on_every_node(cluster):
 def test_eligible_over_arrays_matches_the_node_by_node_filter(cluster):
     snapshot, need, gpus = cluster
     request = GangRequest(name="g", replicas=2, gpus_per_replica=gpus, resources=need)
-    fast_nodes, fast_rejected, fast_caps = eligible_nodes(snapshot, request, None)
-    slow_nodes, slow_rejected, slow_caps = eligible_nodes(snapshot, request, None, why={})
+    fast_nodes, fast_at, fast_rejected, fast_caps = eligible_nodes(snapshot, request, None)
+    slow_nodes, slow_at, slow_rejected, slow_caps = eligible_nodes(snapshot, request, None, why={})
+    assert fast_at.tolist() == slow_at.tolist() == [snapshot.positions()[n.name] for n in fast_nodes]
     assert fast_nodes == slow_nodes
     assert fast_rejected == slow_rejected
     for node in slow_nodes:
