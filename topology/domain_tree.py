@@ -6,13 +6,14 @@ node gangs) keeps them as `members` and builds no node Domains.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 from railyard.topology.levels import DEFAULT_LEVELS, Levels
 from railyard.topology.model import GpuNode
+from railyard.topology.node_arrays import NodeArrays
 
 # counts[level]: distinct domains used at that level, bottom-up (0 nodes, then each level of
 # levels.Levels: by default 1 TORs, 2 leaves, 3 spines).
@@ -36,46 +37,19 @@ class Domain:
     census: tuple[tuple[int, ...], int, int] = ((), 0, 0)  # root only: see build_tree
 
 
-@dataclass(frozen=True)
-class NodeTable:
-    """A snapshot's nodes as arrays in its order, for build_tree to sort nodes into TORs without a
-    loop a node (12,288 nodes: that loop was a third of a solve): where each node is, its free and
-    total GPUs, its TOR (a code), its place in name order."""
-
-    where: Mapping[str, int]
-    free: NDArray[np.int64]
-    gpu_count: NDArray[np.int64]
-    tor: NDArray[np.int64]
-    name_rank: NDArray[np.int64]
-
-
-def node_table(nodes: Sequence[GpuNode], free: NDArray[np.int64], levels: Levels) -> NodeTable | None:
-    """The table of these nodes, or None where build_tree must take the loop (NVLink domains below
-    the TORs, or nodes of another depth than the levels: the loop raises for those)."""
-    depth = len(levels.network)
-    if levels.nvlink or any(len(node.network_path) != depth for node in nodes):
-        return None
-    codes: dict[str, int] = {}
-    names = [node.name for node in nodes]
-    rank = np.empty(len(nodes), dtype=np.int64)
-    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(nodes))
-    return NodeTable({name: i for i, name in enumerate(names)}, free,
-                     np.array([node.gpu_count for node in nodes], dtype=np.int64),
-                     np.array([codes.setdefault(node.tor, len(codes)) for node in nodes], dtype=np.int64), rank)
-
-
 def build_tree(slots: Sequence[tuple[GpuNode, int]], top_level: int, scope_id: str = "scope",
                free_gpus: Callable[[GpuNode], int] | None = None, levels: Levels = DEFAULT_LEVELS,
-               table: NodeTable | None = None, at: NDArray[np.intp] | None = None,
-               counts: NDArray[np.int64] | None = None) -> Domain:
+               table: NodeArrays | None = None, free: NDArray[np.int64] | None = None,
+               at: NDArray[np.intp] | None = None, counts: NDArray[np.int64] | None = None) -> Domain:
     """A tree of the nodes with free slots, from `top_level` down (the root is the scope). A domain
-    is its path from the top, so ids only need to be unique among siblings. `table` (node_table of
-    the snapshot the slots come from) gives the free GPUs instead of `free_gpus`, and a faster build;
-    `at` and `counts`, the slots' node indices in the table and their slots, spare reading them."""
+    is its path from the top, so ids only need to be unique among siblings. With the arrays of the
+    snapshot the slots come from (`table`, and `free`: its free GPUs per node) nodes are sorted into
+    TORs with numpy (12,288 nodes: the loop a node was a third of a solve); `at` and `counts`, the
+    slots' node indices in the snapshot and their slots, spare reading them from `slots`."""
     root = Domain(scope_id, top_level + 1, ())
     depth = levels.depth
-    if table is not None and top_level > 0 and not levels.nvlink:
-        lowest, nodes, max_free = _tors_by_arrays(slots, table, levels, at, counts)
+    if table is not None and table.tor is not None and free is not None and top_level > 0:
+        lowest, nodes, max_free = _tors_by_arrays(slots, table, table.tor, free, levels, at, counts)
     else:
         lowest, nodes, max_free = _lowest_by_loop(root, slots, top_level, free_gpus, levels)
     level_sizes = [nodes, len(lowest)]
@@ -149,9 +123,9 @@ def _lowest_by_loop(root: Domain, slots: Sequence[tuple[GpuNode, int]], top_leve
     return lowest, nodes, max_free
 
 
-def _tors_by_arrays(slots: Sequence[tuple[GpuNode, int]], table: NodeTable, levels: Levels,
-                    at: NDArray[np.intp] | None, slot_counts: NDArray[np.int64] | None,
-                    ) -> tuple[dict[tuple[str, ...], Domain], int, int]:
+def _tors_by_arrays(slots: Sequence[tuple[GpuNode, int]], table: NodeArrays, tor_of: NDArray[np.int64],
+                    free_of: NDArray[np.int64], levels: Levels, at: NDArray[np.intp] | None,
+                    slot_counts: NDArray[np.int64] | None) -> tuple[dict[tuple[str, ...], Domain], int, int]:
     """_lowest_by_loop's TORs, sorted out with numpy: only TORs whose nodes differ build node Domains."""
     count = len(slots)
     if at is None or slot_counts is None:
@@ -163,9 +137,9 @@ def _tors_by_arrays(slots: Sequence[tuple[GpuNode, int]], table: NodeTable, leve
     if not len(kept):
         return lowest, 0, 0
     at, slot_counts = at[kept], slot_counts[kept]
-    free = table.free[at]
+    free = free_of[at]
     empty = free == table.gpu_count[at]
-    tor = table.tor[at]
+    tor = tor_of[at]
     order = np.lexsort((table.name_rank[at], tor))  # by TOR, then by name
     bounds = np.flatnonzero(np.diff(tor[order])) + 1
     starts = np.concatenate(([0], bounds))

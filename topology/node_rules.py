@@ -15,6 +15,7 @@ from railyard.topology.affinity import NodeLimits
 from railyard.topology.eligibility import PodConstraints
 from railyard.topology.labels import GPU_RESOURCE
 from railyard.topology.model import GpuNode, Snapshot
+from railyard.topology.node_arrays import node_arrays
 from railyard.topology.node_fit import node_fit
 from railyard.topology.request import GangRequest
 from railyard.topology.resources import replicas_that_fit
@@ -87,17 +88,10 @@ def _eligible_by_arrays(snapshot: Snapshot, request: GangRequest, check: _Templa
         rejected.update({f"insufficient {fit.resources[b]}": int(t) for b, t in zip(bound, times, strict=True)})
     keep = check.indices[~short]
     nodes = snapshot.nodes
-    slots = _gpu_counts(snapshot)[keep] // request.gpus_per_replica if request.gpus_per_replica else 1
+    slots = node_arrays(snapshot).gpu_count[keep] // request.gpus_per_replica if request.gpus_per_replica else 1
     binds = np.flatnonzero(counts[~short] < slots)
     caps = {nodes[i].name: int(c) for i, c in zip(keep[binds].tolist(), counts[~short][binds].tolist(), strict=True)}
     return [nodes[i] for i in keep.tolist()], keep, rejected, caps
-
-
-def _gpu_counts(snapshot: Snapshot) -> NDArray[np.int64]:
-    cached = snapshot.memo.get(("gpu_counts",))
-    if cached is None:
-        cached = snapshot.memo[("gpu_counts",)] = np.array([n.gpu_count for n in snapshot.nodes], dtype=np.int64)
-    return cached  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

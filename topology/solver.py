@@ -18,11 +18,12 @@ import numpy as np
 from numpy.typing import NDArray
 from railyard.topology.affinity import NodeLimits
 from railyard.topology.alignment import RailAlignment
-from railyard.topology.domain_tree import NodeTable, build_tree, node_table
+from railyard.topology.domain_tree import build_tree
 from railyard.topology.domains import Objective, Selection, objective_for, select_best
 from railyard.topology.graph_mapping import map_ranks
 from railyard.topology.levels import NODE, LevelError, Levels
 from railyard.topology.model import GpuNode, Snapshot, all_gpus
+from railyard.topology.node_arrays import node_arrays
 from railyard.topology.node_rules import eligible_nodes
 from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
 from railyard.topology.rank_order import local_rank_order
@@ -100,30 +101,6 @@ class _Candidate:
         return int(self.counts.sum()) if self.counts is not None else sum(c for _, c in self.slots)
 
 
-@dataclass(frozen=True)
-class _NodeFacts:
-    """What the solver asks of every node of a snapshot, as arrays in its order (node memo)."""
-
-    gpu_count: NDArray[np.int64]
-    rail_code: NDArray[np.int64]  # the node's rail set, as an index into rail_sets
-    rail_sets: tuple[tuple[int, ...], ...]
-    gpu_counts: frozenset[int]
-    nvlink_domains: bool  # any node in a multi-node NVLink domain
-
-
-def _facts(snapshot: Snapshot) -> _NodeFacts:
-    key = ("solver facts",)
-    cached = snapshot.memo.get(key)
-    if cached is None:
-        codes: dict[tuple[int, ...], int] = {}
-        nodes = snapshot.nodes
-        cached = snapshot.memo[key] = _NodeFacts(
-            np.array([n.gpu_count for n in nodes], dtype=np.int64),
-            np.array([codes.setdefault(n.rail_set, len(codes)) for n in nodes], dtype=np.int64),
-            tuple(codes), frozenset(n.gpu_count for n in nodes), any(n.nvlink_domain for n in nodes))
-    return cached  # type: ignore[return-value]
-
-
 def _candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np.intp], request: GangRequest,
                 caps: Mapping[str, int] | None = None) -> list[_Candidate]:
     """`at`: the nodes' indices in the snapshot."""
@@ -149,12 +126,12 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np
     unaligned = _Candidate(None, list(zip(fitting, counts.tolist(), strict=True)), at, counts)
     if request.rail_alignment == RailAlignment.NONE or request.replicas == 1:
         return [unaligned]  # a single replica has no peers to align with
-    facts = _facts(snapshot)
-    rails = facts.rail_code[at]
-    if len(at) and bool((facts.gpu_count[at] == size).all()) and bool((rails == rails[0]).all()):
+    table = node_arrays(snapshot)
+    rails = table.rail_code[at]
+    if len(at) and bool((table.gpu_count[at] == size).all()) and bool((rails == rails[0]).all()):
         # Whole-node replicas on one node shape: every free node is aligned on its rails (the
         # general path below finds the same single candidate, at twice the cost on 12k nodes).
-        return [_Candidate(facts.rail_sets[int(rails[0])], unaligned.slots, at, counts)]
+        return [_Candidate(table.rail_sets[int(rails[0])], unaligned.slots, at, counts)]
     # Only partly used nodes read their free indices.
     frees = [(node, all_gpus(count) if count == node.gpu_count else snapshot.free(node))
              for node, count in zip(fitting, free_now.tolist(), strict=True)]
@@ -225,10 +202,10 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
     top = _top_level(request, levels)
     best: tuple | None = None
     chosen: _Option | None = None
-    where, free_gpus = snapshot.positions(), snapshot.node_usage().free.tolist()
+    table = node_arrays(snapshot)
+    free_now = snapshot.node_usage().free
+    free_gpus, where = free_now.tolist(), table.where
     free = lambda n: free_gpus[where[n.name]]  # noqa: E731
-    table = _node_table(snapshot)
-    facts = _facts(snapshot)
     for scope_id, scope in _scopes(candidate, request, levels):
         cap = scope.capacity
         if cap < need:
@@ -239,23 +216,13 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
                                   int(free(slots[0][0]) == slots[0][0].gpu_count))
         else:
             in_nvlink = (_in_one_nvlink_domain(slots, top, need, objective, free, levels)
-                         if facts.nvlink_domains else None)
-            selection = in_nvlink or select_best(build_tree(slots, top, scope_id, free, levels, table, scope.at,
-                                                            scope.counts), need, objective, levels)
+                         if table.nvlink_domains else None)
+            tree = build_tree(slots, top, scope_id, free, levels, table, free_now, scope.at, scope.counts)
+            selection = in_nvlink or select_best(tree, need, objective, levels)
         key = (objective(selection.counts), selection.broken, cap, scope_id)
         if best is None or key < best:
             best, chosen = key, _Option(candidate, selection, cap, scope_id)
     return chosen
-
-
-def _node_table(snapshot: Snapshot) -> NodeTable | None:
-    """The snapshot's nodes as arrays for build_tree: the node-only part kept with the nodes (memo),
-    the free GPUs from this snapshot."""
-    key = ("node table",)
-    if key not in snapshot.memo:
-        snapshot.memo[key] = node_table(snapshot.nodes, np.zeros(0, dtype=np.int64), snapshot.levels)
-    base = snapshot.memo[key]
-    return replace(base, free=snapshot.node_usage().free) if isinstance(base, NodeTable) else None
 
 
 def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int, objective: Objective,
@@ -416,7 +383,7 @@ def _packed(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None)
             or (request.parallelism is not None and request.parallelism.tensor * request.parallelism.pipeline > size)):
         return None
     best: Placement | None = None
-    for gpus_per_node in sorted(_facts(snapshot).gpu_counts):
+    for gpus_per_node in sorted(node_arrays(snapshot).gpu_counts):
         per_node = gpus_per_node // size
         if request.replicas * size <= gpus_per_node:  # fits on one node: no cross-node edge at all
             one = replace(request, required_tier=NODE, preferred_tier=None,

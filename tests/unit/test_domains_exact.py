@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from railyard.operator.bench.exact import optimum, weighted
 from railyard.topology.domain_tree import build_tree, counts_of
 from railyard.topology.domains import objective_for, select_best
-from railyard.topology.levels import DEFAULT_LEVELS
 
 from tests.support.clusters import fabric_node
 
@@ -121,15 +120,17 @@ def tables(draw):
 @given(tables(), st.integers(1, 12), st.sampled_from([None, 1, 2, 3]))
 def test_the_tree_built_from_arrays_selects_what_the_loop_does(case, need, preferred_level):
     import numpy as np
-    from railyard.topology.domain_tree import node_table
+    from railyard.topology.model import Snapshot
+    from railyard.topology.node_arrays import node_arrays
 
     nodes, free, counts = case
     slots = list(zip(nodes, counts, strict=True))
-    table = node_table(nodes, np.array(free, dtype=np.int64), DEFAULT_LEVELS)
-    assert table is not None
+    table = node_arrays(Snapshot(tuple(nodes)))  # nodes not in name order: the tree must sort them
+    assert table.tor is not None
     of = dict(zip((n.name for n in nodes), free, strict=True))
     by_loop = build_tree(slots, 3, free_gpus=lambda n: of[n.name])
-    by_arrays = build_tree(slots, 3, free_gpus=lambda n: of[n.name], table=table)
+    by_arrays = build_tree(slots, 3, free_gpus=lambda n: of[n.name], table=table,
+                           free=np.array(free, dtype=np.int64))
     assert by_loop.census == by_arrays.census and by_loop.cap == by_arrays.cap
     if by_loop.cap < need:
         return
