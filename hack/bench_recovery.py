@@ -48,6 +48,38 @@ def set_taint(api: KubeApi, node: str, on: bool) -> None:
                 "application/merge-patch+json")
 
 
+def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: int, lost_count: int) -> dict:
+    """Taint `lost_count` nodes of the bound job `name` (spread over its ranks) and measure until every
+    rank of its next attempt is released and bound. The taints stay: the caller lifts them (set_taint)."""
+    job = api.request("GET", f"{JOBS}/{name}")
+    ranks = sorted(job["status"]["placement"]["ranks"], key=lambda r: r["rank"])
+    before = {r["rank"]: r["node"] for r in ranks}
+    step = max(1, len(ranks) // lost_count)
+    victims = sorted({ranks[i * step]["node"] for i in range(lost_count)})
+    counts = api_requests(api)
+    t0 = time.monotonic()
+    for node in victims:
+        set_taint(api, node, True)
+    new = [f"{name}.p1-{r}" for r in range(replicas)]
+    wait(lambda: all(p in watch.released for p in new), 600, f"{name} released again", interval=0.1)
+    released = max(watch.released[p] for p in new) - t0
+    wait(lambda: all(p in watch.bound for p in new), 600, f"{name} bound again", interval=0.1)
+    bound = max(watch.bound[p] for p in new) - t0
+    writes_used = writes(api_requests(api)) - writes(counts)
+    job = api.request("GET", f"{JOBS}/{name}")
+    after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+    replacements = job["status"]["lastRestart"]["replacements"]
+    return {
+        "replicas": replicas, "lost_nodes": len(victims), "victims": victims,
+        "signal_to_all_released_seconds": round(released, 2),
+        "signal_to_all_bound_seconds": round(bound, 2),
+        "api_writes": writes_used,
+        "healthy_ranks_moved": sum(1 for r, n in before.items() if n not in victims and after[r] != n),
+        "replacements_same_tor": sum(1 for r in replacements if r["sameTor"]),
+        "replacements": len(replacements),
+    }
+
+
 def main() -> None:
     api, operator, port = rig_with_operator("bench-recovery")
     results = []
@@ -61,37 +93,11 @@ def main() -> None:
             api.request("POST", JOBS, body)
             wait(lambda n=name, r=replicas, w=watch: sum(1 for p in w.bound if p.startswith(f"{n}-")
                                                          and ".p1-" not in p) >= r, 300, f"{name} bound", interval=0.2)
-            job = api.request("GET", f"{JOBS}/{name}")
-            ranks = sorted(job["status"]["placement"]["ranks"], key=lambda r: r["rank"])
-            before = {r["rank"]: r["node"] for r in ranks}
-            step = max(1, len(ranks) // lost_count)
-            victims = sorted({ranks[i * step]["node"] for i in range(lost_count)})
-            counts = api_requests(api)
-            t0 = time.monotonic()
-            for node in victims:
-                set_taint(api, node, True)
-            new = [f"{name}.p1-{r}" for r in range(replicas)]
-            wait(lambda n=new, w=watch: all(p in w.released for p in n), 600, f"{name} released again", interval=0.1)
-            released = max(watch.released[p] for p in new) - t0
-            wait(lambda n=new, w=watch: all(p in w.bound for p in n), 600, f"{name} bound again", interval=0.1)
-            bound = max(watch.bound[p] for p in new) - t0
-            writes_used = writes(api_requests(api)) - writes(counts)
-            job = api.request("GET", f"{JOBS}/{name}")
-            after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
-            moved = sum(1 for r, n in before.items() if n not in victims and after[r] != n)
-            replacements = job["status"]["lastRestart"]["replacements"]
-            results.append({
-                "replicas": replicas, "lost_nodes": len(victims),
-                "signal_to_all_released_seconds": round(released, 2),
-                "signal_to_all_bound_seconds": round(bound, 2),
-                "api_writes": writes_used, "healthy_ranks_moved": moved,
-                "replacements_same_tor": sum(1 for r in replacements if r["sameTor"]),
-                "replacements": len(replacements),
-            })
+            results.append(lose_nodes_and_recover(api, watch, name, replicas, lost_count))
             print(json.dumps(results[-1]), flush=True)
             watch.stop()
             api.request("DELETE", f"{JOBS}/{name}")
-            for node in victims:
+            for node in results[-1]["victims"]:
                 set_taint(api, node, False)
             wait(lambda: not api.list_all(f"/api/v1/namespaces/{NS}/pods"), 600, "pods gone", interval=1)
             wait(lambda: settled(api), 120, "nodes settled", interval=1)

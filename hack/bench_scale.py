@@ -4,7 +4,8 @@
 1. empty cluster: component RSS, a fresh operator's start-to-synced and RSS, 128 x 8 (twice) and
    1,024 x 8 creation-to-all-bound, the placement iteration's p50/p99 (the operator's histogram);
 2. with BENCH_BACKGROUND_PODS (default 50,000) bound background pods added: the same for a fresh
-   operator, with three 128 x 8 gangs.
+   operator, with three 128 x 8 gangs and a 1,024 x 8 one, then one node of the 1,024-replica gang lost
+   (a NoExecute taint) until every rank of its next attempt is bound.
 Restarts the local rig. The scale rig has a slow node lifecycle (hack/cluster.py SCALE_NODES).
 """
 
@@ -16,6 +17,7 @@ import time
 
 import bench_operator as ops
 from bench_common import cluster, fresh_cluster, rss_mib, wait
+from bench_recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
 
 BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "50000"))
@@ -26,7 +28,9 @@ def component_rss(names: tuple[str, ...] = ("kube-apiserver", "etcd", "kwok", "k
     return {c: rss_mib(int((cluster.STATE / "pids" / f"{c}.pid").read_text())) for c in names}
 
 
-def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...]) -> dict:
+def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last: bool = False) -> dict:
+    """A fresh operator: start to synced, each gang created and bound in turn, and with `recover_last`
+    one node of the last gang lost (bench_recovery.lose_nodes_and_recover) before it stops."""
     t0 = time.monotonic()
     proc, port, _ = ops.start_operator(name)
     out: dict = {}
@@ -44,10 +48,19 @@ def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...]) -> dict:
             wait(lambda m=mine: all(p in watcher.bound for p in m), 900, f"{job} bound", interval=0.1)
             bound.append({"replicas": size, "seconds": round(max(watcher.bound[p] for p in mine) - t0, 2)})
             ops.progress(bound[-1])
-        watcher.stop()
         out["create_to_all_bound"] = bound
+        if recover_last:
+            out["recovery"] = lose_nodes_and_recover(api, watcher, f"{name}-{len(gangs) - 1}", gangs[-1], 1)
+            ops.progress(out["recovery"])
+            for node in out["recovery"]["victims"]:
+                set_taint(api, node, False)
+        watcher.stop()
         out["operator_peak_rss_mib"] = rss_mib(proc.pid, "VmHWM")
         text = ops.scrape(port)
+        iterations = ops.gauge(text, "railyard_placement_iteration_seconds_count")
+        out["iterations"] = int(iterations)
+        out["iteration_seconds_mean"] = round(
+            ops.gauge(text, "railyard_placement_iteration_seconds_sum") / max(1.0, iterations), 4)
         out["iteration_seconds_le"] = {
             "p50": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.5),
             "p99": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.99)}
@@ -69,7 +82,7 @@ def main() -> None:
     loaded: dict = {"background_pods": BACKGROUND_PODS,
                     "background_create_seconds": ops.create_background_pods(api, BACKGROUND_PODS, nodes)}
     loaded["rss_mib"] = component_rss()
-    loaded.update(with_operator(api, "scale-loaded", (128, 128, 128)))
+    loaded.update(with_operator(api, "scale-loaded", (128, 128, 128, 1024), recover_last=True))
     loaded["kube_apiserver_rss_mib_end"] = component_rss(("kube-apiserver",))["kube-apiserver"]
     figures["with_background_pods"] = loaded
     print(json.dumps(figures, indent=2))

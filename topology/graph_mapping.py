@@ -18,6 +18,7 @@ starting order, so the mapping never does worse than the order Railyard used bef
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,7 +52,7 @@ def map_ranks(slots: Sequence[Slot], gpus_per_replica: int, parallelism: Paralle
     else:
         starts = [sorted(slots, key=dfs_key)] if len(slots) <= _SWAP_LIMIT else [baseline]
     places = _Places(slots)
-    candidates = [refine_by_swaps({}, bisection_mapping(weights, start), weights, places) for start in starts]
+    candidates = [refine_by_swaps({}, bisection_mapping(weights, start, places), weights, places) for start in starts]
     costs = [places.cost(weights, mapping) for mapping in candidates]
     best = min(range(len(candidates)), key=costs.__getitem__)
     return candidates[best] if costs[best] < places.cost(weights, baseline) else baseline
@@ -63,7 +64,8 @@ class _Places:
 
     def __init__(self, slots: Sequence[Slot]) -> None:
         ids: dict[tuple[str, ...], int] = {}
-        self._of = {id(slot): ids.setdefault(_path(slot), len(ids)) for slot in slots}
+        self.path_of = {id(slot): _path(slot) for slot in slots}
+        self._of = {key: ids.setdefault(path, len(ids)) for key, path in self.path_of.items()}
         self.distance = _distances(list(ids))
 
     def locations(self, mapping: Sequence[Slot]) -> np.ndarray:
@@ -143,9 +145,10 @@ def _weights(edges: Edges, ranks: int) -> np.ndarray:
     return weights
 
 
-def bisection_mapping(weights: np.ndarray, start: Sequence[Slot]) -> list[Slot]:
+def bisection_mapping(weights: np.ndarray, start: Sequence[Slot], places: _Places | None = None) -> list[Slot]:
     """Ranks 0..n-1 (indices of the symmetric `weights`) onto the slots of `start` (a mapping in
-    rank order), by recursive bisection."""
+    rank order), by recursive bisection. `places` (of these slots) spares their paths."""
+    places = places or _Places(start)
     slots = sorted(start, key=dfs_key)
     position = {id(slot): i for i, slot in enumerate(slots)}
     # Ranks in the order of their starting slot: KL starts from the starting mapping's split.
@@ -154,9 +157,9 @@ def bisection_mapping(weights: np.ndarray, start: Sequence[Slot]) -> list[Slot]:
     # Each slot's path as integer codes, one column per level: a domain's slots are runs of equal
     # codes in depth-first order, so the recursion works on index ranges of `slots`.
     ids: dict[str, int] = {}
-    codes = np.array([[ids.setdefault(part, len(ids)) for part in _path(slot)] for slot in slots], dtype=np.int64)
-    places: dict[tuple[str, ...], int] = {}
-    place = np.array([places.setdefault(_path(slot), len(places)) for slot in slots], dtype=np.int64)
+    paths = [places.path_of[id(slot)] for slot in slots]
+    codes = np.array([[ids.setdefault(part, len(ids)) for part in path] for path in paths], dtype=np.int64)
+    place = places.locations(slots)
     _bisect(weights, ranks, slots, codes, place, 0, len(slots), 0, placed)
     assert all(s is not None for s in placed)
     return [s for s in placed if s is not None]
@@ -229,26 +232,74 @@ def kernighan_lin(weights: np.ndarray, size: int) -> np.ndarray:
         left2, right2 = 2 * rows_left[:, left], 2 * rows_right[:, right]
         gain_left = (cross2.sum(axis=1) - left2.sum(axis=1)) / 2  # D = external - internal
         gain_right = (cross2.sum(axis=0) - right2.sum(axis=1)) / 2
-        swaps: list[tuple[int, int]] = []
-        total, best_total, best_at = 0.0, 0.0, -1  # the best prefix of this pass's swaps
-        width = len(right)
-        for step in range(min(len(left), width)):
-            if step - best_at > _KL_PATIENCE:
-                break  # so many swaps past the best prefix: the rest of the pass rarely climbs back
-            gain = np.add.outer(gain_left, gain_right)
-            gain -= cross2
-            i, j = divmod(int(gain.argmax()), width)
-            swaps.append((i, j))
-            total += float(gain[i, j])
-            if total > best_total:
-                best_total, best_at = total, step
-            # Moving a (left i) to side 1 and b (right j) to side 0: side-0 vertices gain 2w(x,a) - 2w(x,b),
-            # side-1 the reverse; locked vertices sit at -inf and stay there.
-            gain_left += left2[:, i] - cross2[:, j]
-            gain_right += right2[:, j] - cross2[i, :]
-            gain_left[i] = gain_right[j] = -np.inf
+        pass_ = _kl_pass_in_python if len(left) * len(right) <= _KL_PYTHON_CELLS else _kl_pass
+        swaps, best_total, best_at = pass_(gain_left, gain_right, cross2, left2, right2)
         if best_at < 0 or best_total <= tiny:
             break
         for i, j in swaps[:best_at + 1]:
             side[left[i]], side[right[j]] = True, False
     return side
+
+
+_KL_PYTHON_CELLS = 256  # side-0 x side-1 pairs up to which a pass runs faster in plain Python
+
+_Pass = tuple[list[tuple[int, int]], float, int]  # the swaps, the best prefix's total gain, its last step
+
+
+def _kl_pass(gain_left: np.ndarray, gain_right: np.ndarray, cross2: np.ndarray, left2: np.ndarray,
+             right2: np.ndarray) -> _Pass:
+    """One Kernighan-Lin pass: swap the best unlocked pair, lock it, update the gains; until
+    _KL_PATIENCE swaps past the best prefix or no pair is left. `gain_*` are updated in place."""
+    swaps: list[tuple[int, int]] = []
+    total, best_total, best_at = 0.0, 0.0, -1  # the best prefix of this pass's swaps
+    width = len(gain_right)
+    for step in range(min(len(gain_left), width)):
+        if step - best_at > _KL_PATIENCE:
+            break  # so many swaps past the best prefix: the rest of the pass rarely climbs back
+        gain = np.add.outer(gain_left, gain_right)
+        gain -= cross2
+        i, j = divmod(int(gain.argmax()), width)
+        swaps.append((i, j))
+        total += float(gain[i, j])
+        if total > best_total:
+            best_total, best_at = total, step
+        # Moving a (left i) to side 1 and b (right j) to side 0: side-0 vertices gain 2w(x,a) - 2w(x,b),
+        # side-1 the reverse; locked vertices sit at -inf and stay there.
+        gain_left += left2[:, i] - cross2[:, j]
+        gain_right += right2[:, j] - cross2[i, :]
+        gain_left[i] = gain_right[j] = -np.inf
+    return swaps, best_total, best_at
+
+
+def _kl_pass_in_python(gain_left: np.ndarray, gain_right: np.ndarray, cross2: np.ndarray, left2: np.ndarray,
+                       right2: np.ndarray) -> _Pass:
+    """_kl_pass on lists: on the small parts most bisection steps split, a numpy call costs more than
+    the arithmetic. The same operations in the same order on the same doubles, and the first best
+    pair in row-major order as argmax picks it, so the swaps are _kl_pass's exactly."""
+    gl, gr = gain_left.tolist(), gain_right.tolist()
+    c2, l2, r2 = cross2.tolist(), left2.tolist(), right2.tolist()
+    free_left, free_right = list(range(len(gl))), list(range(len(gr)))
+    swaps: list[tuple[int, int]] = []
+    total, best_total, best_at = 0.0, 0.0, -1
+    for step in range(min(len(gl), len(gr))):
+        if step - best_at > _KL_PATIENCE:
+            break
+        best, i, j = -math.inf, -1, -1
+        for a in free_left:
+            gain_a, row = gl[a], c2[a]
+            for b in free_right:
+                gain = gain_a + gr[b] - row[b]
+                if gain > best:
+                    best, i, j = gain, a, b
+        swaps.append((i, j))
+        total += best
+        if total > best_total:
+            best_total, best_at = total, step
+        free_left.remove(i)
+        free_right.remove(j)
+        for a in free_left:
+            gl[a] += l2[a][i] - c2[a][j]
+        row_i = c2[i]
+        for b in free_right:
+            gr[b] += r2[b][j] - row_i[b]
+    return swaps, best_total, best_at

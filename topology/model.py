@@ -218,4 +218,4 @@ class Snapshot:
 
     @property
     def free_gpus(self) -> int:
-        return sum(len(self.free(n)) for n in self.nodes)
+        return int(self.node_usage().free.sum())

@@ -18,6 +18,11 @@ class Budgets:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
+    def done(self, job: Job) -> bool:
+        """Nothing for `ensure` to do (asked every pass for every running job, before making it a task)."""
+        memory = self.ctx.memories.peek(job)
+        return (memory is not None and memory.budgeted) or not self.ctx.settings.placement.disruption_budgets
+
     async def ensure(self, job: Job) -> None:
         memory = self.ctx.memories.recall(job)
         if memory.budgeted or not self.ctx.settings.placement.disruption_budgets:

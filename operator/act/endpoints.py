@@ -33,10 +33,14 @@ class EndpointsWriter:
         placement = job.placement
         if placement is None or job.finished:
             return None  # a finished gang's names no longer matter: its slice goes with the job
+        memory = self.ctx.memories.recall(job)
+        seen = (self.ctx.state.pods_changed.get(job.key), job.resource_version)
+        if memory.endpoints_checked == seen and memory.endpoints_partial_since is None:
+            return None  # neither its pods nor the job changed since its addresses called for no write
         current = addresses(job, placement, self.ctx.state.pods)
         if current is None:
+            memory.endpoints_checked = seen
             return None
-        memory = self.ctx.memories.recall(job)
         mono = self.ctx.clock.monotonic()
         if not current or len(current) == len(placement.ranks):
             memory.endpoints_partial_since = None
@@ -44,7 +48,9 @@ class EndpointsWriter:
             memory.endpoints_partial_since = mono
         since = memory.endpoints_partial_since
         if not worth_writing(current, memory.endpoints, len(placement.ranks), 0.0 if since is None else mono - since):
+            memory.endpoints_checked = seen
             return None
+        memory.endpoints_checked = None  # written, or to be tried again next pass
         return self._write(job, current)
 
     async def _write(self, job: Job, current: Addresses) -> None:

@@ -51,6 +51,11 @@ class JobErrors:
         except Exception as e:  # the log line above has the error itself
             log.warning("job %s/%s: could not write the error to its status: %s", *job.key, e)
 
+    def failing(self, job: Job) -> bool:
+        """Errors in a row that a success would clear (asked before making `cleared` a task)."""
+        memory = self.ctx.memories.peek(job)
+        return memory is not None and bool(memory.errors)
+
     async def cleared(self, job: Job) -> None:
         """A step succeeded: forget the errors; lift Stalled if it was set."""
         memory = self.ctx.memories.peek(job)

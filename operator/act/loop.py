@@ -187,10 +187,13 @@ class PlacementLoop:
             if job.status_error is not None:
                 work.append(self.errors.report(job, "status", ValueError(job.status_error)))
                 continue
+            if job.finished and self._still_done(job):
+                continue
             if (names := self.endpoints.due(job)) is not None:
                 work.append(names)
+            pods = state.job_pods(key)
             try:
-                action = assess(job, state.job_pods(key), snapshot, now, placement.bind_timeout_seconds,
+                action = assess(job, pods, snapshot, now, placement.bind_timeout_seconds,
                                 force_after, health=state.health, seen=self._seen(job),
                                 record_release_after=placement.release_record_seconds)
             except Exception as e:  # one job's trouble is that job's: the pass goes on
@@ -207,9 +210,12 @@ class PlacementLoop:
                 else:
                     waiting.append(queued(job, action.request, now, priority.value))
             elif isinstance(action, Wait | Done):
-                work.append(self.errors.cleared(job))
-                if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING):
+                if self.errors.failing(job):
+                    work.append(self.errors.cleared(job))
+                if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
                     work.append(self.budgets.ensure(job))
+                if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
+                    self.ctx.memories.recall(job).done = (state.pods_changed.get(key), job.resource_version)
             else:
                 work.append(self._step(job, action))
         await asyncio.gather(*work)
@@ -221,6 +227,13 @@ class PlacementLoop:
         # first (a replacement's node looked free to the queue otherwise: a queued gang could take it too).
         placed = await self.queue.run(waiting, state.snapshot(), now)
         self.observer.observe(state.snapshot() if placed else snapshot)
+
+    def _still_done(self, job: Job) -> bool:
+        """A finished job that was Done (no pod of it Terminating), and neither it nor its pods changed
+        since, nor has it an error to clear: Done again (assess reads nothing else for it)."""
+        memory = self.ctx.memories.peek(job)
+        return memory is not None and not memory.errors and memory.done is not None and \
+            memory.done == (self.state.pods_changed.get(job.key), job.resource_version)
 
     async def _evict(self, job: Job) -> None:
         await self.writer.guard(job.key, self.preemptions.evict(job))

@@ -177,6 +177,8 @@ class Preemptions:
         `only_for`, only those of gangs preempted for that gang (namespace/name)."""
         jobs = self.ctx.state.jobs
         chosen = None if only_for is None else [k for k, j in jobs.items() if j.status.preempted_by == only_for]
+        if chosen == []:
+            return []  # nobody was preempted for that gang (asked every pass for every gang that waits)
         out = list(self.ctx.state.leaving(chosen))
         for other, job in jobs.items():
             if other == key or job.placement is None or not _saving(job):

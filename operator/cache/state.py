@@ -20,14 +20,16 @@ Guarantees the placer stands on:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from railyard.operator.base.clock import Clock, SystemClock
-from railyard.operator.base.keys import ANNOTATION_MAINTENANCE, ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL
+from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
 from railyard.operator.cache import devices as dra
 from railyard.operator.cache.devices import ClaimView, Devices
+from railyard.operator.cache.node_fingerprint import node_fingerprint
 from railyard.operator.cache.snapshot_usage import SnapshotUsage
 from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
@@ -42,28 +44,13 @@ from railyard.topology.resources import pod_requests
 KINDS = ("nodes", "pods", "trainingjobs", "priorityclasses")  # what the reflectors list and watch
 CLUSTER_SCOPED = ("nodes", "priorityclasses")
 TOMBSTONE_SECONDS = 600.0
+_CHANGES = itertools.count()  # ClusterState.pods_changed's numbers: never reused, even across jobs
 _NODE_MEMO_ENTRIES = 256  # distinct templates whose node checks are kept between node changes
 
 
 def _newer(candidate: int | None, held: int | None) -> bool:
     """Whether an incoming version may replace the held one (equal versions are the same object)."""
     return candidate is None or held is None or candidate >= held
-
-
-NODE_ANNOTATIONS_READ = (ANNOTATION_QUARANTINED_UNTIL, ANNOTATION_QUARANTINED_AT, ANNOTATION_MAINTENANCE)
-
-
-def _node_fingerprint(body: Mapping[str, Any]) -> tuple:
-    """Everything node modelling reads; heartbeats change none of it, so they cost no re-modelling."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    conditions = tuple(sorted((c.get("type"), c.get("status"), c.get("lastTransitionTime"))
-                              for c in status.get("conditions") or []))
-    return (tuple(sorted((meta.get("labels") or {}).items())), bool(spec.get("unschedulable")),
-            tuple((meta.get("annotations") or {}).get(a) for a in NODE_ANNOTATIONS_READ),
-            tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or []),
-            tuple(sorted((status.get("allocatable") or {}).items())), conditions)
 
 
 class ClusterState:
@@ -92,6 +79,7 @@ class ClusterState:
         self.resets = 0  # kinds dropped because a list went back in time (etcd restore)
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
+        self.pods_changed: dict[Key, int] = {}  # job -> a number new at each change to one of its pods
         self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
@@ -181,7 +169,7 @@ class ClusterState:
             return
         if self._buried("nodes", ("", name), body, rv):
             return
-        fingerprint = _node_fingerprint(body)
+        fingerprint = node_fingerprint(body)
         if held is not None and held[1] == fingerprint:
             self._node_meta[name] = (rv, fingerprint)
             return
@@ -407,6 +395,8 @@ class ClusterState:
             self._plans[key] = (placement.id, plan)
         else:
             self._plans.pop(key, None)
+            if job is None:
+                self.pods_changed.pop(key, None)
         planned = {rank for rank, _ in plan.values()}
         for rank in self._reserved.get(key, set()) - planned:  # no longer planned: capacity freed
             self.usage.set(("rank", key, rank), None)
@@ -423,6 +413,8 @@ class ClusterState:
         """The rank whose pod is `pod_name`: reserved while that pod (of this placement) is absent or
         finished, handed over to the pod while it exists."""
         entry = self._plans.get(key)
+        if key in self.jobs:  # every event of a job's pod passes here
+            self.pods_changed[key] = next(_CHANGES)
         if entry is None or pod_name not in entry[1]:
             return
         placement_id, plan = entry

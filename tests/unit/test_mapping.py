@@ -6,11 +6,12 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.topology.api import Parallelism
 from railyard.topology.commgraph import ModelHints, is_ring, replica_graph
-from railyard.topology.graph_mapping import map_ranks, mapping_cost
+from railyard.topology.graph_mapping import _kl_pass, _kl_pass_in_python, map_ranks, mapping_cost
 from railyard.topology.rank_order import order_replicas
 
 from tests.support.clusters import fabric_node
@@ -88,3 +89,21 @@ def test_spec_model_reaches_the_request_with_defaults_for_what_it_leaves_out():
     request = GangRequest.from_job(TrainingJob.model_validate(job))
     assert request.model == ModelHints(parameters=70_000_000_000, layers=80)
     assert GangRequest.from_job(TrainingJob.model_validate(make_job("n", 4))).model is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 40), st.sampled_from([0.0, 0.3, 0.7]))
+def test_the_python_kl_pass_swaps_exactly_as_the_numpy_one(seed, n, sparsity):
+    """Same swaps, same best prefix, bit for bit, ties included (small integer weights tie often)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(0, 4, (n, n)).astype(float) * (rng.random((n, n)) >= sparsity)
+    weights = np.triu(weights, 1) + np.triu(weights, 1).T
+    size = int(rng.integers(1, n))
+    left, right = np.arange(size), np.arange(size, n)
+    cross2 = 2 * weights[np.ix_(left, right)]
+    left2, right2 = 2 * weights[np.ix_(left, left)], 2 * weights[np.ix_(right, right)]
+    gain_left = (cross2.sum(axis=1) - left2.sum(axis=1)) / 2
+    gain_right = (cross2.sum(axis=0) - right2.sum(axis=1)) / 2
+    by_numpy = _kl_pass(gain_left.copy(), gain_right.copy(), cross2, left2, right2)
+    by_python = _kl_pass_in_python(gain_left, gain_right, cross2, left2, right2)
+    assert by_python == by_numpy
