@@ -138,11 +138,11 @@ class Preemptions:
         for key, job in state.jobs.items():
             if key == exclude or job.deleting or job.finished or job.placement is None or job.spec is None:
                 continue
-            placed = job.condition(ConditionType.PLACED)
-            if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
-                continue
             own = resolve(job.priority_class_name, state.priority_classes)
             if own is None or own.value >= priority:
+                continue  # first: on most clusters most gangs share a priority (asked per waiting gang)
+            placed = job.condition(ConditionType.PLACED)
+            if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
                 continue
             if len(recent_preemptions(job.status.preemptions, now)) >= settings.preemptions_per_hour:
                 continue
