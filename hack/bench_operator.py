@@ -66,24 +66,39 @@ class PodWatch:
 
     def _run(self) -> None:
         api = KubeApi(workers=1)
-        rv = api.list_page(f"/api/v1/namespaces/{NS}/pods", 1, None)["metadata"]["resourceVersion"]
+        path = f"/api/v1/namespaces/{NS}/pods"
+        rv = api.list_page(path, 1, None)["metadata"]["resourceVersion"]
         while not self._stop.is_set():
-            for event in api.watch(f"/api/v1/namespaces/{NS}/pods", rv, 5):
-                pod = event.get("object") or {}
-                rv = (pod.get("metadata") or {}).get("resourceVersion") or rv
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    spec = pod.get("spec") or {}
-                    self.labels.setdefault(pod["metadata"]["name"], pod["metadata"].get("labels") or {})
-                    if not spec.get("schedulingGates"):
-                        self.released.setdefault(pod["metadata"]["name"], time.monotonic())
-                    if spec.get("nodeName"):
-                        self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
-                    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                        self.finished.setdefault(pod["metadata"]["name"], time.monotonic())
-                elif event.get("type") == "DELETED":
-                    self.finished.setdefault(pod["metadata"]["name"], time.monotonic())
-                if self._stop.is_set():
-                    return
+            try:
+                for event in api.watch(path, rv, 5):
+                    pod = event.get("object") or {}
+                    if event.get("type") == "ERROR":  # 410 Gone: the version was compacted away
+                        raise RuntimeError(pod.get("message") or "watch error")
+                    rv = (pod.get("metadata") or {}).get("resourceVersion") or rv
+                    self._seen(event.get("type"), pod)
+                    if self._stop.is_set():
+                        return
+            except Exception as e:  # an overloaded API server (a 12k-node rig) drops streams: list, go on
+                print(f"# PodWatch: {e!r}; re-listing", file=sys.stderr, flush=True)
+                rv = api.list_page(path, 1, None)["metadata"]["resourceVersion"]
+                for pod in api.list_all(path):  # seen late, never missed (first sightings are kept)
+                    self._seen("MODIFIED", pod)
+
+    def _seen(self, event_type: str | None, pod: dict) -> None:
+        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            return  # a BOOKMARK: only its resourceVersion counts
+        name = pod["metadata"]["name"]
+        if event_type in ("ADDED", "MODIFIED"):
+            spec = pod.get("spec") or {}
+            self.labels.setdefault(name, pod["metadata"].get("labels") or {})
+            if not spec.get("schedulingGates"):
+                self.released.setdefault(name, time.monotonic())
+            if spec.get("nodeName"):
+                self.bound.setdefault(name, time.monotonic())
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.finished.setdefault(name, time.monotonic())
+        elif event_type == "DELETED":
+            self.finished.setdefault(name, time.monotonic())
 
     def stop(self) -> None:
         self._stop.set()

@@ -60,7 +60,7 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
     t0 = time.monotonic()
     for node in victims:
         set_taint(api, node, True)
-    new = [f"{name}.p1-{r}" for r in range(replicas)]
+    new = [f"{name}.p{(job['status'].get('restartCount') or 0) + 1}-{r}" for r in range(replicas)]  # next attempt
     wait(lambda: all(p in watch.released for p in new), 600, f"{name} released again", interval=0.1)
     released = max(watch.released[p] for p in new) - t0
     wait(lambda: all(p in watch.bound for p in new), 600, f"{name} bound again", interval=0.1)

@@ -12,8 +12,9 @@ from railyard.operator.base.objects import Job
 from railyard.operator.decide.endpoints import (
     Addresses,
     addresses,
-    endpoint_slice,
+    endpoint_slices,
     same_endpoints,
+    slice_count,
     worth_writing,
 )
 from railyard.operator.kube.client import ApiException, Fenced
@@ -55,23 +56,24 @@ class EndpointsWriter:
 
     async def _write(self, job: Job, current: Addresses) -> None:
         memory = self.ctx.memories.recall(job)
-        body = endpoint_slice(job, current)
-        try:
-            stored = None
-            if memory.endpoints is not None:  # written by this operator: it exists (unless deleted since)
-                stored = await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+        before = slice_count(memory.endpoints)  # written by this operator: those exist (unless deleted since)
+        for index, body in enumerate(endpoint_slices(job, current, before)):
+            try:
+                stored = None
+                if index < before:
+                    stored = await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+                if stored is None:
+                    created, answer = await self.ctx.limited(self.ctx.api.create(PLURAL, body))
+                    stored = answer if created else await self._adopt(body, answer)
+            except Fenced:
+                raise  # leadership ended: the pass stops writing (writer.guard's rule)
+            except Exception as e:  # one job's DNS is that job's trouble: retried next pass, the loop goes on
+                detail = e.body[:300] if isinstance(e, ApiException) and e.body else ""
+                log.warning("job %s/%s: EndpointSlice %s not written (%s %s); its rank names may not resolve yet",
+                            job.namespace, job.name, body["metadata"]["name"], getattr(e, "reason", e), detail)
+                return
             if stored is None:
-                created, answer = await self.ctx.limited(self.ctx.api.create(PLURAL, body))
-                stored = answer if created else await self._adopt(body, answer)
-        except Fenced:
-            raise  # leadership ended: the pass stops writing (writer.guard's rule)
-        except Exception as e:  # one job's DNS is that job's trouble: retried next pass, the loop goes on
-            detail = e.body[:300] if isinstance(e, ApiException) and e.body else ""
-            log.warning("job %s/%s: EndpointSlice not written (%s %s); its rank names may not resolve yet",
-                        job.namespace, job.name, getattr(e, "reason", e), detail)
-            return
-        if stored is None:
-            return  # deleted between two calls: written again next pass
+                return  # deleted between two calls: written again next pass
         memory.endpoints = current
         memory.endpoints_partial_since = None
 

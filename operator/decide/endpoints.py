@@ -78,15 +78,32 @@ def same_endpoints(stored: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     return names(stored) == names(body)
 
 
-def endpoint_slice(job: Job, current: Addresses) -> dict[str, Any]:
-    """The job's one EndpointSlice, named after its Service; owned by the job (collected with it).
-    Every address is ready: the Service publishes not-ready addresses (a rank's name must resolve
-    before its readiness probe passes, or rendezvous never starts)."""
+MAX_ENDPOINTS = 1000  # per EndpointSlice: the API refuses more ("Too many: 1024: must have at most 1000")
+
+
+def slice_count(written: Addresses | None) -> int:
+    """How many slices `written` took (0: none written)."""
+    return 0 if written is None else max(1, -(-len(written) // MAX_ENDPOINTS))
+
+
+def endpoint_slices(job: Job, current: Addresses, at_least: int = 1) -> list[dict[str, Any]]:
+    """The job's EndpointSlices: its addresses in rank order, MAX_ENDPOINTS a slice, the first named
+    after its Service and the others `<service>-<i>`; `at_least` slices (as many as were written
+    before), the extra ones empty, so a gang that shrank leaves no name behind."""
     family = "IPv6" if any(":" in a.ip for a in current) else "IPv4"
+    chunks = [current[i:i + MAX_ENDPOINTS] for i in range(0, len(current), MAX_ENDPOINTS)] or [()]
+    chunks += [()] * (at_least - len(chunks))
+    return [_endpoint_slice(job, chunk, index, family) for index, chunk in enumerate(chunks)]
+
+
+def _endpoint_slice(job: Job, chunk: Addresses, index: int, family: str) -> dict[str, Any]:
+    """One of the job's EndpointSlices; owned by the job (collected with it). Every address is ready:
+    the Service publishes not-ready addresses (a rank's name must resolve before its readiness probe
+    passes, or rendezvous never starts)."""
     service = service_name(job.name)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": service, "namespace": job.namespace,
+        "metadata": {"name": service if index == 0 else f"{service}-{index}", "namespace": job.namespace,
                      "labels": {SERVICE_NAME_LABEL: service, "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
                                 LABEL_JOB: job.name},
                      "ownerReferences": [owner_reference(job)]},
@@ -94,6 +111,6 @@ def endpoint_slice(job: Job, current: Addresses) -> dict[str, Any]:
         "endpoints": [{"addresses": [a.ip], "hostname": a.hostname, "nodeName": a.node,
                        "conditions": {"ready": True, "serving": True, "terminating": False},
                        "targetRef": {"kind": "Pod", "namespace": job.namespace, "name": a.pod, "uid": a.uid}}
-                      for a in current],
+                      for a in chunk],
         "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "protocol": "TCP"}],
     }

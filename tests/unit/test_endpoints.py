@@ -135,3 +135,24 @@ def test_what_is_written_is_never_stale_and_never_the_same_twice(current, writte
         assert write
     else:
         assert write == (bool(now) and waited >= PARTIAL_WRITE_SECONDS)
+
+
+def test_a_gang_larger_than_one_slice_holds_gets_as_many_slices_and_a_shrink_empties_the_extra(monkeypatch):
+    """The API refuses an EndpointSlice of more than 1,000 endpoints: a 1,024-replica gang's names were
+    never written. Here a slice holds 2, so 3 ranks take two."""
+    from railyard.operator.decide import endpoints as decide_endpoints
+
+    monkeypatch.setattr(decide_endpoints, "MAX_ENDPOINTS", 2)
+    r = rig(nodes=4)
+    r.submit(make_job("wide", 3))
+    r.running()
+    r.step(2)
+    first, second = _slice(r, "wide"), _slice(r, "wide-1")
+    assert [e["hostname"] for e in first["endpoints"]] == ["wide-0", "wide-1"]
+    assert [e["hostname"] for e in second["endpoints"]] == ["wide-2"]
+    assert second["metadata"]["labels"]["kubernetes.io/service-name"] == "wide"
+    assert _slice_writes(r) == ["POST", "POST"], "written once, not again on passes that change nothing"
+    job = r.state.jobs[("default", "wide")]
+    written = r.loop.ctx.memories.recall(job).endpoints
+    shrunk = decide_endpoints.endpoint_slices(job, written[:1], decide_endpoints.slice_count(written))
+    assert [len(b["endpoints"]) for b in shrunk] == [1, 0], "the second slice is emptied, not left behind"
