@@ -64,7 +64,7 @@ class OperatorUnderChaos(RuleBasedStateMachine):
         self.api.log.clear()
         # Defragmentation on, so migratable gangs are moved too (checkpoint-then-restart) under the chaos.
         settings = Settings(placement=PlacementSettings(defragmentation=True, loss_debounce_seconds=0))
-        self.placer = PlacementLoop(self.state, self.api, settings, lambda: True)
+        self.placer = PlacementLoop(self.state, self.api, settings, lambda: True, clock=self.clock)
 
     def _collect(self) -> None:
         self.pending.extend(self.api.log)
