@@ -35,7 +35,7 @@ class EndpointsWriter:
         if placement is None or job.finished:
             return None  # a finished gang's names no longer matter: its slice goes with the job
         memory = self.ctx.memories.recall(job)
-        seen = (self.ctx.state.pods_changed.get(job.key), job.resource_version)
+        seen = self.ctx.state.job_version(job)
         if memory.endpoints_checked == seen and memory.endpoints_partial_since is None:
             return None  # neither its pods nor the job changed since its addresses called for no write
         current = addresses(job, placement, self.ctx.state.pods)

@@ -215,7 +215,7 @@ class PlacementLoop:
                 if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
                     work.append(self.budgets.ensure(job))
                 if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
-                    self.ctx.memories.recall(job).done = (state.pods_changed.get(key), job.resource_version)
+                    self.ctx.memories.recall(job).done = state.job_version(job)
             else:
                 work.append(self._step(job, action))
         await asyncio.gather(*work)
@@ -233,7 +233,7 @@ class PlacementLoop:
         since, nor has it an error to clear: Done again (assess reads nothing else for it)."""
         memory = self.ctx.memories.peek(job)
         return memory is not None and not memory.errors and memory.done is not None and \
-            memory.done == (self.state.pods_changed.get(job.key), job.resource_version)
+            memory.done == self.state.job_version(job)
 
     async def _evict(self, job: Job) -> None:
         await self.writer.guard(job.key, self.preemptions.evict(job))

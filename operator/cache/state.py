@@ -432,6 +432,10 @@ class ClusterState:
 
     # --- queries --------------------------------------------------------------------------------
 
+    def job_version(self, job: Job) -> tuple[int | None, str | None]:
+        """Changes whenever the job or one of its pods does (what a pass may skip a job on)."""
+        return self.pods_changed.get(job.key), job.resource_version
+
     def job_pods(self, key: Key) -> list[PodView]:
         return [self.pods[k] for k in sorted(self._pods_by_job.get(key, ())) if k in self.pods]
 
