@@ -24,9 +24,9 @@ class Budgets:
         return (memory is not None and memory.budgeted) or not self.ctx.settings.placement.disruption_budgets
 
     async def ensure(self, job: Job) -> None:
-        memory = self.ctx.memories.recall(job)
-        if memory.budgeted or not self.ctx.settings.placement.disruption_budgets:
+        if self.done(job):
             return
+        memory = self.ctx.memories.recall(job)
         try:
             created, existing = await self.ctx.limited(self.ctx.api.create("poddisruptionbudgets",
                                                                            disruption_budget(job)))

@@ -59,7 +59,7 @@ class JobErrors:
     async def cleared(self, job: Job) -> None:
         """A step succeeded: forget the errors; lift Stalled if it was set."""
         memory = self.ctx.memories.peek(job)
-        if memory is None or not memory.errors:
+        if memory is None or not self.failing(job):
             return
         memory.errors, memory.backoff_until = 0, 0.0
         current = self.writer.current(job)

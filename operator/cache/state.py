@@ -221,7 +221,7 @@ class ClusterState:
         self.usage.set(("pod", key), self._counted(view))
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
-            self._sync_rank(view.job_key, view.name)
+            self._pod_of_job_changed(view.job_key, view.name)
         self._snapshot = None
 
     def _trusted(self, view: PodView) -> bool:
@@ -248,7 +248,7 @@ class ClusterState:
                 members.discard(key)
                 if not members:
                     del self._pods_by_job[view.job_key]
-            self._sync_rank(view.job_key, view.name)
+            self._pod_of_job_changed(view.job_key, view.name)
         self._snapshot = None
 
     # --- DRA: published devices and the claims holding them ------------------------------------------
@@ -409,12 +409,15 @@ class ClusterState:
             self._sync_rank(key, pod_name)
         self._snapshot = None
 
+    def _pod_of_job_changed(self, key: Key, pod_name: str) -> None:
+        if key in self.jobs:  # a deleted job's pods going away leave no entry behind
+            self.pods_changed[key] = next(_CHANGES)
+        self._sync_rank(key, pod_name)
+
     def _sync_rank(self, key: Key, pod_name: str) -> None:
         """The rank whose pod is `pod_name`: reserved while that pod (of this placement) is absent or
         finished, handed over to the pod while it exists."""
         entry = self._plans.get(key)
-        if key in self.jobs:  # every event of a job's pod passes here
-            self.pods_changed[key] = next(_CHANGES)
         if entry is None or pod_name not in entry[1]:
             return
         placement_id, plan = entry

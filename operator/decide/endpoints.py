@@ -88,8 +88,9 @@ def slice_count(written: Addresses | None) -> int:
 
 def endpoint_slices(job: Job, current: Addresses, at_least: int = 1) -> list[dict[str, Any]]:
     """The job's EndpointSlices: its addresses in rank order, MAX_ENDPOINTS a slice, the first named
-    after its Service and the others `<service>-<i>`; `at_least` slices (as many as were written
-    before), the extra ones empty, so a gang that shrank leaves no name behind."""
+    after its Service and the others `<service>.<i>` (a job name has no dot, so no other job's slice
+    is ever named that way; `<service>-<i>` would be job `<service>-<i>`'s); `at_least` slices (as
+    many as were written before), the extra ones empty, so a gang that shrank leaves no name behind."""
     family = "IPv6" if any(":" in a.ip for a in current) else "IPv4"
     chunks = [current[i:i + MAX_ENDPOINTS] for i in range(0, len(current), MAX_ENDPOINTS)] or [()]
     chunks += [()] * (at_least - len(chunks))
@@ -103,7 +104,7 @@ def _endpoint_slice(job: Job, chunk: Addresses, index: int, family: str) -> dict
     service = service_name(job.name)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": service if index == 0 else f"{service}-{index}", "namespace": job.namespace,
+        "metadata": {"name": service if index == 0 else f"{service}.{index}", "namespace": job.namespace,
                      "labels": {SERVICE_NAME_LABEL: service, "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
                                 LABEL_JOB: job.name},
                      "ownerReferences": [owner_reference(job)]},

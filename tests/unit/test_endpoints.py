@@ -143,7 +143,7 @@ def test_a_gang_larger_than_one_slice_holds_gets_as_many_slices_and_a_shrink_emp
     r.submit(make_job("wide", 3))
     r.running()
     r.step(2)
-    first, second = _slice(r, "wide"), _slice(r, "wide-1")
+    first, second = _slice(r, "wide"), _slice(r, "wide.1")
     assert [e["hostname"] for e in first["endpoints"]] == ["wide-0", "wide-1"]
     assert [e["hostname"] for e in second["endpoints"]] == ["wide-2"]
     assert second["metadata"]["labels"]["kubernetes.io/service-name"] == "wide"
