@@ -36,6 +36,11 @@ def template_eligible(snapshot: Snapshot, request: GangRequest) -> frozenset[str
     return frozenset(n.name for n in _template_check(snapshot, request).eligible)
 
 
+def template_indices(snapshot: Snapshot, request: GangRequest) -> NDArray[np.intp]:
+    """template_eligible as indices into the snapshot's nodes, in order."""
+    return _template_check(snapshot, request).indices
+
+
 def eligible_nodes(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None,
                    why: dict[str, str] | None = None,
                    ) -> tuple[list[GpuNode], NDArray[np.intp], Counter[str], dict[str, int]]:

@@ -1,5 +1,5 @@
 """One pass over the queued jobs: solve each in queue order on the snapshot (the capacity of those
-placed earlier in the pass taken), hold a starving job's domain for it, record every placement in
+placed earlier in the pass taken), hold the nodes a starving job waits for, record every placement in
 status, then send the placed gangs to the release line — smaller gangs of this pass first (their
 capacity is taken already, so the order only decides who binds first), behind every gang of
 earlier passes. Unplaced jobs get Placed=False with the binding constraint, written only when that
@@ -230,7 +230,7 @@ class QueuePass:
         reserving = reason == PlacedReason.RESERVING
         message = decision.reason or "no placement"
         if reserving:
-            message += "; waited past the starvation limit: its domain is reserved"
+            message += "; waited past the starvation limit: the nodes it waits for are reserved"
         previous = job.condition(ConditionType.PLACED)
         if previous is not None and previous.reason == reason and \
                 stable_key(previous.message) == stable_key(message):

@@ -3,9 +3,9 @@
 Rule (docs/placement.md, "Queueing and starvation"):
 - Jobs are tried in order of priority (higher first), then queuedSince (older first), then name.
 - A job that does not fit does not block the jobs behind it (backfill), until it has waited
-  `starvationSeconds`. From then on it *reserves* the domain it is waiting for: the domain of its
-  required tier with the most free capacity, or the whole cluster without a required tier. Jobs behind
-  it may only use nodes outside that domain, so capacity freed inside it accumulates until it fits.
+  `starvationSeconds`. From then on it *reserves* the nodes it is waiting for: the fewest nodes of
+  one domain that could hold it, the freest (`reserved_nodes`). Jobs behind it may only use other
+  nodes, so capacity freed on those accumulates until it fits.
 - One reservation at a time: the first starving job in queue order holds it, and a reservation once
   taken holds across passes (its holder goes first).
 - A job that did not fit is solved again only when capacity was freed since, its spec changed, or the
@@ -14,13 +14,13 @@ Rule (docs/placement.md, "Queueing and starvation"):
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from railyard.operator.base.objects import Key
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
+from railyard.topology.reservation import reserved_nodes as nodes_to_reserve
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,5 @@ def worth_solving(failure: Failure | None, freed: int, generation: int | None, n
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:
-    """The nodes of the domain a starving job waits for."""
-    request = job.request
-    if request.required_tier is None:
-        return frozenset(n.name for n in snapshot.nodes)
-    levels = snapshot.levels
-    level = levels.index(request.required_tier)
-    size = max(1, request.gpus_per_replica)
-    capacity: Counter[str] = Counter()
-    for node in snapshot.nodes:
-        capacity[levels.domain_of(node, level)] += len(snapshot.free(node)) // size
-    if not capacity:
-        return frozenset()
-    domain = min(capacity, key=lambda d: (-capacity[d], d))
-    return frozenset(n.name for n in snapshot.nodes if levels.domain_of(n, level) == domain)
+    """The nodes a starving job waits for (topology/reservation.py)."""
+    return nodes_to_reserve(snapshot, job.request)

@@ -38,7 +38,7 @@ def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, cus
             wait_bound(api_client, core, namespace, f"fill-{i}", 1)
         create_job(custom, namespace, make_job("big", size, topology={"requiredTier": "tor"}))
         job = wait_condition(custom, namespace, "big", "Placed", status="False", reason="Reserving")
-        assert "its domain is reserved" in condition(job, "Placed")["message"]
+        assert "the nodes it waits for are reserved" in condition(job, "Placed")["message"]
         reserved = tors[0]  # every TOR has the same free capacity: the first by name is reserved
         create_job(custom, namespace, pinned("behind-reserved", 1, reserved))
         create_job(custom, namespace, pinned("behind-elsewhere", 1, tors[1]))

@@ -159,9 +159,11 @@ def test_queue_orders_by_priority_then_age_and_reserves_for_the_starving():
     busy = [n.name for n in snap.nodes if n.tor == "tor-0-0-0"][:3]
     snap = snap.allocate((n, range(8)) for n in busy)
     reserved = reserved_nodes(q("big", 0, 0.0, required_tier="tor"), snap)
-    assert len(reserved) == 4 and all(snap.node(n).tor != "tor-0-0-0" for n in reserved)
-    assert len(snap.without_nodes(reserved).nodes) == len(snap.nodes) - 4
-    assert len(reserved_nodes(q("any", 0, 0.0), snap)) == len(snap.nodes)
+    assert len(reserved) == 2 and all(snap.node(n).tor != "tor-0-0-0" for n in reserved), \
+        "two whole nodes of the freest TOR are held, not the TOR"
+    assert len(snap.without_nodes(reserved).nodes) == len(snap.nodes) - 2
+    anywhere = reserved_nodes(q("any", 0, 0.0), snap)
+    assert len(anywhere) == 2 and len({snap.node(n).tor for n in anywhere}) == 1, "nor the cluster"
 
 
 def test_state_counts_recorded_placements_before_pods_exist():

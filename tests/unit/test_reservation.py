@@ -1,0 +1,69 @@
+"""What a starving gang holds (decide/queue.reserved_nodes): few enough nodes that the jobs behind it keep
+the rest, enough that it fits them once they drain, and a choice that only moves towards freer nodes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from railyard.operator.decide.queue import QueuedJob, reserved_nodes
+from railyard.topology.model import Snapshot
+from railyard.topology.request import GangRequest
+from railyard.topology.solver import solve
+
+from tests.support.clusters import snapshot
+
+SHAPE = {"spines": 2, "leaves": 2, "tors": 2, "nodes": 4}  # 32 nodes of 8 GPUs, 8 TORs of 4
+
+
+@st.composite
+def busy_clusters(draw: st.DrawFn) -> Snapshot:
+    snap = snapshot(**SHAPE)
+    used = {n.name: list(range(draw(st.integers(0, 8)))) for n in snap.nodes}
+    return snap.allocate((k, v) for k, v in used.items() if v)
+
+
+gangs = st.builds(lambda replicas, gpus, tier: GangRequest("g", replicas, gpus, required_tier=tier),
+                  st.integers(1, 20), st.sampled_from([1, 2, 4, 8]), st.sampled_from([None, "tor", "leaf"]))
+
+
+def held(snap: Snapshot, nodes: frozenset[str], gpus_per_replica: int = 8) -> tuple[int, int]:
+    """Replicas the nodes hold now, then their free GPUs."""
+    free = [len(snap.free(snap.node(n))) for n in nodes]
+    return sum(f // gpus_per_replica for f in free), sum(free)
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_clusters(), gangs)
+def test_the_gang_fits_the_held_nodes_once_they_drain_and_none_is_spare(snap: Snapshot, gang: GangRequest):
+    reserved = reserved_nodes(QueuedJob(("ns", "g"), 0, 0.0, gang), snap)
+    if solve(snap.emptied(), gang).placement is None:
+        return  # can never fit: such a job never holds a reservation (test_routine)
+    assert reserved, "a gang that fits the empty cluster holds something"
+    drained = snap.emptied().only_nodes(reserved)
+    assert solve(drained, gang).placement is not None, "held nodes that could never hold the gang"
+    per_node = 8 // gang.gpus_per_replica
+    assert (len(reserved) - 1) * per_node < gang.replicas, "a node more than the gang needs is held"
+    if gang.required_tier is not None:
+        level = snap.levels.index(gang.required_tier)
+        assert len({snap.levels.domain_of(snap.node(n), level) for n in reserved}) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_clusters(), st.integers(1, 12), st.data())
+def test_the_held_nodes_only_get_freer_while_others_take_and_free_the_rest(snap: Snapshot, replicas: int,
+                                                                          data: st.DataObject):
+    job = QueuedJob(("ns", "g"), 0, 0.0, GangRequest("g", replicas, 8))
+    reserved = reserved_nodes(job, snap)
+    for _ in range(4):
+        # Jobs behind it take or free GPUs anywhere but on the held nodes; the held nodes' own jobs may end.
+        outside = [n for n in snap.nodes if n.name not in reserved]
+        changed = data.draw(st.lists(st.sampled_from(outside), max_size=6, unique=True)) if outside else []
+        freed_inside = data.draw(st.lists(st.sampled_from(sorted(reserved)), max_size=2, unique=True))
+        before = held(snap, reserved)
+        snap = snap.release([(n.name, snap.used.get(n.name, frozenset())) for n in changed]
+                            + [(n, snap.used.get(n, frozenset())) for n in freed_inside])
+        snap = snap.allocate([(n.name, range(data.draw(st.integers(0, 8)))) for n in changed])
+        after_reserved = reserved_nodes(job, snap)
+        assert held(snap, after_reserved) >= before, "the reservation moved to nodes less free than it held"
+        assert len(after_reserved) == len(reserved)
+        reserved = after_reserved
