@@ -11,6 +11,7 @@ import asyncio
 import re
 import time
 import uuid
+from collections.abc import Iterable
 
 from railyard.operator.act.context import Context
 from railyard.operator.act.errors import JobErrors
@@ -41,6 +42,10 @@ def stable_key(message: str) -> str:
     return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
+def _union(sets: Iterable[frozenset[str]]) -> frozenset[str]:
+    return frozenset().union(*sets)
+
+
 def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJob:
     """`priority`: its PriorityClass's value (decide/priority.resolve)."""
     avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
@@ -59,9 +64,9 @@ class QueuePass:
         self.materialiser = materialiser
         self.errors = errors
 
-    def _holding(self, ordered: list[QueuedJob], mono: float) -> tuple[QueuedJob | None, list[QueuedJob]]:
-        """The job holding the reservation (it goes first), unless its time box ran out: then it
-        gives the reservation up and the next starving job may take it."""
+    def _holders(self, ordered: list[QueuedJob], mono: float) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        """The jobs holding reservations (they go first), but for those whose time box ran out: they
+        give theirs up, and other starving jobs may take it."""
         state = self.ctx.state
 
         def reserving(key: Key) -> bool:
@@ -69,17 +74,17 @@ class QueuePass:
             placed = job.condition(ConditionType.PLACED) if job is not None else None
             return placed is not None and placed.reason == PlacedReason.RESERVING
 
-        holding, ordered = queue.holder_first(ordered, reserving)
-        if holding is None:
-            return None, ordered
-        job = state.jobs[holding.key]
-        memory = self.ctx.memories.recall(job)
-        if memory.reserved_at is None:
-            memory.reserved_at = mono  # held before this operator started: its box starts now
-        if mono - memory.reserved_at > self.ctx.settings.placement.reservation_seconds:
-            memory.reserved_at, memory.reservation_ended = None, mono
-            return None, ordered
-        return holding, ordered
+        holding, ordered = queue.holders_first(ordered, reserving)
+        kept = []
+        for holder in holding:
+            memory = self.ctx.memories.recall(state.jobs[holder.key])
+            if memory.reserved_at is None:
+                memory.reserved_at = mono  # held before this operator started: its box starts now
+            if mono - memory.reserved_at > self.ctx.settings.placement.reservation_seconds:
+                memory.reserved_at, memory.reservation_ended = None, mono
+            else:
+                kept.append(holder)
+        return kept, ordered
 
     def _fits_empty(self, job: Job, request: GangRequest, snapshot: Snapshot) -> Decision | None:
         """None when the gang fits the cluster with nothing else on it; else the empty cluster's reason."""
@@ -89,20 +94,18 @@ class QueuePass:
             memory.fits_empty = (epoch, never_fits(snapshot, request))
         return memory.fits_empty[1]
 
-    def _next_holder(self, starving: list[QueuedJob], snapshot: Snapshot) -> Key | None:
-        """Of the starving jobs that can fit at all, the one whose last reservation is the oldest
-        (never reserved first), then queue order: reservations rotate."""
-        best: tuple[float, int, Key] | None = None
+    def _next_holders(self, starving: list[QueuedJob], snapshot: Snapshot, places: int) -> list[Key]:
+        """Of the starving jobs that can fit at all, the `places` whose last reservation is the oldest
+        (never reserved first), then queue order, in that turn: reservations rotate."""
+        ranked: list[tuple[float, int, Key]] = []
         for index, candidate in enumerate(starving):
             job = self.ctx.state.jobs.get(candidate.key)
-            if job is None or self._fits_empty(job, candidate.request, snapshot) is not None:
+            if places <= 0 or job is None or self._fits_empty(job, candidate.request, snapshot) is not None:
                 continue
             memory = self.ctx.memories.recall(job)
-            rank = (memory.reservation_ended if memory.reservation_ended is not None else float("-inf"), index,
-                    candidate.key)
-            if best is None or rank < best:
-                best = rank
-        return best[2] if best is not None else None
+            ranked.append((memory.reservation_ended if memory.reservation_ended is not None else float("-inf"),
+                           index, candidate.key))
+        return [key for *_, key in sorted(ranked)[:max(0, places)]]
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""
@@ -113,11 +116,14 @@ class QueuePass:
         current = snapshot
         placed: list[tuple[Job, Decision]] = []
         unplaced: list[tuple[Job, Decision, PlacedReason]] = []
-        holding, ordered = self._holding(queue.order(waiting), mono)
-        holder = holding.key if holding is not None else None
-        reserved = queue.reserved_nodes(holding, current) if holding is not None else frozenset()
-        starving = [j for j in ordered if queue.starving(j, now, settings.starvation_seconds)]
-        next_holder = self._next_holder(starving, snapshot) if holder is None and starving else None
+        holding, ordered = self._holders(queue.order(waiting), mono)
+        held: dict[Key, frozenset[str]] = {}  # holder -> its nodes, disjoint, in queue order
+        for holder in holding:
+            if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()))):
+                held[holder.key] = nodes
+        starving = [j for j in ordered if j.key not in held and queue.starving(j, now, settings.starvation_seconds)]
+        turn = self._next_holders(starving, snapshot, settings.max_reservations - len(held))
+        ordered, next_holders = queue.in_turn(ordered, turn), frozenset(turn)
         pods: list[PodInfo] | None = None  # existing and placed pods, read only for inter-pod rules
         deadline = time.perf_counter() + settings.solve_budget_seconds
         for candidate in ordered:
@@ -128,12 +134,12 @@ class QueuePass:
             if job is None:
                 continue
             memory = self.ctx.memories.recall(job)
-            may_hold = holder is None and candidate.key == next_holder
+            may_hold = candidate.key in next_holders and len(held) < settings.max_reservations
             if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
                                        settings.retry_seconds) and not may_hold:
                 continue
-            view = current.without_nodes(reserved) if holder is not None and candidate.key != holder else current
-            view = view.without_nodes(candidate.avoid | self.preemptions.held_for_others(candidate.key) |
+            view = current.without_nodes(_union(nodes for key, nodes in held.items() if key != candidate.key) |
+                                         candidate.avoid | self.preemptions.held_for_others(candidate.key) |
                                       (frozenset() if job.spec is not None and job.spec.preemption.backfill_spares
                                        else spares))
             if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
@@ -157,8 +163,8 @@ class QueuePass:
                 placed.append((job, decision))
                 memory.failure = None
                 self.preemptions.placed(candidate.key)
-                if candidate.key == holder:  # the reservation served its purpose
-                    holder, reserved, memory.reserved_at = None, frozenset(), None
+                if held.pop(candidate.key, None) is not None:  # the reservation served its purpose
+                    memory.reserved_at = None
                 continue
             memory.failure = queue.Failure(state.usage.freed, job.generation, now)
             never = self._fits_empty(job, candidate.request, snapshot)
@@ -176,9 +182,10 @@ class QueuePass:
                     decision = Decision(decision.request, None, f"{decision.reason}; {how}")
             making = reason in (PlacedReason.PREEMPTING, PlacedReason.DEFRAGMENTING)
             if may_hold and never is None and not making:
-                holder, reserved = candidate.key, queue.reserved_nodes(candidate, current)
-                memory.reserved_at = mono
-            if candidate.key == holder and not making:
+                nodes = queue.reserved_nodes(candidate, current.without_nodes(_union(held.values())))
+                if nodes:  # else what the other holders keep leaves it nothing to wait for yet
+                    held[candidate.key], memory.reserved_at = nodes, mono
+            if candidate.key in held and not making:
                 reason = PlacedReason.RESERVING
             unplaced.append((job, decision, reason))
         await asyncio.gather(*(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))

@@ -6,8 +6,8 @@ Rule (docs/placement.md, "Queueing and starvation"):
   `starvationSeconds`. From then on it *reserves* the nodes it is waiting for: the fewest nodes of
   one domain that could hold it, the freest (`reserved_nodes`). Jobs behind it may only use other
   nodes, so capacity freed on those accumulates until it fits.
-- One reservation at a time: the first starving job in queue order holds it, and a reservation once
-  taken holds across passes (its holder goes first).
+- At most `maxReservations` at a time, on disjoint nodes: a reservation once taken holds across
+  passes (its holders go first), and free places go to the starving jobs that waited longest for one.
 - A job that did not fit is solved again only when capacity was freed since, its spec changed, or the
   retry period passed (a pass stays cheap with 200 waiting jobs).
 """
@@ -45,15 +45,26 @@ def order(jobs: Sequence[QueuedJob]) -> list[QueuedJob]:
     return sorted(jobs, key=lambda j: (-j.priority, j.queued_since, j.key))
 
 
-def holder_first(ordered: list[QueuedJob], reserving: Callable[[Key], bool]) -> tuple[QueuedJob | None,
-                                                                                     list[QueuedJob]]:
-    """The job holding the reservation from an earlier pass (it goes first), and the queue in turn.
-    Timestamps have one-second resolution, so queue order alone could let a job created in the same
-    second slip in front of it."""
-    for job in ordered:
-        if reserving(job.key):
-            return job, [job, *(j for j in ordered if j.key != job.key)]
-    return None, ordered
+def holders_first(ordered: list[QueuedJob], reserving: Callable[[Key], bool]) -> tuple[list[QueuedJob],
+                                                                                      list[QueuedJob]]:
+    """The jobs holding reservations from earlier passes (they go first, in queue order), and the
+    queue in turn. Timestamps have one-second resolution, so queue order alone could let a job
+    created in the same second slip in front of one."""
+    holders = [job for job in ordered if reserving(job.key)]
+    keys = {job.key for job in holders}
+    return holders, [*holders, *(j for j in ordered if j.key not in keys)]
+
+
+def in_turn(ordered: list[QueuedJob], ranked: Sequence[Key]) -> list[QueuedJob]:
+    """The queue with the jobs that may take a reservation (`ranked`, in their turn) in each other's
+    places, in turn: when there are more of them than free reservations, or the reservations they
+    would take overlap, the first in turn gets it, not the first in the queue."""
+    places = [i for i, job in enumerate(ordered) if job.key in set(ranked)]
+    by_key = {job.key: job for job in ordered}
+    out = list(ordered)
+    for place, key in zip(places, (k for k in ranked if k in by_key), strict=True):
+        out[place] = by_key[key]
+    return out
 
 
 def starving(job: QueuedJob, now: float, starvation_seconds: float) -> bool:

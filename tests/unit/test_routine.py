@@ -236,6 +236,51 @@ def test_reservations_are_time_boxed_and_rotate_between_starving_jobs():
     assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "the box ran out: rotated"
 
 
+def _finish(r, job: str) -> None:
+    """Every pod of one job exits 0, and the watch tells."""
+    for (_, name), pod in list(r.api.objects["pods"].items()):
+        if name.startswith(f"{job}-"):
+            pod = copy.deepcopy(pod)
+            pod["status"]["phase"] = "Succeeded"
+            r.api._store("pods", pod, "MODIFIED")
+    r.deliver()
+
+
+def _starving_pair(**settings):
+    """Two TORs of two nodes, each node busy with a 1-node job; then two gangs of one TOR's nodes."""
+    r = rig(nodes=2, tors=2, starvation_seconds=0, retry_seconds=0, bind_timeout_seconds=1e9, **settings)
+    for i in range(4):
+        r.submit(make_job(f"hog{i}", 1))
+    r.running()
+    for name in ("first", "second"):
+        r.submit(make_job(name, 2, topology={"requiredTier": "tor"}))
+        r.clock.advance(1)
+    r.step()
+    return r
+
+
+def test_starving_gangs_hold_disjoint_nodes_at_once_and_jobs_behind_them_get_none():
+    r = _starving_pair()
+    assert (r.reason("first"), r.reason("second")) == ("Reserving", "Reserving")
+    tor = {name: r.state.snapshot().node(r.nodes_of(name)[0]).tor for name in ("hog0", "hog1", "hog2", "hog3")}
+    _finish(r, "hog0")
+    _finish(r, next(h for h in tor if tor[h] != tor["hog0"]))  # a node in each TOR is free now
+    r.submit(make_job("small", 1))
+    r.step()
+    assert not r.status("small").get("placement"), "a node freed inside a reservation went to a job behind it"
+    _finish(r, next(h for h in tor if h != "hog0" and tor[h] == tor["hog0"]))
+    r.step()
+    winners = [name for name in ("first", "second") if r.status(name).get("placement")]
+    assert len(winners) == 1, "one TOR freed: the gang holding it is placed, the other still waits"
+    assert {r.state.snapshot().node(n).tor for n in r.nodes_of(winners[0])} == {tor["hog0"]}
+    assert not r.status("small").get("placement"), "the other TOR is still held"
+
+
+def test_max_reservations_one_holds_for_one_starving_gang_at_a_time():
+    r = _starving_pair(max_reservations=1)
+    assert sorted([r.reason("first"), r.reason("second")]) == ["Reserving", "Unschedulable"]
+
+
 # --- bounded status ------------------------------------------------------------------------------------------
 
 
