@@ -57,7 +57,7 @@ from railyard.operator.decide.actions import (
     Rollback,
     Wait,
 )
-from railyard.operator.decide.assess import Seen, assess
+from railyard.operator.decide.assess import Seen, assess, steady
 from railyard.operator.decide.claims import claim_name
 from railyard.operator.decide.priority import missing_message, resolve
 from railyard.operator.decide.queue import QueuedJob
@@ -191,14 +191,21 @@ class PlacementLoop:
                 continue
             if (names := self.endpoints.due(job)) is not None:
                 work.append(names)
-            pods = state.job_pods(key)
-            try:
-                action = assess(job, pods, snapshot, now, placement.bind_timeout_seconds,
-                                force_after, health=state.health, seen=self._seen(job),
-                                record_release_after=placement.release_record_seconds)
-            except Exception as e:  # one job's trouble is that job's: the pass goes on
-                work.append(self.errors.report(job, "assess", e))
-                continue
+            steady_key = (state.job_version(job), state.node_epoch)
+            memory = ctx.memories.peek(job)
+            if memory is not None and memory.steady == steady_key and not self.migrations.active:
+                action: Action = Wait()  # a steady gang, nothing changed since it was last assessed Wait
+            else:
+                pods = state.job_pods(key)
+                try:
+                    action = assess(job, pods, snapshot, now, placement.bind_timeout_seconds,
+                                    force_after, health=state.health, seen=self._seen(job),
+                                    record_release_after=placement.release_record_seconds)
+                except Exception as e:  # one job's trouble is that job's: the pass goes on
+                    work.append(self.errors.report(job, "assess", e))
+                    continue
+                if isinstance(action, Wait) and steady(job, pods, state.health):
+                    ctx.memories.recall(job).steady = steady_key
             if self.preemptions.marked(job) and not isinstance(action, Finish | Cleanup | Done | Invalid):
                 work.append(self._evict(job))
                 continue
@@ -214,7 +221,7 @@ class PlacementLoop:
                     work.append(self.errors.cleared(job))
                 if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
                     work.append(self.budgets.ensure(job))
-                if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
+                if isinstance(action, Done) and job.finished and not any(p.terminating for p in state.job_pods(key)):
                     self.ctx.memories.recall(job).done = state.job_version(job)
             else:
                 work.append(self._step(job, action))

@@ -53,6 +53,11 @@ class Migrations:
         self._moves: dict[Key, PendingMove] = {}
         self._recent: list[float] = []  # monotonic times of the moves started (the hourly cap)
 
+    @property
+    def active(self) -> bool:
+        """Any gang is to move (a running gang's assessment depends on whether it is one of them)."""
+        return bool(self._moves)
+
     def leaving(self, job: Job) -> tuple[frozenset[str], str]:
         """The nodes this job is to leave now, and for whom (`prune` has dropped moves done or off)."""
         move = self._moves.get(job.key)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -153,6 +153,11 @@ class Job:
     request: GangRequest | None
     invalid: str | None
     status_error: str | None = None
+    # The job's state from its conditions, worked out once: asked many times per pass of every job.
+    state: JobState = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", state_of(self.status.conditions))
 
     @property
     def meta(self) -> Mapping[str, Any]:
@@ -234,10 +239,6 @@ class Job:
     def is_true(self, type_: ConditionType) -> bool:
         c = self.condition(type_)
         return c is not None and c.status == ConditionStatus.TRUE
-
-    @property
-    def state(self) -> JobState:
-        return state_of(self.status.conditions)
 
     @property
     def finished(self) -> bool:

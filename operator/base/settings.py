@@ -121,7 +121,7 @@ class PlacementSettings(_Settings):
     # Starving jobs hold a reservation at most this long, then the next starving job gets it.
     reservation_seconds: float = _seconds("RESERVATION_SECONDS", 600.0)
     # Reservations held at once, on disjoint nodes (each only the nodes its job waits for).
-    max_reservations: int = Field(default_factory=_env("MAX_RESERVATIONS", 4, int), ge=1)
+    max_reservations: int = Field(default_factory=_env("MAX_RESERVATIONS", 1, int), ge=1)
     # Infrastructure restarts (node loss, disruption, deletion) of one job back off from this, doubling up to
     # the max, and at most this many an hour (then the job waits, Degraded=RestartCap).
     infra_backoff_seconds: float = _seconds("INFRA_BACKOFF_SECONDS", 10.0)

@@ -63,6 +63,9 @@ class JobMemory:
     # The same, when a finished job was last Done with no pod of it Terminating: it stays Done until
     # one of them changes (the loop skips it; a busy cluster's finished jobs outnumber its live ones)
     done: tuple[int | None, str | None] | None = None
+    # ((pods_changed, job resourceVersion), nodes' epoch) when a Running gang was last steady
+    # (decide/assess.steady) and assessed Wait: unchanged since, it is Wait again (the loop skips it)
+    steady: tuple[tuple[int | None, str | None], int] | None = None
     backoff_until: float = 0.0  # monotonic: left alone until then (repeated errors on this job)
     errors: int = 0  # consecutive errors handling it
     # How long each node has been slow, for the current attempt only (restart count, tracker).

@@ -127,6 +127,27 @@ def _maintenance(placement: PlacementStatus, health: Mapping[str, NodeHealth],
     return tuple(NodeLoss(n, LossReason.MAINTENANCE, why, None) for n, why in sorted(found.items()))
 
 
+def steady(job: Job, pods: Sequence[PodView], health: Mapping[str, NodeHealth]) -> bool:
+    """A released, Running gang with every pod running and none on its way out, whose nodes are
+    pristine: no signal on any of them that time alone could turn into a loss (a node not Ready
+    inside its grace, allocatable GPUs dropped), none cordoned or announced for maintenance.
+    For such a job `assess` says Wait until the job, one of its pods or a node changes (an eviction
+    asked for matters only on a cordoned node) — the loop skips it until then (a pass looked at every
+    running gang's every rank)."""
+    placement, placed = job.placement, job.condition(ConditionType.PLACED)
+    if placement is None or placed is None or placed.reason != PlacedReason.RELEASED or \
+            not job.is_true(ConditionType.RUNNING) or job.request is None or \
+            len(placement.ranks) != (job.spec.replicas if job.spec is not None else -1):
+        return False
+    if any(p.terminating or p.phase != "Running" or p.placement_id != placement.id for p in pods):
+        return False
+    tolerations = list(job.request.pod_spec.get("tolerations") or [])
+    if node_losses(placement, tolerations, health, float("inf"), 0.0):
+        return False
+    return not any((h := health.get(n)) is None or h.unschedulable or h.maintenance is not None
+                   for n in {r.node for r in placement.ranks})
+
+
 def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
            force_after: float = 60.0, conflict_retry: float = 30.0,
            health: Mapping[str, NodeHealth] | None = None, seen: Seen | None = None,

@@ -1,5 +1,6 @@
 """What a pass skips on a busy cluster, and that each skip ends when what it stood on changes: a
-finished job's Done (cache/memory.JobMemory.done), a job's unchanged addresses (endpoints_checked)."""
+finished job's Done (cache/memory.JobMemory.done), a job's unchanged addresses (endpoints_checked), a
+steady running gang's Wait (steady: a node's signal or an eviction asked for ends it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 
 from tests.support.harness import rig
 from tests.support.jobs import make_job
+from tests.support.nodes import cordon, not_ready
 
 
 def _finished(r, name: str) -> None:
@@ -44,3 +46,40 @@ def test_a_finished_jobs_skip_ends_when_the_job_changes():
     r.step()
     after = r.loop.ctx.memories.recall(r.state.jobs[key]).done
     assert before is not None and after is not None and after != before, "assessed again, and Done again"
+
+
+def _steady(r, name: str):
+    r.submit(make_job(name, 2))
+    r.running()
+    r.step(2)
+    job = r.state.jobs[("default", name)]
+    assert r.loop.ctx.memories.recall(job).steady is not None, "a running gang with pristine nodes is skipped"
+    return job
+
+
+def test_a_steady_gangs_skip_ends_when_a_node_goes_dark_and_the_loss_comes_after_its_grace():
+    r = rig(nodes=4)
+    job = _steady(r, "steady")
+    node = r.nodes_of("steady")[0]
+    not_ready(r.api, r.state, node, seen_ago=0)
+    r.step()
+    assert r.status("steady").get("restartCount", 0) == 0, "inside the grace: nothing yet"
+    r.clock.advance(job.fault_policy.node_loss_grace_seconds + 1)
+    r.step()  # no event since the node went dark: only time passed
+    assert r.status("steady").get("restartCount", 0) == 1, "the loss came after its grace"
+    assert node not in r.nodes_of("steady")
+
+
+def test_a_steady_gangs_skip_ends_when_an_eviction_of_its_pod_on_a_cordoned_node_is_asked_for():
+    r = rig(nodes=4)
+    _steady(r, "drained")
+    node = r.nodes_of("drained")[0]
+    cordon(r.api, r.state, node)
+    r.step()
+    assert r.status("drained").get("restartCount", 0) == 0, "a cordon alone changes nothing"
+    pod = next(name for (_, name), body in r.api.objects["pods"].items() if body["spec"].get("nodeName") == node)
+    r.loop.ctx.evictions.note(("default", pod), r.clock.monotonic())  # kubectl drain asks (the webhook saw it)
+    r.step()
+    assert r.status("drained").get("restartCount", 0) == 1, \
+        "the drain moves the rank (maintenance): the skip did not hide the eviction"
+    assert node not in r.nodes_of("drained")

@@ -260,7 +260,7 @@ def _starving_pair(**settings):
 
 
 def test_starving_gangs_hold_disjoint_nodes_at_once_and_jobs_behind_them_get_none():
-    r = _starving_pair()
+    r = _starving_pair(max_reservations=2)
     assert (r.reason("first"), r.reason("second")) == ("Reserving", "Reserving")
     tor = {name: r.state.snapshot().node(r.nodes_of(name)[0]).tor for name in ("hog0", "hog1", "hog2", "hog3")}
     _finish(r, "hog0")
@@ -276,8 +276,8 @@ def test_starving_gangs_hold_disjoint_nodes_at_once_and_jobs_behind_them_get_non
     assert not r.status("small").get("placement"), "the other TOR is still held"
 
 
-def test_max_reservations_one_holds_for_one_starving_gang_at_a_time():
-    r = _starving_pair(max_reservations=1)
+def test_by_default_one_starving_gang_holds_a_reservation_at_a_time():
+    r = _starving_pair()
     assert sorted([r.reason("first"), r.reason("second")]) == ["Reserving", "Unschedulable"]
 
 
