@@ -97,15 +97,17 @@ class QueuePass:
     def _next_holders(self, starving: list[QueuedJob], snapshot: Snapshot, places: int) -> list[Key]:
         """Of the starving jobs that can fit at all, the `places` whose last reservation is the oldest
         (never reserved first), then queue order, in that turn: reservations rotate."""
+        if places <= 0:
+            return []
         ranked: list[tuple[float, int, Key]] = []
         for index, candidate in enumerate(starving):
             job = self.ctx.state.jobs.get(candidate.key)
-            if places <= 0 or job is None or self._fits_empty(job, candidate.request, snapshot) is not None:
+            if job is None or self._fits_empty(job, candidate.request, snapshot) is not None:
                 continue
             memory = self.ctx.memories.recall(job)
             ranked.append((memory.reservation_ended if memory.reservation_ended is not None else float("-inf"),
                            index, candidate.key))
-        return [key for *_, key in sorted(ranked)[:max(0, places)]]
+        return [key for *_, key in sorted(ranked)[:places]]
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""
@@ -138,10 +140,10 @@ class QueuePass:
             if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
                                        settings.retry_seconds) and not may_hold:
                 continue
-            view = current.without_nodes(_union(nodes for key, nodes in held.items() if key != candidate.key) |
-                                         candidate.avoid | self.preemptions.held_for_others(candidate.key) |
-                                      (frozenset() if job.spec is not None and job.spec.preemption.backfill_spares
-                                       else spares))
+            others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
+            view = current.without_nodes(others_hold | candidate.avoid | self.preemptions.held_for_others(candidate.key)
+                                         | (frozenset() if job.spec is not None and job.spec.preemption.backfill_spares
+                                            else spares))
             if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
                 pods = [*state.pod_infos(), *(p for _, earlier in placed for p in placed_pods(earlier))]
             started = time.perf_counter()
