@@ -1,12 +1,14 @@
 """Publishes what the state says as metrics after every pass: jobs by state, how long the oldest job
 has waited by the reason it waits, per-job series, quarantined nodes, free capacity. Every state and
 waiting reason is set on every pass (from the enums), so no series is left stale when its last job
-moves on."""
+moves on. A job's own figures are read again only when it changed (its resourceVersion), and a
+series is set only when its figures changed."""
 
 from __future__ import annotations
 
 from railyard.operator.act.context import Context
 from railyard.operator.base import metrics
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason, RecoveryReason
 from railyard.topology.model import Snapshot
 
@@ -15,28 +17,24 @@ class Observer:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.job_series = metrics.JobSeries(ctx.settings.metrics.job_limit)
+        # Per job, its figures and the resourceVersion they were read from: they are the job's alone.
+        self._figures: dict[Key, tuple[str, metrics.JobFigures]] = {}
 
     def observe(self, snapshot: Snapshot) -> None:
         states = dict.fromkeys(JobState, 0)
         oldest = dict.fromkeys(WAITING_REASONS, 0.0)
         per_job: list[metrics.JobFigures] = []
+        figures: dict[Key, tuple[str, metrics.JobFigures]] = {}
         now = self.ctx.clock.time()
         for job in self.ctx.state.jobs.values():
             state = job.state
             states[state] += 1
-            status = job.status
-            checkpointed = None
-            if state == JobState.RUNNING:  # staleness counts from the start while nothing was saved yet
-                stamp = (status.last_checkpoint.time if status.last_checkpoint is not None else None) or \
-                    status.start_time
-                checkpointed = stamp.timestamp() if stamp is not None else None
-            spec = job.spec
-            per_job.append(metrics.JobFigures(
-                job.namespace, job.name, state, job.placement.tors if job.placement is not None else None,
-                status.replicas, job.restart_count, checkpointed,
-                spec.checkpoint.interval_seconds if spec is not None and spec.checkpoint is not None else None,
-                status.step_time.p50_seconds if state == JobState.RUNNING and status.step_time is not None else None,
-                len(status.stragglers or []) if job.straggler_policy is not None else None))
+            version = job.resource_version
+            known = self._figures.get(job.key)
+            if version is None or known is None or known[0] != version:
+                known = (version or "", _figures(job))
+            figures[job.key] = known
+            per_job.append(known[1])
             if state == JobState.QUEUED:
                 placed = job.condition(ConditionType.PLACED)
                 reason = _waiting_reason(placed.reason if placed is not None else None)
@@ -47,12 +45,27 @@ class Observer:
             metrics.JOBS.labels(state).set(count)
         for reason, waited in oldest.items():
             metrics.OLDEST_WAIT.labels(reason).set(waited)
+        self._figures = figures
         self.job_series.update(per_job)
         metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values() if h.quarantined))
         metrics.INFRA_RESTARTS_CAPPED.set(sum(1 for job in self.ctx.state.jobs.values() if (
             (c := job.condition(ConditionType.DEGRADED)) is not None and c.status == "True"
             and c.reason == RecoveryReason.RESTART_CAP)))
         metrics.observe_capacity(snapshot)
+
+
+def _figures(job: Job) -> metrics.JobFigures:
+    state, status, spec = job.state, job.status, job.spec
+    checkpointed = None
+    if state == JobState.RUNNING:  # staleness counts from the start while nothing was saved yet
+        stamp = (status.last_checkpoint.time if status.last_checkpoint is not None else None) or status.start_time
+        checkpointed = stamp.timestamp() if stamp is not None else None
+    return metrics.JobFigures(
+        job.namespace, job.name, state, job.placement.tors if job.placement is not None else None,
+        status.replicas, job.restart_count, checkpointed,
+        spec.checkpoint.interval_seconds if spec is not None and spec.checkpoint is not None else None,
+        status.step_time.p50_seconds if state == JobState.RUNNING and status.step_time is not None else None,
+        len(status.stragglers or []) if job.straggler_policy is not None else None)
 
 
 def _waiting_reason(reason: str | None) -> PlacedReason:
