@@ -47,3 +47,23 @@ def test_every_waiting_reason_is_published_then_reset_when_the_job_is_placed(rea
     assert {r: _wait(r) for r in WAITING_REASONS} == dict.fromkeys(WAITING_REASONS, 0.0)
     assert REGISTRY.get_sample_value("railyard_jobs", {"state": JobState.PLACED}) == 1
     assert REGISTRY.get_sample_value("railyard_jobs", {"state": JobState.QUEUED}) == 0
+
+
+def test_a_jobs_series_follow_its_new_versions_and_stay_while_it_is_unchanged():
+    from tests.support.harness import rig
+
+    def job_state(state: str) -> float | None:
+        return REGISTRY.get_sample_value("railyard_job_state", {"namespace": "default", "trainingjob": "series",
+                                                                "state": state})
+
+    r = rig(nodes=2)
+    r.submit(make_job("series", 1))
+    r.step()
+    assert job_state("Placed") == 1
+    r.running()
+    r.step(2)  # unchanged passes: the series stays as published
+    assert (job_state("Placed"), job_state("Running")) == (None, 1), "the new version's state, the old one gone"
+    del r.api.objects["trainingjobs"][("default", "series")]
+    r.state.apply_job("DELETED", {"metadata": {"namespace": "default", "name": "series"}})
+    r.step()
+    assert job_state("Running") is None, "a deleted job's series go"
