@@ -36,7 +36,11 @@ def start(api: KubeApi, namespace: str, gpus: int) -> subprocess.Popen:
     kubectl = [str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG)]
     subprocess.run([*kubectl, "apply", "--server-side", "-f", str(binary.parent / "crds")], check=True,
                    capture_output=True)
-    wait(lambda: served(api, "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"), 60, "Kueue CRDs served", interval=0.5)
+    # Every kind Kueue indexes at start (a run once died on "no matches for kind Workload": served after
+    # ClusterQueue, which alone was waited for).
+    for kind in ("clusterqueues", "localqueues", "workloads", "resourceflavors", "topologies"):
+        wait(lambda k=kind: served(api, f"/apis/kueue.x-k8s.io/v1beta2/{k}"), 60, f"Kueue CRD {kind} served",
+             interval=0.5)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "kueue-system"}})
     state = cluster.STATE / "kueue"
     (state / "certs").mkdir(parents=True, exist_ok=True)
