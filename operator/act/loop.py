@@ -195,6 +195,7 @@ class PlacementLoop:
             memory = ctx.memories.peek(job)
             if memory is not None and memory.steady == steady_key and not self.migrations.active:
                 action: Action = Wait()  # a steady gang, nothing changed since it was last assessed Wait
+                pods = []
             else:
                 pods = state.job_pods(key)
                 try:
@@ -221,7 +222,7 @@ class PlacementLoop:
                     work.append(self.errors.cleared(job))
                 if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
                     work.append(self.budgets.ensure(job))
-                if isinstance(action, Done) and job.finished and not any(p.terminating for p in state.job_pods(key)):
+                if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
                     self.ctx.memories.recall(job).done = state.job_version(job)
             else:
                 work.append(self._step(job, action))
