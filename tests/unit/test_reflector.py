@@ -106,3 +106,47 @@ def test_catching_up_lists_again_only_when_the_watch_has_not_reached_the_quorum_
     reflector.last_rv = 400  # a quiet kind: no event since the store moved on
     assert reflector.catch_up(wait=0.1) == "re-listed" and api.lists == 3
     loop.close()
+
+
+class BurstApi:
+    """A list, then a thousand events in one go."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.watched = 0
+
+    def list_page(self, path, limit, cont):
+        return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+    def watch(self, path, rv, timeout, silence=None):
+        self.watched += 1
+        if self.watched == 1:
+            for i in range(1000):
+                yield {"type": "MODIFIED", "object": {"metadata": {"name": f"p{i}", "resourceVersion": str(2 + i)}}}
+        self.done.set()
+        yield from ()
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def call_soon_threadsafe(self, *args, **kwargs):
+        self.wakes += 1
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+def test_events_that_arrive_while_the_loop_is_busy_are_applied_in_order_after_one_wake_up():
+    api = BurstApi()
+    delivered: list = []
+    loop = CountingLoop()
+    reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)
+    reflector.start()
+    assert api.done.wait(10)  # the loop has not run yet: everything so far is queued
+    reflector.stop()
+    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.close()
+    assert [d[1] for d in delivered[:2]] == ["REPLACE", "MODIFIED"]
+    assert [d[2]["metadata"]["name"] for d in delivered[1:]] == [f"p{i}" for i in range(1000)]
+    assert loop.wakes == 1, f"woken {loop.wakes} times for one batch"
