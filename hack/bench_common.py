@@ -46,12 +46,14 @@ def served(api: Any, *paths: str) -> bool:
 
 
 def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
-                  started_by: str = "a benchmark") -> dict[str, float]:
-    """Restart the rig (binaries already built) and return timings."""
+                  started_by: str = "a benchmark", upstream_lifecycle: bool = False) -> dict[str, float]:
+    """Restart the rig (binaries already built) and return timings. `upstream_lifecycle`: Kubernetes'
+    node-monitor defaults (throughput runs) instead of the fast lifecycle fault tests need."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
     t0 = time.monotonic()
     scale = bool(profile) and len(cluster.load_profile_nodes(profile)) > cluster.SCALE_NODES
-    cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by, scale=scale)
+    cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by, scale=scale,
+               upstream_lifecycle=upstream_lifecycle)
     up_seconds = time.monotonic() - t0
     os.environ["KUBECONFIG"] = str(cluster.KUBECONFIG)
     figures = {"warm_up_seconds": round(up_seconds, 2)}

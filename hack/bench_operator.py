@@ -175,7 +175,7 @@ def settled(api: KubeApi) -> bool:
 
 
 def start_rig() -> tuple[dict, KubeApi]:
-    figures = fresh_cluster("superpod-2k")
+    figures = fresh_cluster("superpod-2k", upstream_lifecycle=True)
     api = KubeApi(workers=32)
     t0 = time.monotonic()
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)

@@ -23,6 +23,9 @@ class Breaker:
         self.ctx = ctx
         self.writer = writer
         self.state = Partition(False, (), 0)
+        # The nodes holding ranks and their leaves, kept while no job or node changes (asked every pass).
+        self._ranked: tuple[tuple[int, int], set[str], dict[str, str]] | None = None
+        self._none_marked_at: int | None = None  # jobs' epoch at which no job carried Degraded=Partition
 
     @property
     def tripped(self) -> bool:
@@ -30,11 +33,14 @@ class Breaker:
 
     def evaluate(self) -> Partition:
         state, settings = self.ctx.state, self.ctx.settings.placement
-        ranked: set[str] = set()
-        for job in state.jobs.values():
-            if job.placement is not None and not job.finished:
-                ranked.update(r.node for r in job.placement.ranks)
-        leaf_of = {n: m.leaf for n in ranked if (m := state.last_model.get(n)) is not None}
+        epochs = (state.jobs_epoch, state.node_epoch)
+        if self._ranked is None or self._ranked[0] != epochs:
+            ranked: set[str] = set()
+            for job in state.jobs.values():
+                if job.placement is not None and not job.finished:
+                    ranked.update(r.node for r in job.placement.ranks)
+            self._ranked = (epochs, ranked, {n: m.leaf for n in ranked if (m := state.last_model.get(n)) is not None})
+        _, ranked, leaf_of = self._ranked
         was = self.state.tripped
         self.state = partition(state.health, ranked, leaf_of, self.ctx.clock.monotonic(), was,
                                settings.breaker_window_seconds, settings.breaker_share, settings.breaker_min_nodes)
@@ -47,14 +53,19 @@ class Breaker:
 
     async def mark(self) -> None:
         """Degraded=Partition on jobs with ranks on a dark node while tripped; lifted when cleared."""
+        epoch = self.ctx.state.jobs_epoch
+        if not self.state.tripped and self._none_marked_at == epoch:
+            return  # nothing to mark, and no job that could carry the mark has changed since
         now = utc(self.ctx.clock.time())
         unready = set(self.state.unready)
+        marked_any = False
         for job in list(self.ctx.state.jobs.values()):
             if job.placement is None or job.finished or job.deleting:
                 continue
             degraded = job.condition(ConditionType.DEGRADED)
             marked = degraded is not None and degraded.status == ConditionStatus.TRUE and \
                 degraded.reason == RecoveryReason.PARTITION
+            marked_any |= marked
             affected = self.state.tripped and any(r.node in unready for r in job.placement.ranks)
             if affected and not marked and not job.is_true(ConditionType.DEGRADED):
                 patch = transitions.partitioned(job, self.state.message, now)
@@ -63,3 +74,4 @@ class Breaker:
             else:
                 continue
             await self.writer.guard(job.key, self.writer.patch(job, patch))
+        self._none_marked_at = epoch if not marked_any and not self.state.tripped else None

@@ -80,6 +80,10 @@ class Preemptions:
         self.checkpoints = checkpoints
         self._holds: dict[Key, Hold] = {}
         self._cooling: dict[Key, float] = {}  # monotonic: a timed-out preemptor plans again after this
+        # Asked per waiting gang every pass, kept while no job or PriorityClass changes (jobs' epoch):
+        # the lowest priority of a placed gang, and which gangs were preempted for whom.
+        self._lowest: tuple[int, int | None] | None = None
+        self._victims_of: tuple[int, dict[str, list[Key]]] | None = None
 
     # --- holds ---------------------------------------------------------------------------------------
 
@@ -134,6 +138,9 @@ class Preemptions:
     def _candidates(self, priority: int, exclude: Key, now: float) -> list[RunningGang]:
         """Running gangs of lower priority that may be evicted now (under the hourly cap, not already marked)."""
         state, settings = self.ctx.state, self.ctx.settings.placement
+        lowest = self._lowest_placed_priority()
+        if lowest is None or lowest >= priority:
+            return []  # on most clusters most gangs share a priority: nobody to evict, no scan
         out = []
         for key, job in state.jobs.items():
             if key == exclude or job.deleting or job.finished or job.placement is None or job.spec is None:
@@ -161,6 +168,25 @@ class Preemptions:
                                    dict(request.resources) if request is not None else {}, sizes))
         return out
 
+    def _lowest_placed_priority(self) -> int | None:
+        state = self.ctx.state
+        if self._lowest is None or self._lowest[0] != state.jobs_epoch:
+            values = [p.value for job in state.jobs.values() if job.placement is not None and not job.finished
+                      and (p := resolve(job.priority_class_name, state.priority_classes)) is not None]
+            self._lowest = (state.jobs_epoch, min(values, default=None))
+        return self._lowest[1]
+
+    def _preempted_for(self, preemptor: str) -> list[Key]:
+        """The gangs whose status says they were preempted for `preemptor` (namespace/name)."""
+        state = self.ctx.state
+        if self._victims_of is None or self._victims_of[0] != state.jobs_epoch:
+            victims: dict[str, list[Key]] = {}
+            for key, job in state.jobs.items():
+                if job.status.preempted_by:
+                    victims.setdefault(job.status.preempted_by, []).append(key)
+            self._victims_of = (state.jobs_epoch, victims)
+        return self._victims_of[1].get(preemptor, [])
+
     def _last_saved(self, job: Job) -> float | None:
         """When the work the gang would keep was saved: its last committed checkpoint, else the start
         of its current attempt (everything since would be recomputed)."""
@@ -176,7 +202,7 @@ class Preemptions:
         """GPUs (and requests) on their way out: Terminating pods, and gangs marked as victims; with
         `only_for`, only those of gangs preempted for that gang (namespace/name)."""
         jobs = self.ctx.state.jobs
-        chosen = None if only_for is None else [k for k, j in jobs.items() if j.status.preempted_by == only_for]
+        chosen = None if only_for is None else self._preempted_for(only_for)
         if chosen == []:
             return []  # nobody was preempted for that gang (asked every pass for every gang that waits)
         out = list(self.ctx.state.leaving(chosen))

@@ -76,6 +76,7 @@ class ClusterState:
         self.usage = Usage()
         self.synced: set[str] = set()
         self.node_epoch = 0  # bumps whenever the set of usable nodes or a node's model changes
+        self.jobs_epoch = 0  # bumps whenever a job is stored or forgotten, or a PriorityClass changes
         self.resets = 0  # kinds dropped because a list went back in time (etcd restore)
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
@@ -291,6 +292,7 @@ class ClusterState:
             except (KeyError, TypeError, ValueError):
                 return  # the API server validates PriorityClasses: nothing else arrives
             self.priority_rv[name] = rv
+        self.jobs_epoch += 1  # a job's priority is its class's value
         self.usage.freed += 1  # a waiting job's class may exist now
 
     def apply_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -362,8 +364,7 @@ class ClusterState:
         elif kind == "pods":
             self._remove_pod(key)
         elif kind == "priorityclasses":
-            self.priority_classes.pop(key[1], None)
-            self.priority_rv.pop(key[1], None)
+            self.apply_priority_class("DELETED", {"metadata": {"name": key[1]}})
         elif kind == dra.SLICES:
             self.apply_slice("DELETED", {"metadata": {"name": key[1]}})
         elif kind == dra.CLAIMS:
@@ -380,6 +381,7 @@ class ClusterState:
         """Ranks of a live placement whose pod does not exist yet hold their node's GPUs and the
         template's requests; once the rank's pod exists it holds them itself. Recomputed when the job
         changes (the template's requests are parsed here, once); a pod event touches only its rank."""
+        self.jobs_epoch += 1  # called whenever a job is stored or forgotten
         job = self.jobs.get(key)
         placement = job.placement if job is not None and not job.finished else None
         plan: dict[str, tuple[int, PodUsage]] = {}

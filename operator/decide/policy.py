@@ -145,11 +145,14 @@ def partition(health: Mapping[str, NodeHealth], ranked: Iterable[str], leaf_of: 
     for the same reason). It trips when, within `window` seconds, more than `share` of the nodes
     holding ranks (and at least `min_nodes`), or every one of at least `min_nodes` nodes holding ranks
     in one leaf, turned NotReady; once tripped it holds while that many are still NotReady."""
-    nodes = sorted(set(ranked))
-    unready = tuple(n for n in nodes if (h := health.get(n)) is not None and not h.ready)
+    held = set(ranked)
+    unready = tuple(sorted(n for n in held if (h := health.get(n)) is not None and not h.ready))
     recent = [n for n in unready if (h := health.get(n)) is not None and h.not_ready_seen is not None
               and now - h.not_ready_seen <= window]
     counted = unready if was_tripped else tuple(recent)
+    if not counted:  # the common case, asked every pass: nothing to group by leaf
+        return Partition(False, unready, len(held))
+    nodes = sorted(held)
     many = len(counted) >= min_nodes and len(counted) > share * len(nodes)
     by_leaf: dict[str, list[str]] = {}
     for n in nodes:

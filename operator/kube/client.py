@@ -89,10 +89,13 @@ class KubeApi:
 
     def _send(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None, timeout: float | None = None, stream: bool = False):
-        _, url, headers, payload, _ = self.api.param_serialize(
+        # The body goes to the REST client as is (it JSON-encodes it): the generated client's sanitising
+        # walk over every dict and list is for its model classes, which Railyard never sends.
+        _, url, headers, _, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body, auth_settings=["BearerToken"])
+            body=None, auth_settings=["BearerToken"])
+        payload = body
         if method in WRITE_VERBS and self.fence is not None:
             # Checked as the last step before sending. A process frozen right after this check still
             # sends on waking (the window every lease-based fence has); the User-Agent says when the

@@ -368,6 +368,7 @@ def test_half_the_nodes_going_dark_together_holds_the_fault_path_until_it_clears
     status = r.status("big")
     assert status["restartCount"] == 1 and status["lastRestart"]["lostNodes"] == [dark[0]], \
         "cleared: the one node still dark is a loss like any other"
+    assert r.reason("big", cond.DEGRADED) != "Partition" and r.reason("other", cond.DEGRADED) != "Partition"
 
 
 def test_a_single_node_loss_does_not_trip_the_breaker():
