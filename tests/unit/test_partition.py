@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from railyard.operator.decide.policy import Partition, partition
 from railyard.topology.faults import NodeHealth
 
