@@ -25,7 +25,6 @@ class Breaker:
         self.state = Partition(False, (), 0)
         # The nodes holding ranks and their leaves, kept while no job or node changes (asked every pass).
         self._ranked: tuple[tuple[int, int], set[str], dict[str, str]] | None = None
-        self._none_marked_at: int | None = None  # jobs' epoch at which no job carried Degraded=Partition
 
     @property
     def tripped(self) -> bool:
@@ -33,6 +32,13 @@ class Breaker:
 
     def evaluate(self) -> Partition:
         state, settings = self.ctx.state, self.ctx.settings.placement
+        if not self.state.tripped and all(h.ready for h in state.health.values()):
+            # Every pass on a healthy cluster: nothing can count, so the nodes holding ranks are not
+            # gathered (their number is read only when the breaker flips).
+            self.state = Partition(False, (), 0)
+            metrics.PARTITION.set(0)
+            metrics.UNREADY_RANKED_NODES.set(0)
+            return self.state
         epochs = (state.jobs_epoch, state.node_epoch)
         if self._ranked is None or self._ranked[0] != epochs:
             ranked: set[str] = set()
@@ -53,19 +59,17 @@ class Breaker:
 
     async def mark(self) -> None:
         """Degraded=Partition on jobs with ranks on a dark node while tripped; lifted when cleared."""
-        epoch = self.ctx.state.jobs_epoch
-        if not self.state.tripped and self._none_marked_at == epoch:
-            return  # nothing to mark, and no job that could carry the mark has changed since
+        jobs = self.ctx.state.jobs
+        if not self.state.tripped and not any(j.degraded == RecoveryReason.PARTITION for j in jobs.values()):
+            return  # nothing to mark, nothing to lift (asked every pass)
         now = utc(self.ctx.clock.time())
         unready = set(self.state.unready)
-        marked_any = False
-        for job in list(self.ctx.state.jobs.values()):
+        for job in list(jobs.values()):
             if job.placement is None or job.finished or job.deleting:
                 continue
             degraded = job.condition(ConditionType.DEGRADED)
             marked = degraded is not None and degraded.status == ConditionStatus.TRUE and \
                 degraded.reason == RecoveryReason.PARTITION
-            marked_any |= marked
             affected = self.state.tripped and any(r.node in unready for r in job.placement.ranks)
             if affected and not marked and not job.is_true(ConditionType.DEGRADED):
                 patch = transitions.partitioned(job, self.state.message, now)
@@ -74,4 +78,3 @@ class Breaker:
             else:
                 continue
             await self.writer.guard(job.key, self.writer.patch(job, patch))
-        self._none_marked_at = epoch if not marked_any and not self.state.tripped else None

@@ -26,9 +26,11 @@ class Observer:
         per_job: list[metrics.JobFigures] = []
         figures: dict[Key, tuple[str, metrics.JobFigures]] = {}
         now = self.ctx.clock.time()
+        capped = 0
         for job in self.ctx.state.jobs.values():
             state = job.state
             states[state] += 1
+            capped += job.degraded == RecoveryReason.RESTART_CAP
             version = job.resource_version
             known = self._figures.get(job.key)
             if version is None or known is None or known[0] != version:
@@ -47,10 +49,8 @@ class Observer:
             metrics.OLDEST_WAIT.labels(reason).set(waited)
         self._figures = figures
         self.job_series.update(per_job)
-        metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values() if h.quarantined))
-        metrics.INFRA_RESTARTS_CAPPED.set(sum(1 for job in self.ctx.state.jobs.values() if (
-            (c := job.condition(ConditionType.DEGRADED)) is not None and c.status == "True"
-            and c.reason == RecoveryReason.RESTART_CAP)))
+        metrics.QUARANTINED_NODES.set(sum(1 for h in self.ctx.state.health.values() if h.taints and h.quarantined))
+        metrics.INFRA_RESTARTS_CAPPED.set(capped)
         metrics.observe_capacity(snapshot)
 
 

@@ -155,9 +155,13 @@ class Job:
     status_error: str | None = None
     # The job's state from its conditions, worked out once: asked many times per pass of every job.
     state: JobState = field(init=False)
+    degraded: str | None = field(init=False)  # the reason of a True Degraded condition (the breaker asks)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", state_of(self.status.conditions))
+        object.__setattr__(self, "degraded", next((c.reason for c in self.status.conditions if
+                                                   c.type == ConditionType.DEGRADED and
+                                                   c.status == ConditionStatus.TRUE), None))
 
     @property
     def meta(self) -> Mapping[str, Any]:

@@ -13,7 +13,6 @@ contract keeps the `kubernetes` package out of every other operator module).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
@@ -22,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import orjson
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from railyard.operator.base import metrics
@@ -132,7 +132,7 @@ class KubeApi:
         data = response.read()
         if response.status >= 400:
             raise ApiException(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     def list_all(self, path: str, query: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, page by page (synchronous: for the CLI)."""
@@ -172,7 +172,7 @@ class KubeApi:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)  # several times faster: pod events are 5-8 KB each
         finally:
             raw.release_conn()
 

@@ -368,7 +368,22 @@ def test_half_the_nodes_going_dark_together_holds_the_fault_path_until_it_clears
     status = r.status("big")
     assert status["restartCount"] == 1 and status["lastRestart"]["lostNodes"] == [dark[0]], \
         "cleared: the one node still dark is a loss like any other"
-    assert r.reason("big", cond.DEGRADED) != "Partition" and r.reason("other", cond.DEGRADED) != "Partition"
+
+
+def test_a_partition_that_clears_entirely_lifts_its_mark_and_restarts_nothing():
+    r = rig(nodes=8, tors=2, breaker_min_nodes=3)
+    r.submit(make_job("big", 8))
+    r.running()
+    dark = sorted({*r.nodes_of("big")})[:6]
+    for node in dark:
+        not_ready(r.api, r.state, node, seen_ago=35)
+    r.step(2)
+    assert r.reason("big", cond.DEGRADED) == "Partition"
+    for node in dark:
+        ready(r.api, r.state, node)
+    r.step(2)
+    assert r.reason("big", cond.DEGRADED) == "Recovered", "the mark is lifted once every node is back"
+    assert not r.status("big").get("restartCount")
 
 
 def test_a_single_node_loss_does_not_trip_the_breaker():
