@@ -256,6 +256,12 @@ def components() -> list[Component]:
 # (lease 40 s) is more than 2 cores keep up with — nodes went NotReady faster than they turned Ready.
 # A 600 s lease (renewed every 150 s) and a 900 s grace; fault tests run on small profiles only.
 SCALE_NODES = 4096
+# kube-controller-manager's node monitor per lifecycle. "fast": fault tests see NotReady within seconds.
+# "upstream": Kubernetes' defaults — throughput benchmarks saturate both cores, kwok's lease renewals then
+# lag past 20 s, and the node lifecycle controller's NotReady marks (a status update and an Event per pod,
+# kwok's re-patches) would be counted as the scheduler's requests. "scale": see SCALE_NODES.
+NODE_MONITOR = {"fast": ["--node-monitor-period=2s", "--node-monitor-grace-period=20s"], "upstream": [],
+                "scale": ["--node-monitor-period=10s", "--node-monitor-grace-period=900s"]}
 
 
 def _components() -> list[Component]:
@@ -308,13 +314,7 @@ def _components() -> list[Component]:
             "--bind-address=127.0.0.1", f"--secure-port={PORTS['kube-controller-manager']}",
             "--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-            # Fast node lifecycle so fault tests see NotReady within seconds, not minutes (scale rigs:
-            # see SCALE_NODES). "upstream" keeps Kubernetes' defaults: throughput benchmarks saturate
-            # both cores, kwok's lease renewals then lag past 20 s and the node lifecycle controller's
-            # NotReady marks (a status update and an Event per pod, kwok's re-patches) would be counted
-            # as the scheduler's requests.
-            *({"scale": ["--node-monitor-period=10s", "--node-monitor-grace-period=900s"], "upstream": []}.get(
-                lifecycle, ["--node-monitor-period=2s", "--node-monitor-grace-period=20s"])),
+            *NODE_MONITOR[lifecycle],
             "--kube-api-qps=500", "--kube-api-burst=1000", f"--cert-dir={STATE / 'kcm-certs'}",
         ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-controller-manager']}/healthz")),
         Component("kube-scheduler", [

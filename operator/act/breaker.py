@@ -11,7 +11,7 @@ from railyard.operator.act.context import Context
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
-from railyard.operator.base.reasons import ConditionStatus, ConditionType, RecoveryReason
+from railyard.operator.base.reasons import RecoveryReason
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.policy import Partition, partition
 
@@ -23,8 +23,6 @@ class Breaker:
         self.ctx = ctx
         self.writer = writer
         self.state = Partition(False, (), 0)
-        # The nodes holding ranks and their leaves, kept while no job or node changes (asked every pass).
-        self._ranked: tuple[tuple[int, int], set[str], dict[str, str]] | None = None
 
     @property
     def tripped(self) -> bool:
@@ -39,14 +37,11 @@ class Breaker:
             metrics.PARTITION.set(0)
             metrics.UNREADY_RANKED_NODES.set(0)
             return self.state
-        epochs = (state.jobs_epoch, state.node_epoch)
-        if self._ranked is None or self._ranked[0] != epochs:
-            ranked: set[str] = set()
-            for job in state.jobs.values():
-                if job.placement is not None and not job.finished:
-                    ranked.update(r.node for r in job.placement.ranks)
-            self._ranked = (epochs, ranked, {n: m.leaf for n in ranked if (m := state.last_model.get(n)) is not None})
-        _, ranked, leaf_of = self._ranked
+        ranked: set[str] = set()
+        for job in state.jobs.values():
+            if job.placement is not None and not job.finished:
+                ranked.update(r.node for r in job.placement.ranks)
+        leaf_of = {n: m.leaf for n in ranked if (m := state.last_model.get(n)) is not None}
         was = self.state.tripped
         self.state = partition(state.health, ranked, leaf_of, self.ctx.clock.monotonic(), was,
                                settings.breaker_window_seconds, settings.breaker_share, settings.breaker_min_nodes)
@@ -67,11 +62,9 @@ class Breaker:
         for job in list(jobs.values()):
             if job.placement is None or job.finished or job.deleting:
                 continue
-            degraded = job.condition(ConditionType.DEGRADED)
-            marked = degraded is not None and degraded.status == ConditionStatus.TRUE and \
-                degraded.reason == RecoveryReason.PARTITION
+            marked = job.degraded == RecoveryReason.PARTITION
             affected = self.state.tripped and any(r.node in unready for r in job.placement.ranks)
-            if affected and not marked and not job.is_true(ConditionType.DEGRADED):
+            if affected and job.degraded is None:
                 patch = transitions.partitioned(job, self.state.message, now)
             elif marked and not affected:
                 patch = transitions.partition_cleared(job, now)

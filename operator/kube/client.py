@@ -95,7 +95,6 @@ class KubeApi:
             method=method, resource_path=path, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=None, auth_settings=["BearerToken"])
-        payload = body
         if method in WRITE_VERBS and self.fence is not None:
             # Checked as the last step before sending. A process frozen right after this check still
             # sends on waking (the window every lease-based fence has); the User-Agent says when the
@@ -107,12 +106,12 @@ class KubeApi:
             headers["User-Agent"] = f"{self.api.user_agent} fence-checked/{checked:.3f}"
         metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
         if method not in WRITE_VERBS:
-            return self.api.call_api(method, url, header_params=headers, body=payload,
+            return self.api.call_api(method, url, header_params=headers, body=body,
                                      _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
         with self._writes_lock:
             self._writes += 1
         try:
-            return self.api.call_api(method, url, header_params=headers, body=payload,
+            return self.api.call_api(method, url, header_params=headers, body=body,
                                      _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
         finally:
             with self._writes_lock:
