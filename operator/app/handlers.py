@@ -129,6 +129,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             if left:
                 log.warning("%d writes still in flight after 10 s; releasing the Lease anyway (fenced)", left)
         await leader.release()
+    if api is not None:
+        await api.aclose()
 
 
 @kopf.on.probe(id="placementLoop")

@@ -1,8 +1,10 @@
 """The operator's one client module: every Kubernetes API call goes through here (an import-linter
 contract keeps the `kubernetes` package out of every other operator module).
 
-- Requests are plain JSON over the official client's connection pool: the generated models'
-  (de)serialisation costs more CPU than the request itself at hundreds of pods a second.
+- Requests are plain JSON: the generated models' (de)serialisation costs more CPU than the request
+  itself at hundreds of pods a second. The async methods (everything the placer sends) go from the
+  event loop over async_http's aiohttp session; the synchronous ones (the CLI, the reflectors' list
+  and watch, the elector) over the official client's connection pool.
 - Every call has a timeout; nothing can hang the placement loop or the lease renewal.
 - Writes are fenced: when a fence is set (the leader's term), a write is refused *right before it
   is sent* once the term has ended, so a replica that was frozen past its lease writes nothing.
@@ -13,6 +15,7 @@ contract keeps the `kubernetes` package out of every other operator module).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -26,6 +29,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from railyard.operator.base import metrics
 from railyard.operator.base.keys import FIELD_MANAGER, SCHEDULING_GATE
+from railyard.operator.kube.async_http import CONNECT_TIMEOUT, Endpoint, Transport, tls_context
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.api")
@@ -33,7 +37,6 @@ log = logging.getLogger("railyard.api")
 __all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-CONNECT_TIMEOUT = 5.0
 # create(): kinds outside the core group
 _GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1",
                 "endpointslices": "/apis/discovery.k8s.io/v1"}
@@ -56,6 +59,15 @@ def load_config(kubeconfig: str | None = None, pool: int = 64) -> client.ApiClie
     return client.ApiClient(cfg)
 
 
+def _endpoint(cfg: client.Configuration) -> Endpoint:
+    """The official configuration's server, TLS, credentials and proxy, for the async transport."""
+    tls = tls_context(cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file, cfg.assert_hostname is not False) \
+        if cfg.verify_ssl else False
+    # Asked per request, as the official client does: the configuration's hook refreshes a rotated token.
+    token = lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization")  # noqa: E731
+    return Endpoint(cfg.host, tls, token, cfg.proxy or None, cfg.tls_server_name or None)
+
+
 def _resource_of(path: str) -> str:
     """The resource a path names, for bounded metric labels ("pods", "trainingjobs/status", ...)."""
     parts = [p for p in path.split("?")[0].split("/") if p]
@@ -76,8 +88,10 @@ class KubeApi:
         if user_agent:
             self.api.user_agent = user_agent
         self.read_timeout = read_timeout
+        self.workers = workers
         self.fence: Callable[[], bool] | None = None
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railyard-api")
+        self._transport: Transport | None = None  # the async methods' (made on first use)
         self._writes = 0  # writes sent and not yet answered
         self._writes_lock = threading.Lock()
 
@@ -95,6 +109,28 @@ class KubeApi:
             method=method, resource_path=path, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=None, auth_settings=["BearerToken"])
+        headers["User-Agent"] = self._agent(method, path)
+        with self._in_flight(method):
+            return self.api.call_api(method, url, header_params=headers, body=body,
+                                     _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
+
+    @contextlib.contextmanager
+    def _in_flight(self, method: str) -> Iterator[None]:
+        """Counts the writes sent and not yet answered (what `drain` waits for)."""
+        if method not in WRITE_VERBS:
+            yield
+            return
+        with self._writes_lock:
+            self._writes += 1
+        try:
+            yield
+        finally:
+            with self._writes_lock:
+                self._writes -= 1
+
+    def _agent(self, method: str, path: str) -> str:
+        """The User-Agent of a request about to be sent, counting it; a write is fenced here."""
+        agent = self.api.user_agent
         if method in WRITE_VERBS and self.fence is not None:
             # Checked as the last step before sending. A process frozen right after this check still
             # sends on waking (the window every lease-based fence has); the User-Agent says when the
@@ -103,19 +139,28 @@ class KubeApi:
             if not self.fence():
                 metrics.FENCED_WRITES.inc()
                 raise Fenced(f"{method} {path}: leadership term ended; write not sent")
-            headers["User-Agent"] = f"{self.api.user_agent} fence-checked/{checked:.3f}"
+            agent = f"{agent} fence-checked/{checked:.3f}"
         metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
-        if method not in WRITE_VERBS:
-            return self.api.call_api(method, url, header_params=headers, body=body,
-                                     _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
-        with self._writes_lock:
-            self._writes += 1
-        try:
-            return self.api.call_api(method, url, header_params=headers, body=body,
-                                     _request_timeout=(CONNECT_TIMEOUT, timeout or self.read_timeout))
-        finally:
-            with self._writes_lock:
-                self._writes -= 1
+        return agent
+
+    async def arequest(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                       query: list[tuple[str, str]] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """`request` from the event loop, without a thread (async_http says why)."""
+        if self._transport is None:
+            self._transport = Transport(_endpoint(self.api.configuration), self.workers)
+        data = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+        headers = {"Content-Type": content_type, "User-Agent": self._agent(method, path)}
+        with self._in_flight(method):
+            status, reason, raw = await self._transport.send(method, path, data, headers, query or [],
+                                                             timeout or self.read_timeout)
+        if status >= 400:
+            raise ApiException(status=status, reason=reason, body=raw.decode(errors="replace"))
+        return orjson.loads(raw) if raw else {}
+
+    async def aclose(self) -> None:
+        """Close the calling loop's connections."""
+        if self._transport is not None:
+            await self._transport.close()
 
     async def drain(self, timeout: float) -> int:
         """Wait until no write of this client is in flight (a leader stepping down lets what it sent
@@ -186,7 +231,7 @@ class KubeApi:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            return await self.run(self.request, "PATCH", path, body, "application/merge-patch+json",
+            return await self.arequest("PATCH", path, body, "application/merge-patch+json",
                                   [("fieldManager", FIELD_MANAGER)])
         except ApiException as e:
             if e.status == 404:
@@ -196,7 +241,7 @@ class KubeApi:
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-            return await self.run(self.request, "GET", path)
+            return await self.arequest("GET", path)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -210,12 +255,12 @@ class KubeApi:
         ns, name = body["metadata"]["namespace"], body["metadata"].get("name")
         path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}"
         try:
-            return True, await self.run(self.request, "POST", path, body, query=[("fieldManager", FIELD_MANAGER)])
+            return True, await self.arequest("POST", path, body, query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as e:
             if e.status != 409 or not name:
                 raise
         try:
-            return False, await self.run(self.request, "GET", f"{path}/{name}")
+            return False, await self.arequest("GET", f"{path}/{name}")
         except ApiException as e:
             if e.status == 404:
                 return False, None  # deleted between the two calls: the next iteration retries
@@ -227,7 +272,7 @@ class KubeApi:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}/{name}"
         try:
-            return await self.run(self.request, "PUT", path, body, query=[("fieldManager", FIELD_MANAGER)])
+            return await self.arequest("PUT", path, body, query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -241,12 +286,12 @@ class KubeApi:
             patch = [{"op": "test", "path": f"/spec/schedulingGates/{gate_index}/name", "value": SCHEDULING_GATE},
                      {"op": "remove", "path": f"/spec/schedulingGates/{gate_index}"}]
             try:
-                return await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                return await self.arequest("PATCH", path, patch, "application/json-patch+json",
                                       [("fieldManager", FIELD_MANAGER)])
             except ApiException as e:
                 if e.status != 422:
                     raise
-            pod = await self.run(self.request, "GET", path)
+            pod = await self.arequest("GET", path)
             gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
             if SCHEDULING_GATE not in gates:
                 return pod  # already released
@@ -263,7 +308,7 @@ class KubeApi:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            await self.run(self.request, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body or None)
+            await self.arequest("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body or None)
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
@@ -277,12 +322,12 @@ class KubeApi:
                 patch = {"count": event["count"], "lastTimestamp": event["lastTimestamp"],
                          "message": event["message"]}
                 try:
-                    await self.run(self.request, "PATCH", f"{path}/{name}", patch, "application/merge-patch+json")
+                    await self.arequest("PATCH", f"{path}/{name}", patch, "application/merge-patch+json")
                     return
                 except ApiException as e:
                     if e.status != 404:
                         raise
-            await self.run(self.request, "POST", path, event)
+            await self.arequest("POST", path, event)
         except (ApiException, Fenced) as e:  # events are best effort
             detail = e.body if isinstance(e, ApiException) and e.body else ""
             log.warning("could not post event %s: %s %s", event.get("reason"), getattr(e, "reason", e), detail[:300])
@@ -318,7 +363,7 @@ class KubeApi:
         path = f"/api/v1/nodes/{name}"
         for _ in range(3):
             try:
-                node = await self.run(self.request, "GET", path)
+                node = await self.arequest("GET", path)
             except ApiException as e:
                 if e.status == 404:
                     return False
@@ -329,7 +374,7 @@ class KubeApi:
             patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]},
                      *changes]
             try:
-                await self.run(self.request, "PATCH", path, patch, "application/json-patch+json",
+                await self.arequest("PATCH", path, patch, "application/json-patch+json",
                                [("fieldManager", FIELD_MANAGER)])
                 return True
             except ApiException as e:
@@ -345,7 +390,7 @@ class KubeApi:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token, "audiences": audiences}}
         path = "/apis/authentication.k8s.io/v1/tokenreviews"
-        return (await self.run(self.request, "POST", path, body)).get("status") or {}
+        return (await self.arequest("POST", path, body)).get("status") or {}
 
     # --- Leases (used by the elector on its own KubeApi, never queued behind placement) ------------
 
