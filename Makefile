@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench plan train-torch compare goodput soak preemption defrag spares
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag spares
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -70,6 +70,11 @@ scale-bench: deps build
 
 dra-bench: deps build
 	.venv/bin/python hack/bench_dra.py | tee bench-dra.json
+
+# CPU per API request, the placer's async transport against the official client's pool (the cluster in
+# $KUBECONFIG, or start one with `make cluster-up`)
+client-bench: deps
+	.venv/bin/python hack/bench_client.py | tee bench-client.json
 
 spares: deps
 	.venv/bin/python hack/bench_spares.py | tee bench-spares.json
