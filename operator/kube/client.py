@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -150,12 +150,22 @@ class KubeApi:
             self._transport = Transport(_endpoint(self.api.configuration), self.workers)
         data = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
         headers = {"Content-Type": content_type, "User-Agent": self._agent(method, path)}
-        with self._in_flight(method):
-            status, reason, raw = await self._transport.send(method, path, data, headers, query or [],
-                                                             timeout or self.read_timeout)
+        sending = self._transport.send(method, path, data, headers, query or [], timeout or self.read_timeout)
+        if method in WRITE_VERBS:
+            # A write, once decided, is sent whole even when its caller is cancelled (a leader stepping
+            # down cancels its tasks, then drains): as in a thread, it runs on and `drain` waits for it.
+            write = asyncio.ensure_future(self._counted(method, sending))
+            write.add_done_callback(_outcome_seen)
+            status, reason, raw = await asyncio.shield(write)
+        else:
+            status, reason, raw = await sending
         if status >= 400:
             raise ApiException(status=status, reason=reason, body=raw.decode(errors="replace"))
         return orjson.loads(raw) if raw else {}
+
+    async def _counted(self, method: str, sending: Awaitable[tuple[int, str, bytes]]) -> tuple[int, str, bytes]:
+        with self._in_flight(method):
+            return await sending
 
     async def aclose(self) -> None:
         """Close the calling loop's connections."""
@@ -397,6 +407,13 @@ class KubeApi:
     def lease_path(self, namespace: str, name: str | None = None) -> str:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         return f"{base}/{name}" if name else base
+
+
+def _outcome_seen(write: asyncio.Future[Any]) -> None:
+    """A write whose caller was cancelled has nobody to raise to: its error is logged here instead of as
+    an unretrieved task exception (a caller still waiting gets the error as well)."""
+    if not write.cancelled() and (error := write.exception()) is not None:
+        log.debug("write ended in %s: %s", type(error).__name__, error)
 
 
 def _pointer(key: str) -> str:

@@ -55,6 +55,25 @@ def test_a_fenced_client_sends_no_write_but_still_reads(kubeconfig, core, namesp
     assert all(cm.metadata.name != name for cm in core.list_namespaced_config_map(namespace).items)
 
 
+def test_a_write_whose_caller_is_cancelled_is_sent_whole_and_drained(kubeconfig, core, namespace):
+    """A leader stepping down cancels its tasks, then drains: a write already decided still lands, and
+    `drain` waits for it (as it did when writes ran in threads)."""
+    api = KubeApi(workers=2, kubeconfig=kubeconfig)
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> int:
+        write = asyncio.ensure_future(api.create("configmaps", _config_map(namespace, name)))
+        while not api._writes:  # sent: counted as in flight
+            await asyncio.sleep(0)
+        write.cancel()
+        left = await api.drain(10.0)
+        await api.aclose()
+        return left
+
+    assert asyncio.run(scenario()) == 0
+    assert core.read_namespaced_config_map(name, namespace).data == {"k": "0"}
+
+
 def test_a_token_kubeconfig_authenticates_the_async_requests(identity):
     """The chart's ServiceAccount (a bearer token, no client certificate): the API server must see that
     account, not system:anonymous."""
