@@ -234,7 +234,8 @@ class PlacementLoop:
         # A fresh snapshot: restarts, resizes and rollbacks of this pass took or freed nodes since the
         # first (a replacement's node looked free to the queue otherwise: a queued gang could take it too).
         placed = await self.queue.run(waiting, state.snapshot(), now)
-        self.observer.observe(state.snapshot() if placed else snapshot)
+        if self.observer.due():
+            self.observer.observe(state.snapshot() if placed else snapshot)
 
     def _still_done(self, job: Job) -> bool:
         """A finished job that was Done (no pod of it Terminating), and neither it nor its pods changed

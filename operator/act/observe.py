@@ -1,7 +1,7 @@
-"""Publishes what the state says as metrics after every pass: jobs by state, how long the oldest job
-has waited by the reason it waits, per-job series, quarantined nodes, free capacity. Every state and
-waiting reason is set on every pass (from the enums), so no series is left stale when its last job
-moves on. A job's own figures are read again only when it changed (its resourceVersion), and a
+"""Publishes what the state says as metrics after a pass, at most every `publish_seconds`: jobs by
+state, how long the oldest job has waited by the reason it waits, per-job series, quarantined nodes,
+free capacity. Every state and waiting reason is set each time (from the enums), so no series is left
+stale when its last job moves on. A job's own figures are read again only when it changed (its resourceVersion), and a
 series is set only when its figures changed."""
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ class Observer:
         self.job_series = metrics.JobSeries(ctx.settings.metrics.job_limit)
         # Per job, its figures and the resourceVersion they were read from: they are the job's alone.
         self._figures: dict[Key, tuple[str, metrics.JobFigures]] = {}
+        self._published_at: float | None = None
+
+    def due(self) -> bool:
+        now = self.ctx.clock.monotonic()
+        if self._published_at is not None and now - self._published_at < self.ctx.settings.metrics.publish_seconds:
+            return False
+        self._published_at = now
+        return True
 
     def observe(self, snapshot: Snapshot) -> None:
         states = dict.fromkeys(JobState, 0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import PlacementSettings, Settings
+from railyard.operator.base.settings import MetricsSettings, PlacementSettings, Settings
 from railyard.operator.cache.state import ClusterState
 from railyard.topology.devices import STANDARD
 from railyard.topology.nodes import node_from_object
@@ -84,8 +84,10 @@ class Rig:
         return self.api.objects["nodes"][("", node)]["spec"].get("taints") or []
 
 
-def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, dra: bool = False, **placement: Any) -> Rig:
-    """A listed operator over `nodes` nodes per TOR; placement settings as given (debounces 0).
+def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, dra: bool = False, publish_seconds: float = 0.0,
+        **placement: Any) -> Rig:
+    """A listed operator over `nodes` nodes per TOR; placement settings as given (debounces 0; metrics
+    published after every pass unless `publish_seconds`).
     `dra`: the nodes' GPUs and NICs published in ResourceSlices (hack/dra_slices.py), read by the state."""
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=leaves, tors=tors, nodes=nodes))
@@ -100,5 +102,6 @@ def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, dra: bool = False, **pla
         state.replace(kind, items, rv)
     api.log.clear()
     settings = Settings(placement=PlacementSettings(**{"loss_debounce_seconds": 0, "not_ready_debounce_seconds": 0,
-                                                       **placement}))
+                                                       **placement}),
+                        metrics=MetricsSettings(publish_seconds=publish_seconds))
     return Rig(api, state, PlacementLoop(state, api, settings, lambda: True), clock)

@@ -67,3 +67,21 @@ def test_a_jobs_series_follow_its_new_versions_and_stay_while_it_is_unchanged():
     r.state.apply_job("DELETED", {"metadata": {"namespace": "default", "name": "series"}})
     r.step()
     assert job_state("Running") is None, "a deleted job's series go"
+
+
+def test_the_gauges_are_refreshed_at_most_every_publish_period():
+    """A busy stream runs more than one pass a second; a scrape comes every 15 s or more."""
+    from tests.support.harness import rig
+
+    def jobs(state: JobState) -> float | None:
+        return REGISTRY.get_sample_value("railyard_jobs", {"state": state})
+
+    r = rig(nodes=2, publish_seconds=2.0)
+    r.step()
+    assert jobs(JobState.QUEUED) == 0 and jobs(JobState.PLACED) == 0, "the first pass publishes"
+    r.submit(make_job("early", 1))
+    r.step()
+    assert jobs(JobState.PLACED) == 0, "within the period: not yet"
+    r.clock.advance(2.0)
+    r.step()
+    assert jobs(JobState.PLACED) == 1, "the period over: the pass publishes what the state says"
