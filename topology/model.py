@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -127,6 +128,18 @@ class Snapshot:
             free = all_gpus(node.gpu_count) if not used else _free_of(node.gpu_count, used)
             self._free[node.name] = free
         return free
+
+    def replica_slots(self, gpus: int) -> int:
+        """At most how many `gpus`-GPU replicas the free GPUs could hold, every rule ignored (tiers,
+        rails, selectors, other resources): a gang asking more cannot fit this snapshot."""
+        if gpus <= 0:
+            return sys.maxsize
+        key = ("replica slots", gpus)
+        slots = self.scratch.get(key)
+        if not isinstance(slots, int):
+            slots = int((self.node_usage().free // gpus).sum())
+            self.scratch[key] = slots
+        return slots
 
     def node_usage(self) -> NodeUsage:
         """Free GPUs and requested resources of every node, as arrays in node order."""

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
+from functools import partial
 
 from railyard.operator.act.context import Context
 from railyard.operator.act.errors import JobErrors
@@ -138,7 +139,8 @@ class QueuePass:
             memory = self.ctx.memories.recall(job)
             may_hold = candidate.key in next_holders and len(held) < settings.max_reservations
             if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
-                                       settings.retry_seconds) and not may_hold:
+                                       settings.retry_seconds, partial(queue.has_room, current, candidate.request)) \
+                    and not may_hold:
                 continue
             others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
             view = current.without_nodes(others_hold | candidate.avoid | self.preemptions.held_for_others(candidate.key)

@@ -8,8 +8,9 @@ Rule (docs/placement.md, "Queueing and starvation"):
   nodes, so capacity freed on those accumulates until it fits.
 - At most `maxReservations` at a time, on disjoint nodes: a reservation once taken holds across
   passes (its holders go first), and free places go to the starving jobs that waited longest for one.
-- A job that did not fit is solved again only when capacity was freed since, its spec changed, or the
-  retry period passed (a pass stays cheap with 200 waiting jobs).
+- A job that did not fit is solved again only when its spec changed, the retry period passed, or
+  capacity was freed since and the free GPUs could hold its smallest gang by count (a pass stays cheap
+  with 200 waiting jobs, and in a stream where capacity is freed every pass).
 """
 
 from __future__ import annotations
@@ -72,10 +73,20 @@ def starving(job: QueuedJob, now: float, starvation_seconds: float) -> bool:
 
 
 def worth_solving(failure: Failure | None, freed: int, generation: int | None, now: float,
-                  retry_seconds: float) -> bool:
+                  retry_seconds: float, room: Callable[[], bool]) -> bool:
+    """Solve a job that did not fit again when its spec changed or the retry period passed, or when
+    capacity was freed since and `room` says the free GPUs could hold it at all: in a stream capacity
+    is freed every pass, and a large gang's failing solve is the costliest thing a pass does."""
     if failure is None:
         return True
-    return failure.freed != freed or failure.generation != generation or now - failure.at > retry_seconds
+    if failure.generation != generation or now - failure.at > retry_seconds:
+        return True
+    return failure.freed != freed and room()
+
+
+def has_room(snapshot: Snapshot, request: GangRequest) -> bool:
+    """Whether the free GPUs could hold the smallest gang by count alone (a necessary condition)."""
+    return snapshot.replica_slots(request.gpus_per_replica) >= request.smallest
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:

@@ -49,6 +49,8 @@ def test_invariants(scenario):
     snap, request = scenario
     decision = solve(snap, request)
     assert decision == solve(snap, request), "same input, same output"
+    if snap.replica_slots(size := request.gpus_per_replica) < request.smallest:
+        assert decision.placement is None, f"placed with fewer {size}-GPU slots free than the gang's smallest size"
     if decision.placement is None:
         assert decision.reason
         return
