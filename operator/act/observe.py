@@ -22,6 +22,7 @@ class Observer:
         self._published_at: float | None = None
 
     def due(self) -> bool:
+        """Whether to publish after this pass; a yes counts as published (the caller then observes)."""
         now = self.ctx.clock.monotonic()
         if self._published_at is not None and now - self._published_at < self.ctx.settings.metrics.publish_seconds:
             return False

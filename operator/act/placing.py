@@ -31,6 +31,7 @@ from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.spares import spare_nodes, tors_short
 from railyard.topology.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.decision import decide, never_fits, placed_pods, taken
+from railyard.topology.defrag import fits_by_gpus
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision
@@ -87,6 +88,15 @@ class QueuePass:
                 kept.append(holder)
         return kept, ordered
 
+    def _may_gain(self, candidate: QueuedJob, snapshot: Snapshot) -> bool:
+        """Whether a solve after capacity was freed could place the gang or lead to making room for it:
+        the free GPUs could hold it by count, or by total for defragmentation, or a lower-priority gang
+        is placed that preemption could evict."""
+        request = candidate.request
+        return queue.has_room(snapshot, request) or \
+            (self.ctx.settings.placement.defragmentation and fits_by_gpus(snapshot, request)) or \
+            self.preemptions.might_preempt_for(candidate.priority)
+
     def _fits_empty(self, job: Job, request: GangRequest, snapshot: Snapshot) -> Decision | None:
         """None when the gang fits the cluster with nothing else on it; else the empty cluster's reason."""
         memory = self.ctx.memories.recall(job)
@@ -138,9 +148,12 @@ class QueuePass:
                 continue
             memory = self.ctx.memories.recall(job)
             may_hold = candidate.key in next_holders and len(held) < settings.max_reservations
+            # A job whose reservation ran out on this pass is solved whatever else: its Placed reason must
+            # leave Reserving, or the next pass takes it for a holder again and restarts its box.
+            box_ended = memory.reservation_ended == mono
             if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
-                                       settings.retry_seconds, partial(queue.has_room, current, candidate.request)) \
-                    and not may_hold:
+                                       settings.retry_seconds, partial(self._may_gain, candidate, current)) \
+                    and not may_hold and not box_ended:
                 continue
             others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
             view = current.without_nodes(others_hold | candidate.avoid | self.preemptions.held_for_others(candidate.key)

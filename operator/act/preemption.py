@@ -168,6 +168,11 @@ class Preemptions:
                                    dict(request.resources) if request is not None else {}, sizes))
         return out
 
+    def might_preempt_for(self, priority: int) -> bool:
+        """Whether some placed gang has a lower priority than this (one that does not fit may evict it)."""
+        lowest = self._lowest_placed_priority()
+        return lowest is not None and lowest < priority
+
     def _lowest_placed_priority(self) -> int | None:
         state = self.ctx.state
         if self._lowest is None or self._lowest[0] != state.jobs_epoch:

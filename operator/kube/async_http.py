@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 
 CONNECT_TIMEOUT = 5.0
-# A connect that fails sent nothing: safe to try again for any verb (urllib3 did the same).
+# A connect that fails sent nothing: safe to try again for any verb (urllib3 retried connects too).
 CONNECT_ATTEMPTS = 3
 
 
@@ -45,7 +45,8 @@ def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None
 
 class Transport:
     """Sends one request and returns (status, reason, body bytes); network errors propagate. At most
-    `connections` requests are in flight (as many as the thread pool had workers); the rest wait."""
+    `connections` requests are in flight (as many as the thread pool had workers); the rest wait for a
+    slot before their headers are made."""
 
     def __init__(self, endpoint: Endpoint, connections: int) -> None:
         self.endpoint = endpoint
@@ -54,33 +55,45 @@ class Transport:
         # A session belongs to the loop it was made on (the operator's loop, the report server's own).
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = \
             weakref.WeakKeyDictionary()
+        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = \
+            weakref.WeakKeyDictionary()
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None or session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.endpoint.tls, limit=self.connections)
+            connector = aiohttp.TCPConnector(ssl=self.endpoint.tls, limit=0)  # the slots bound it
             session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
             self._sessions[loop] = session
         return session
 
-    async def send(self, method: str, path: str, data: bytes | None, headers: dict[str, str],
+    def _slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        slots = self._limits.get(loop)
+        if slots is None:
+            slots = self._limits[loop] = asyncio.Semaphore(self.connections)
+        return slots
+
+    async def send(self, method: str, path: str, data: bytes | None, headers: Callable[[], dict[str, str]],
                    query: list[tuple[str, str]], read_timeout: float) -> tuple[int, str, bytes]:
-        headers = {"Accept": "application/json", **headers}
-        token = self.endpoint.authorization()
-        if token:
-            headers["Authorization"] = token
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout)
-        for attempt in range(CONNECT_ATTEMPTS):
-            try:
-                async with self._session().request(
-                        method, self._host + path, params=query, data=data, headers=headers, timeout=timeout,
-                        proxy=self.endpoint.proxy, server_hostname=self.endpoint.server_name) as response:
-                    return response.status, response.reason or "", await response.read()
-            except aiohttp.ClientConnectorError:
-                if attempt == CONNECT_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        """`headers` is called once this request has one of the `connections` slots, right before it is
+        sent: the caller's last checks (the write fence) happen there, not while it queued."""
+        async with self._slots():
+            sent = {"Accept": "application/json", **headers()}
+            token = self.endpoint.authorization()
+            if token:
+                sent["Authorization"] = token
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout)
+            for attempt in range(CONNECT_ATTEMPTS):
+                try:
+                    async with self._session().request(
+                            method, self._host + path, params=query, data=data, headers=sent, timeout=timeout,
+                            proxy=self.endpoint.proxy, server_hostname=self.endpoint.server_name) as response:
+                        return response.status, response.reason or "", await response.read()
+                except aiohttp.ClientConnectorError:
+                    if attempt == CONNECT_ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")
 
     async def close(self) -> None:
         """Close this loop's session (call it on the loop that used it)."""

@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -120,13 +120,11 @@ class KubeApi:
         if method not in WRITE_VERBS:
             yield
             return
-        with self._writes_lock:
-            self._writes += 1
+        self._count_writes(1)
         try:
             yield
         finally:
-            with self._writes_lock:
-                self._writes -= 1
+            self._count_writes(-1)
 
     def _agent(self, method: str, path: str) -> str:
         """The User-Agent of a request about to be sent, counting it; a write is fenced here."""
@@ -149,13 +147,18 @@ class KubeApi:
         if self._transport is None:
             self._transport = Transport(_endpoint(self.api.configuration), self.workers)
         data = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
-        headers = {"Content-Type": content_type, "User-Agent": self._agent(method, path)}
+
+        def headers() -> dict[str, str]:  # once a connection slot is had: the fence is the last step
+            return {"Content-Type": content_type, "User-Agent": self._agent(method, path)}
+
         sending = self._transport.send(method, path, data, headers, query or [], timeout or self.read_timeout)
         if method in WRITE_VERBS:
             # A write, once decided, is sent whole even when its caller is cancelled (a leader stepping
-            # down cancels its tasks, then drains): as in a thread, it runs on and `drain` waits for it.
-            write = asyncio.ensure_future(self._counted(method, sending))
-            write.add_done_callback(_outcome_seen)
+            # down cancels its tasks, then drains): as in a thread, it runs on and `drain` waits for it,
+            # counted from now (a write still waiting for a slot is refused by the fence when it gets one).
+            self._count_writes(1)
+            write = asyncio.ensure_future(sending)
+            write.add_done_callback(self._write_done)
             status, reason, raw = await asyncio.shield(write)
         else:
             status, reason, raw = await sending
@@ -163,9 +166,16 @@ class KubeApi:
             raise ApiException(status=status, reason=reason, body=raw.decode(errors="replace"))
         return orjson.loads(raw) if raw else {}
 
-    async def _counted(self, method: str, sending: Awaitable[tuple[int, str, bytes]]) -> tuple[int, str, bytes]:
-        with self._in_flight(method):
-            return await sending
+    def _count_writes(self, change: int) -> None:
+        with self._writes_lock:
+            self._writes += change
+
+    def _write_done(self, write: asyncio.Future[Any]) -> None:
+        """A write whose caller was cancelled has nobody to raise to: its error is logged here instead of
+        as an unretrieved task exception (a caller still waiting gets the error as well)."""
+        self._count_writes(-1)
+        if not write.cancelled() and (error := write.exception()) is not None:
+            log.debug("write ended in %s: %s", type(error).__name__, error)
 
     async def aclose(self) -> None:
         """Close the calling loop's connections."""
@@ -242,7 +252,7 @@ class KubeApi:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
             return await self.arequest("PATCH", path, body, "application/merge-patch+json",
-                                  [("fieldManager", FIELD_MANAGER)])
+                                       [("fieldManager", FIELD_MANAGER)])
         except ApiException as e:
             if e.status == 404:
                 return None  # deleted meanwhile
@@ -297,7 +307,7 @@ class KubeApi:
                      {"op": "remove", "path": f"/spec/schedulingGates/{gate_index}"}]
             try:
                 return await self.arequest("PATCH", path, patch, "application/json-patch+json",
-                                      [("fieldManager", FIELD_MANAGER)])
+                                           [("fieldManager", FIELD_MANAGER)])
             except ApiException as e:
                 if e.status != 422:
                     raise
@@ -385,7 +395,7 @@ class KubeApi:
                      *changes]
             try:
                 await self.arequest("PATCH", path, patch, "application/json-patch+json",
-                               [("fieldManager", FIELD_MANAGER)])
+                                    [("fieldManager", FIELD_MANAGER)])
                 return True
             except ApiException as e:
                 if e.status not in (409, 422):
@@ -407,13 +417,6 @@ class KubeApi:
     def lease_path(self, namespace: str, name: str | None = None) -> str:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         return f"{base}/{name}" if name else base
-
-
-def _outcome_seen(write: asyncio.Future[Any]) -> None:
-    """A write whose caller was cancelled has nobody to raise to: its error is logged here instead of as
-    an unretrieved task exception (a caller still waiting gets the error as well)."""
-    if not write.cancelled() and (error := write.exception()) is not None:
-        log.debug("write ended in %s: %s", type(error).__name__, error)
 
 
 def _pointer(key: str) -> str:

@@ -55,6 +55,32 @@ def test_a_fenced_client_sends_no_write_but_still_reads(kubeconfig, core, namesp
     assert all(cm.metadata.name != name for cm in core.list_namespaced_config_map(namespace).items)
 
 
+def test_a_write_queued_for_a_connection_is_fenced_when_it_gets_one(kubeconfig, core, namespace):
+    """The fence is the last step before sending: a write that waited behind others while the term
+    ended is refused, not sent on an old check."""
+    api = KubeApi(workers=1, kubeconfig=kubeconfig)
+    leading = [True]
+    api.fence = lambda: leading[0]
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> None:
+        # A 2 s watch of an empty collection holds the one connection slot.
+        busy = asyncio.ensure_future(api.arequest("GET", f"/api/v1/namespaces/{namespace}/secrets",
+                                                  query=[("watch", "true"), ("timeoutSeconds", "2")]))
+        await asyncio.sleep(0.3)
+        write = asyncio.ensure_future(api.create("configmaps", _config_map(namespace, name)))
+        await asyncio.sleep(0.3)
+        leading[0] = False  # the term ends while the write waits for the slot
+        with pytest.raises(Fenced):
+            await write
+        await busy
+        assert await api.drain(1.0) == 0
+        await api.aclose()
+
+    asyncio.run(scenario())
+    assert all(cm.metadata.name != name for cm in core.list_namespaced_config_map(namespace).items)
+
+
 def test_a_write_whose_caller_is_cancelled_is_sent_whole_and_drained(kubeconfig, core, namespace):
     """A leader stepping down cancels its tasks, then drains: a write already decided still lands, and
     `drain` waits for it (as it did when writes ran in threads)."""

@@ -91,15 +91,6 @@ def _solves() -> float:
     return REGISTRY.get_sample_value("railyard_placement_solve_seconds_count") or 0.0
 
 
-def _succeed(r, name: str) -> None:
-    for (_, pod_name), pod in list(r.api.objects["pods"].items()):
-        if pod_name.startswith(f"{name}-"):
-            pod = copy.deepcopy(pod)
-            pod["status"]["phase"] = "Succeeded"
-            r.api._store("pods", pod, "MODIFIED")
-    r.deliver()
-
-
 def test_a_waiting_gang_is_solved_again_only_when_the_freed_capacity_could_hold_it():
     """In a stream capacity is freed every pass; a large gang's failing solve is the costliest step of
     a pass, so freed capacity that cannot hold it by count does not buy it a solve."""
@@ -111,9 +102,9 @@ def test_a_waiting_gang_is_solved_again_only_when_the_freed_capacity_could_hold_
     r.step()
     assert r.reason("big") == "Unschedulable"
     before = _solves()
-    _succeed(r, "one")  # one node free again: two in all, the gang needs three
+    r.succeed("one")  # one node free again: two in all, the gang needs three
     r.step(2)
     assert _solves() == before, "capacity was freed, but not enough to hold the gang: no solve"
-    _succeed(r, "hold")
+    r.succeed("hold")
     r.step(2)
     assert _solves() > before and r.status("big").get("placement"), "room for it: solved, and placed"

@@ -9,6 +9,7 @@ import asyncio
 import copy
 import json
 
+import pytest
 from railyard.topology.api import PlacementStatus, RankPlacement, TrainingJobStatus
 
 from tests.support import status as cond
@@ -221,8 +222,12 @@ def test_a_job_that_can_never_fit_says_so_and_never_reserves_the_cluster():
     assert r.reason("small") == "Released", "nothing is reserved for a job that cannot fit"
 
 
-def test_reservations_are_time_boxed_and_rotate_between_starving_jobs():
-    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=0, bind_timeout_seconds=1e9)
+@pytest.mark.parametrize("retry_seconds", [0, 1e9], ids=["solved-every-pass", "no-retry-no-capacity-freed"])
+def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seconds: float):
+    """With no retry due and nothing freed, the job whose box ran out is still solved on that pass: its
+    Placed reason must leave Reserving, or the next pass takes it for a holder and restarts its box."""
+    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=retry_seconds,
+            bind_timeout_seconds=1e9)
     r.submit(make_job("hog", 2))
     r.step()
     r.submit(make_job("first", 2))
@@ -234,16 +239,6 @@ def test_reservations_are_time_boxed_and_rotate_between_starving_jobs():
     r.clock.advance(101)
     r.step()
     assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "the box ran out: rotated"
-
-
-def _finish(r, job: str) -> None:
-    """Every pod of one job exits 0, and the watch tells."""
-    for (_, name), pod in list(r.api.objects["pods"].items()):
-        if name.startswith(f"{job}-"):
-            pod = copy.deepcopy(pod)
-            pod["status"]["phase"] = "Succeeded"
-            r.api._store("pods", pod, "MODIFIED")
-    r.deliver()
 
 
 def _starving_pair(**settings):
@@ -263,12 +258,12 @@ def test_starving_gangs_hold_disjoint_nodes_at_once_and_jobs_behind_them_get_non
     r = _starving_pair(max_reservations=2)
     assert (r.reason("first"), r.reason("second")) == ("Reserving", "Reserving")
     tor = {name: r.state.snapshot().node(r.nodes_of(name)[0]).tor for name in ("hog0", "hog1", "hog2", "hog3")}
-    _finish(r, "hog0")
-    _finish(r, next(h for h in tor if tor[h] != tor["hog0"]))  # a node in each TOR is free now
+    r.succeed("hog0")
+    r.succeed(next(h for h in tor if tor[h] != tor["hog0"]))  # a node in each TOR is free now
     r.submit(make_job("small", 1))
     r.step()
     assert not r.status("small").get("placement"), "a node freed inside a reservation went to a job behind it"
-    _finish(r, next(h for h in tor if h != "hog0" and tor[h] == tor["hog0"]))
+    r.succeed(next(h for h in tor if h != "hog0" and tor[h] == tor["hog0"]))
     r.step()
     winners = [name for name in ("first", "second") if r.status(name).get("placement")]
     assert len(winners) == 1, "one TOR freed: the gang holding it is placed, the other still waits"
