@@ -162,9 +162,7 @@ class KubeApi:
             status, reason, raw = await asyncio.shield(write)
         else:
             status, reason, raw = await sending
-        if status >= 400:
-            raise ApiException(status=status, reason=reason, body=raw.decode(errors="replace"))
-        return orjson.loads(raw) if raw else {}
+        return _decoded(status, reason, raw)
 
     def _count_writes(self, change: int) -> None:
         with self._writes_lock:
@@ -193,10 +191,7 @@ class KubeApi:
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: list[tuple[str, str]] | None = None, timeout: float | None = None) -> dict[str, Any]:
         response = self._send(method, path, body, content_type, query, timeout)
-        data = response.read()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
-        return orjson.loads(data) if data else {}
+        return _decoded(response.status, response.reason, response.read())
 
     def list_all(self, path: str, query: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, page by page (synchronous: for the CLI)."""
@@ -417,6 +412,13 @@ class KubeApi:
     def lease_path(self, namespace: str, name: str | None = None) -> str:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         return f"{base}/{name}" if name else base
+
+
+def _decoded(status: int, reason: str, raw: bytes) -> dict[str, Any]:
+    """A response's JSON body, or the API server's refusal as an ApiException (status, reason, body)."""
+    if status >= 400:
+        raise ApiException(status=status, reason=reason, body=raw.decode(errors="replace"))
+    return orjson.loads(raw) if raw else {}
 
 
 def _pointer(key: str) -> str:
