@@ -58,6 +58,7 @@ class PodWatch:
 
     def __init__(self) -> None:
         self.bound: dict[str, float] = {}
+        self.node: dict[str, str] = {}  # pod -> the node it was bound to
         self.released: dict[str, float] = {}
         self.finished: dict[str, float] = {}  # succeeded, failed or deleted
         self.labels: dict[str, dict[str, str]] = {}
@@ -95,6 +96,7 @@ class PodWatch:
                 self.released.setdefault(name, time.monotonic())
             if spec.get("nodeName"):
                 self.bound.setdefault(name, time.monotonic())
+                self.node.setdefault(name, spec["nodeName"])
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 self.finished.setdefault(name, time.monotonic())
         elif event_type == "DELETED":

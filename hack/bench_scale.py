@@ -19,6 +19,7 @@ import bench_operator as ops
 from bench_common import cluster, fresh_cluster, rss_mib, wait
 from bench_recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
+from railyard.topology.labels import LABEL_TOR
 
 BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "50000"))
 
@@ -26,6 +27,11 @@ BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "50000"))
 def component_rss(names: tuple[str, ...] = ("kube-apiserver", "etcd", "kwok", "kube-scheduler",
                                             "kube-controller-manager")) -> dict[str, float]:
     return {c: rss_mib(int((cluster.STATE / "pids" / f"{c}.pid").read_text())) for c in names}
+
+
+def node_tors(api: KubeApi) -> dict[str, str]:
+    return {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_TOR, "")
+            for n in api.list_all("/api/v1/nodes")}
 
 
 def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last: bool = False) -> dict:
@@ -39,6 +45,7 @@ def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last:
         out["operator_start_to_synced_seconds"] = round(time.monotonic() - t0, 1)
         out["operator_rss_mib_synced"] = rss_mib(proc.pid)
         watcher = ops.PodWatch()
+        tors = node_tors(api)
         bound = []
         for run, size in enumerate(gangs):
             job = f"{name}-{run}"
@@ -46,7 +53,8 @@ def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last:
             api.request("POST", ops.JOBS, ops.training_job(job, size))
             mine = [f"{job}-{r}" for r in range(size)]
             wait(lambda m=mine: all(p in watcher.bound for p in m), 900, f"{job} bound", interval=0.1)
-            bound.append({"replicas": size, "seconds": round(max(watcher.bound[p] for p in mine) - t0, 2)})
+            bound.append({"replicas": size, "seconds": round(max(watcher.bound[p] for p in mine) - t0, 2),
+                          "tors": len({tors.get(watcher.node[p]) for p in mine})})
             ops.progress(bound[-1])
         out["create_to_all_bound"] = bound
         if recover_last:

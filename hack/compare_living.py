@@ -129,7 +129,7 @@ def main() -> dict:
                  "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     for peer in SELECTED:
         out["peers"][peer] = run_living(peer, jobs)
-        brief = {k: v for k, v in out["peers"][peer].items() if k != "gpus_held_over_time"}
+        brief = {k: v for k, v in out["peers"][peer].items() if k not in ("gpus_held_over_time", "job_times")}
         print(f"# living {peer}: {json.dumps(brief)}", flush=True)
     Path(os.environ.get("COMPARE_LIVING_OUT", "compare-living.md")).write_text(markdown(out) + "\n")
     if os.environ.get("COMPARE_LIVING_PLOT"):

@@ -95,7 +95,8 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     """One peer's living-cluster figures. Times are seconds from the run's start: `submitted` per job,
     `bound` and `finished` per pod (first seen bound / succeeded, failed or deleted), `job_of` a
     pod's job. A job's wait is submit -> its last replica bound; jobs still waiting at `end` are
-    counted as unplaced, and in the censored p99 with their wait so far."""
+    counted as unplaced, and in the censored p99 with their wait so far. `job_times`: per job, [replicas,
+    submitted, last replica bound or None], to look into a tail job by job."""
     by_name = {j.name: j for j in jobs}
     gpus_of = {pod: by_name[job].gpus for pod, job in job_of.items() if job in by_name}
     timeline = busy_gpus(((at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of),
@@ -122,11 +123,15 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
                          "wait_p50_seconds": _percentile(waits, 50), "wait_p99_seconds": _percentile(waits, 99),
                          "wait_p99_censored_seconds": _percentile(censored, 99),
                          "waits_seconds": sorted(round(w, 2) for w in waits)}
+    job_times = {j.name: [j.replicas, round(submitted[j.name], 2),
+                          round(max(times), 2) if len(times := replicas_bound.get(j.name, [])) >= j.replicas else None]
+                 for j in jobs if j.name in submitted}
     partial = sum(1 for j in jobs if 0 < len(replicas_bound.get(j.name, [])) < j.replicas)
     return {
         "jobs_submitted": len(submitted), "pods_bound": len(bound), "pods_finished": len(finished),
         "gpu_utilisation_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0,
         "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,
-        "gpus_held_over_time": timeline, "waits_by_size": classes, "gangs_partly_bound_at_end": partial,
+        "gpus_held_over_time": timeline, "waits_by_size": classes, "job_times": job_times,
+        "gangs_partly_bound_at_end": partial,
         "pods_bound_per_second": round(len(bound) / end, 2) if end > 0 else 0.0,
     }
