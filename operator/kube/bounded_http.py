@@ -62,9 +62,11 @@ class BoundedHttpServer:
 
     def __init__(self, handler: Handler, port: int, tls: ssl.SSLContext | None = None,
                  limits: Limits | None = None, name: str = "railyard-http",
-                 every: tuple[float, Callable[[], None]] | None = None) -> None:
+                 every: tuple[float, Callable[[], None]] | None = None,
+                 on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
         self.handler, self.port, self.tls, self.limits, self.name = handler, port, tls, limits or Limits(), name
         self.every = every  # (seconds, fn): run on the server's own loop, e.g. reload a renewed certificate
+        self.on_stop = on_stop  # run on the server's own loop before it closes, e.g. close a handler's client
         self.listening = False
         self.connections = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,6 +110,11 @@ class BoundedHttpServer:
                 for task in asyncio.all_tasks(loop):
                     task.cancel()
                 loop.run_until_complete(asyncio.sleep(0))
+                if self.on_stop is not None:
+                    try:
+                        loop.run_until_complete(self.on_stop())
+                    except Exception as e:  # stopping goes on
+                        log.warning("%s: on stop: %s", self.name, e)
         finally:
             self.listening = False
             loop.close()

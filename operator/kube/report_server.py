@@ -58,6 +58,10 @@ class TokenReviewer(Protocol):
         """TokenReview status for the token (kube/client.KubeApi.review_token)."""
         ...
 
+    async def aclose(self) -> None:
+        """Close the calling loop's connections (the server's own, when it stops)."""
+        ...
+
 
 @dataclass(frozen=True)
 class PodIdentity:
@@ -130,7 +134,8 @@ class ReportServer:
             self._cert_stamp = self._stamp()
         self.http = BoundedHttpServer(self.answer, 0 if ephemeral else self.settings.port, context,
                                       name="railyard-reports",
-                                      every=(CERT_CHECK_SECONDS, lambda: self._reload(context)) if context else None)
+                                      every=(CERT_CHECK_SECONDS, lambda: self._reload(context)) if context else None,
+                                      on_stop=self.reviewer.aclose)  # its sessions belong to the server's loop
         if not self.http.start():
             log.error("report endpoint unavailable; worker reports are refused")
             return False

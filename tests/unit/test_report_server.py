@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -28,6 +29,10 @@ class Reviewer:
         self.calls = 0
         self.audiences = ["railyard.dev"] if audiences is None else audiences
         self.hold: asyncio.Event | None = None
+        self.closed_on: threading.Thread | None = None
+
+    async def aclose(self) -> None:
+        self.closed_on = threading.current_thread()
 
     async def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
         self.calls += 1
@@ -167,6 +172,14 @@ async def test_a_standby_answers_503_without_a_review():
         assert (await post(_port(server), "good-llm.p0-0"))[0] == 503 and reviewer.calls == 0
     finally:
         server.stop()
+
+
+def test_stopping_closes_the_reviewers_connections_on_the_servers_own_loop():
+    reviewer = Reviewer()
+    server = ReportServer(_state(), ProgressBook(), reviewer, ReportSettings(port=0), lambda: True)
+    assert server.start(ephemeral=True)
+    server.stop()
+    assert reviewer.closed_on is not None and reviewer.closed_on.name == "railyard-reports"
 
 
 async def test_a_client_that_sends_headers_slowly_is_cut_off():
