@@ -94,9 +94,9 @@ class PodWatch:
             self.labels.setdefault(name, pod["metadata"].get("labels") or {})
             if not spec.get("schedulingGates"):
                 self.released.setdefault(name, time.monotonic())
-            if spec.get("nodeName"):
-                self.bound.setdefault(name, time.monotonic())
+            if spec.get("nodeName"):  # the node first: a reader that sees the pod bound reads its node
                 self.node.setdefault(name, spec["nodeName"])
+                self.bound.setdefault(name, time.monotonic())
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 self.finished.setdefault(name, time.monotonic())
         elif event_type == "DELETED":

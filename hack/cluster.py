@@ -668,7 +668,7 @@ def create_nodes(nodes: list[dict]) -> None:
         nodes a minute on the loaded 2-core rig, and until then no pod may go there. A scale bench that
         placed gangs on a 12,288-node rig before that spread a 128-node gang over 20 TORs (4 would do)."""
         return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in node["status"].get("conditions") or []) and not any(
+                   for c in (node.get("status") or {}).get("conditions") or []) and not any(
             t.get("key") == NOT_READY_TAINT for t in (node.get("spec") or {}).get("taints") or [])
 
     def all_ready() -> bool:

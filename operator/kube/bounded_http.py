@@ -57,6 +57,9 @@ class _TooLarge(Exception):
     pass
 
 
+ON_STOP_SECONDS = 2.0
+
+
 class BoundedHttpServer:
     """Serves `handler` on `port` from its own thread; `start()` returns once it listens (or failed)."""
 
@@ -112,7 +115,8 @@ class BoundedHttpServer:
                 loop.run_until_complete(asyncio.sleep(0))
                 if self.on_stop is not None:
                     try:
-                        loop.run_until_complete(self.on_stop())
+                        # bounded: a client close that hangs must not hold up the Lease hand-over after it
+                        loop.run_until_complete(asyncio.wait_for(self.on_stop(), ON_STOP_SECONDS))
                     except Exception as e:  # stopping goes on
                         log.warning("%s: on stop: %s", self.name, e)
         finally:
