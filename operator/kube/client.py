@@ -137,7 +137,7 @@ class KubeApi:
             if not self.fence():
                 metrics.FENCED_WRITES.inc()
                 raise Fenced(f"{method} {path}: leadership term ended; write not sent")
-            agent = f"{agent} fence-checked/{checked:.3f}"
+            agent = f"{agent} fence-checked/{checked:.6f}"  # µs: ms rounding could date a check after a freeze
         metrics.API_REQUESTS.labels(method, _resource_of(path)).inc()
         return agent
 

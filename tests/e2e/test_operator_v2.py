@@ -73,6 +73,16 @@ def _audited_writes(log: Path, agent: str, since: float) -> list[dict]:
     return writes
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(
         identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
     audit = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard")) / "cluster" / "audit.log"
@@ -89,10 +99,9 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(
         poll(lambda: sum(1 for n in names if (get_job(custom, namespace, n).get("status") or {}).get("placement"))
              >= 4, 60, "a few jobs placed by the first leader")
         first.proc.send_signal(signal.SIGSTOP)
-        # The freeze starts once the process is stopped (state T), not when the signal is sent: a write
-        # checked in between was decided before the freeze.
-        poll(lambda: Path(f"/proc/{first.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", 10,
-             "the first leader stopped")
+        # The freeze starts once every thread is stopped (state T), not when the signal is sent: a write
+        # checked in between was decided before the freeze. Threads stop one by one on a busy machine.
+        poll(lambda: _all_threads_stopped(first.proc.pid), 10, "the first leader stopped")
         frozen = time.time()
         poll(lambda: coordination.read_namespaced_lease("railyard-operator", lease_namespace).spec.holder_identity
              not in (None, holder), 60, "the standby to take the lease")
