@@ -28,8 +28,8 @@ class Budgets:
             return
         memory = self.ctx.memories.recall(job)
         try:
-            created, existing = await self.ctx.limited(self.ctx.api.create("poddisruptionbudgets",
-                                                                           disruption_budget(job)))
+            created, existing = await self.ctx.limited(self.ctx.api.create, "poddisruptionbudgets",
+                                                             disruption_budget(job))
         except Exception as e:  # RBAC without policy/poddisruptionbudgets (an older chart): said once
             log.warning("job %s/%s: no PodDisruptionBudget (%s); a drain of its nodes will not wait for a "
                         "checkpoint", job.namespace, job.name, e)

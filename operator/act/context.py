@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from railyard.operator.base.clock import Clock
 from railyard.operator.base.settings import Settings
@@ -33,12 +33,13 @@ class Context:
     memories: Memories = field(default_factory=Memories)
     _limit: asyncio.Semaphore | None = field(default=None, repr=False)
 
-    async def limited(self, step: Awaitable[T]) -> T:
-        """Run one API call within the request limit."""
+    async def limited(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run one API call within the request limit. The call is made only once a slot is had, so a
+        pass cancelled meanwhile leaves no coroutine that was never awaited."""
         if self._limit is None:
             self._limit = asyncio.Semaphore(self.settings.api.workers)
         async with self._limit:
-            return await step
+            return await call(*args, **kwargs)
 
     def crash_point(self, name: str) -> None:
         """Fault injection for the crash-safety e2e test (RAILYARD_TEST_CRASH_AFTER)."""

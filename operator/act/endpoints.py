@@ -61,9 +61,9 @@ class EndpointsWriter:
             try:
                 stored = None
                 if index < before:
-                    stored = await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+                    stored = await self.ctx.limited(self.ctx.api.replace, PLURAL, body)
                 if stored is None:
-                    created, answer = await self.ctx.limited(self.ctx.api.create(PLURAL, body))
+                    created, answer = await self.ctx.limited(self.ctx.api.create, PLURAL, body)
                     stored = answer if created else await self._adopt(body, answer)
             except Fenced:
                 raise  # leadership ended: the pass stops writing (writer.guard's rule)
@@ -82,4 +82,4 @@ class EndpointsWriter:
         it already says the same, else replaced."""
         if existing is not None and same_endpoints(existing, body):
             return existing
-        return await self.ctx.limited(self.ctx.api.replace(PLURAL, body))
+        return await self.ctx.limited(self.ctx.api.replace, PLURAL, body)

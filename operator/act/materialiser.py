@@ -131,7 +131,7 @@ class Materialiser:
             pods = [build_pod(job, r.rank, r.node, gpus[r.rank], len(ranks), placement.rail_aligned, placement.id,
                               self.options, r.pod, pinned[r.rank])
                     for r in ranks if only is None or r.pod in only]
-            stored = await asyncio.gather(*(self.ctx.limited(self._create_owned("pods", p, placement.id, job.uid))
+            stored = await asyncio.gather(*(self.ctx.limited(self._create_owned, "pods", p, placement.id, job.uid)
                                             for p in pods))
             self.ctx.crash_point("pods-created")
             await self._create_claims(job, {(p or {}).get("metadata", {}).get("name"): p for p in stored},
@@ -143,7 +143,7 @@ class Materialiser:
         # A pod the state already holds ungated (a resumed release) costs no request.
         held = self.ctx.state.pods
         gated = [r for r in ranks if (view := held.get((job.namespace, r.pod or ""))) is None or view.gated]
-        released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod(job.namespace, r.pod or "", gate))
+        released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod, job.namespace, r.pod or "", gate)
                                           for r in gated))
         for pod in released:
             if pod:
@@ -211,7 +211,7 @@ class Materialiser:
                                     "annotations": {ANNOTATION_PLACEMENT_ID: placement.id}}}
             claim = build_claim(pod, job.name, gpus[r.rank], node_devices, self.ctx.settings.dra.names)
             owner = pod["metadata"]["uid"]
-            work.append(self.ctx.limited(self._create_owned("resourceclaims", claim, placement.id, owner)))
+            work.append(self.ctx.limited(self._create_owned, "resourceclaims", claim, placement.id, owner))
         await asyncio.gather(*work)
         if work:
             self.ctx.crash_point("claims-created")

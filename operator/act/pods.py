@@ -20,5 +20,5 @@ class PodDeleter:
         uids = {p.name: p.uid for p in self.ctx.state.job_pods(key)}
         api = self.ctx.api
         await asyncio.gather(
-            *(self.ctx.limited(api.delete_pod(ns, n, uids.get(n))) for n in names if n not in force),
-            *(self.ctx.limited(api.delete_pod(ns, n, uids.get(n), grace_seconds=0)) for n in force))
+            *(self.ctx.limited(api.delete_pod, ns, n, uids.get(n)) for n in names if n not in force),
+            *(self.ctx.limited(api.delete_pod, ns, n, uids.get(n), grace_seconds=0) for n in force))
