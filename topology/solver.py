@@ -168,14 +168,19 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np
     return [*aligned, unaligned]
 
 
-def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels) -> list[tuple[str, _Candidate]]:
-    """The domains the whole gang may live in: one per domain of the required tier, else the cluster."""
+def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels,
+            domains: dict[str, str]) -> list[tuple[str, _Candidate]]:
+    """The domains the whole gang may live in: one per domain of the required tier, else the cluster.
+    `domains`: each node's domain of that tier, filled as met (the candidates share their nodes)."""
     if request.required_tier is None:
         return [("cluster", candidate)]
     level = levels.index(request.required_tier)
     groups: dict[str, list[tuple[GpuNode, int]]] = {}
     for node, count in candidate.slots:
-        groups.setdefault(levels.domain_of(node, level), []).append((node, count))
+        domain = domains.get(node.name)
+        if domain is None:
+            domain = domains[node.name] = levels.domain_of(node, level)
+        groups.setdefault(domain, []).append((node, count))
     return [(scope, _Candidate(candidate.target, slots)) for scope, slots in sorted(groups.items())]
 
 
@@ -196,7 +201,26 @@ def _objective(request: GangRequest, levels: Levels) -> Objective:
     return objective_for(levels.index(request.preferred_tier) if request.preferred_tier else None, levels.depth)
 
 
-def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest, need: int) -> _Option | None:
+def _cannot_win(scope: _Candidate, need: int, objective: Objective, depth: int, free: Callable[[GpuNode], int],
+                best: tuple) -> bool:
+    """Whether no selection in the scope can beat `best` (objective, broken) on those two: none uses
+    fewer than one domain at each network level and the fewest nodes whose slots hold `need`, nor
+    breaks fewer whole nodes than that many when the scope has no partly used node."""
+    counts = sorted((c for _, c in scope.slots), reverse=True)
+    nodes, held = 0, 0
+    for count in counts:
+        if held >= need:
+            break
+        nodes, held = nodes + 1, held + count
+    bound = objective((nodes,) + (1,) * depth)
+    if bound != best[0]:
+        return bound > best[0]
+    partly_used = any(free(node) < node.gpu_count for node, _ in scope.slots)
+    return (0 if partly_used else nodes) >= best[1]
+
+
+def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest, need: int,
+                 scopes: list[tuple[str, _Candidate]]) -> _Option | None:
     levels = snapshot.levels
     objective = _objective(request, levels)
     top = _top_level(request, levels)
@@ -206,9 +230,14 @@ def _best_option(snapshot: Snapshot, candidate: _Candidate, request: GangRequest
     free_now = snapshot.node_usage().free
     free_gpus, where = free_now.tolist(), table.where
     free = lambda n: free_gpus[where[n.name]]  # noqa: E731
-    for scope_id, scope in _scopes(candidate, request, levels):
-        cap = scope.capacity
+    # Smallest scopes first, the key's own tie-break: a later scope whose lower bound already ties the
+    # best found cannot win, and its tree is never built (a 2 x 4 gang that must fit one TOR looked at
+    # every TOR of 2,048 nodes: 150 ms; the result is the same).
+    ordered = sorted(((scope.capacity, scope_id, scope) for scope_id, scope in scopes), key=lambda e: e[:2])
+    for cap, scope_id, scope in ordered:
         if cap < need:
+            continue
+        if best is not None and top >= 0 and _cannot_win(scope, need, objective, levels.depth, free, best):
             continue
         slots = scope.slots
         if top < 0:  # requiredTier node: the scope is one node
@@ -246,10 +275,6 @@ def _in_one_nvlink_domain(slots: list[tuple[GpuNode, int]], top: int, need: int,
         if best is None or key < best:
             best, chosen = key, selection
     return chosen
-
-
-def _largest_scope(candidate: _Candidate, request: GangRequest, levels: Levels) -> int:
-    return max((scope.capacity for _, scope in _scopes(candidate, request, levels)), default=0)
 
 
 def _build_placement(snapshot: Snapshot, option: _Option, request: GangRequest) -> Placement:
@@ -447,11 +472,13 @@ def _product_groups(nodes: list[GpuNode], at: NDArray[np.intp],
 def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candidate]) -> tuple[tuple, _Option | None]:
     best: tuple = ()
     chosen: _Option | None = None
+    domains: dict[str, str] = {}
     for index, candidate in enumerate(candidates):
-        fit = min(request.replicas, _largest_scope(candidate, request, snapshot.levels))
+        scopes = _scopes(candidate, request, snapshot.levels, domains)
+        fit = min(request.replicas, max((scope.capacity for _, scope in scopes), default=0))
         if fit < request.smallest:
             continue
-        option = _best_option(snapshot, candidate, request, fit)
+        option = _best_option(snapshot, candidate, request, fit, scopes)
         if option is None:
             continue
         # More replicas first (elastic jobs), then fewer network domains, then rail-aligned (which

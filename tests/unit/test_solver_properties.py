@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.node_rules import eligible_nodes
+from railyard.topology.solver import _best_option, _candidates, _objective, _scopes, solve
 
 from tests.support.clusters import snapshot
 
@@ -86,3 +87,27 @@ def test_placement_is_maximal_when_capacity_allows(scenario):
     assert decision.placed == (slots >= request.smallest)
     if decision.placed:
         assert len(decision.placement.replicas) == min(slots, request.replicas)
+
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_scopes_skipped_by_their_bound_change_no_choice(scenario):
+    """The solver skips a scope whose lower bound cannot beat the best found; looking at every scope
+    on its own picks the same scope and the same nodes."""
+    snap, request = scenario
+    nodes, at, _, caps = eligible_nodes(snap, request, None)
+    domains: dict[str, str] = {}
+    for candidate in _candidates(snap, nodes, at, request, caps):
+        scopes = _scopes(candidate, request, snap.levels, domains)
+        need = min(request.replicas, max((scope.capacity for _, scope in scopes), default=0))
+        if need < request.smallest or need == 0:
+            continue
+        chosen = _best_option(snap, candidate, request, need, scopes)
+        objective = _objective(request, snap.levels)
+        alone = [option for scope in scopes if (option := _best_option(snap, candidate, request, need, [scope]))]
+        best = min(alone, key=lambda o: (objective(o.selection.counts), o.selection.broken, o.scope_cap, o.scope_id),
+                   default=None)
+        assert (chosen is None) == (best is None)
+        if chosen is not None and best is not None:
+            assert (chosen.scope_id, chosen.selection.takes) == (best.scope_id, best.selection.takes)
