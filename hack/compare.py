@@ -159,6 +159,9 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["tors_per_job"] = sorted(p["tors"] for p in placements.values()
                                      if p["bound"] == p["replicas"] and p["replicas"] > 1)
     figures["latencies_seconds"] = sorted(round(x, 2) for x in latencies)
+    # Per job (replicas, submitted, last replica bound, since the burst): which jobs make the tail.
+    figures["job_times"] = {j.name: [j.replicas, round(submitted[j.name] - t0, 2),
+                                     round(done[j.name] - t0, 2) if j.name in done else None] for j in jobs}
     figures["bound_p50_seconds"] = percentile(latencies, 50) if latencies else None
     figures["bound_p99_seconds"] = percentile(latencies, 99) if latencies else None
     figures["pods_bound"] = len(bound_times)
@@ -225,7 +228,8 @@ def burst() -> dict:
         t0 = time.monotonic()
         out["peers"][peer], placements[peer] = run_peer(peer, jobs)
         out["peers"][peer]["run_seconds"] = round(time.monotonic() - t0, 1)
-        print(f"# {peer}: {json.dumps(out['peers'][peer])}", flush=True)
+        brief = {k: v for k, v in out["peers"][peer].items() if k != "job_times"}
+        print(f"# {peer}: {json.dumps(brief)}", flush=True)
     out["common_jobs"] = on_common_jobs(jobs, placements)
     target = Path(os.environ.get("COMPARE_OUT", str(cluster.STATE / "compare.md")))
     target.write_text(markdown_table(out["peers"]) + "\n")
