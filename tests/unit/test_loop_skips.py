@@ -108,3 +108,37 @@ def test_a_waiting_gang_is_solved_again_only_when_the_freed_capacity_could_hold_
     r.succeed("hold")
     r.step(2)
     assert _solves() > before and r.status("big").get("placement"), "room for it: solved, and placed"
+
+
+def test_a_pass_waits_for_a_burst_of_creations_to_pause_but_not_for_ever(monkeypatch):
+    """The loop's debounce: while each step brings new jobs it waits on (one pass then sees them all),
+    and it gives up after `most` seconds of a steady stream."""
+    import asyncio
+
+    from railyard.operator.act import loop as loop_module
+
+    r = rig(nodes=4)
+    arrivals = iter(range(3))
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # each step, the next job of the burst arrives (three in all)
+        slept.append(seconds)
+        if (index := next(arrivals, None)) is not None:
+            r.submit(make_job(f"burst-{index}", 1))
+            r.deliver()
+
+    monkeypatch.setattr(loop_module.asyncio, "sleep", sleep)
+    seen = len(r.state.jobs)
+    r.submit(make_job("first", 1))
+    r.deliver()
+    asyncio.run(r.loop._while_jobs_arrive(seen, step=0.05, most=1.0))
+    assert len(slept) == 4, "three steps that each brought a job, then one quiet step"
+    assert len(r.state.jobs) == seen + 4
+    slept.clear()
+    arrivals = iter(range(3, 1000))  # a stream that never pauses
+    asyncio.run(r.loop._while_jobs_arrive(len(r.state.jobs) - 1, step=0.25, most=1.0))
+    assert slept == [0.25] * 4, "no longer than `most`"
+    seen = len(r.state.jobs)
+    slept.clear()
+    asyncio.run(r.loop._while_jobs_arrive(seen))
+    assert slept == [], "nothing new since the count was taken: no wait at all"
