@@ -167,13 +167,9 @@ def burst(api: KubeApi, path: str, build, extra: dict[str, int] | None = None) -
 
 
 def settled(api: KubeApi) -> bool:
-    """Every node Ready and without the node-lifecycle controller's not-ready/unreachable taints
-    (removed a few seconds after a new node turns Ready): both schedulers start from the same cluster."""
-    for node in api.list_all("/api/v1/nodes"):
-        taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
-        if taints & {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}:
-            return False
-    return True
+    """Every node usable again (cluster.node_usable) after faults: both schedulers, and every stage of
+    a bench, start from the same cluster. A fresh rig's nodes are usable already (create_nodes)."""
+    return all(cluster.node_usable(node) for node in api.list_all("/api/v1/nodes"))
 
 
 def start_rig() -> tuple[dict, KubeApi]:

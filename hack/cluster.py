@@ -646,7 +646,18 @@ def create_idempotent(create: Callable[[], object]) -> None:
             raise
 
 
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+# The node lifecycle's NoSchedule taints: the API server's TaintNodesByCondition admission puts the
+# first on every new node, and kube-controller-manager removes it once it sees the node Ready (~1,000
+# nodes a minute on the loaded 2-core rig); the second marks a node whose heartbeats stopped.
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def node_usable(node: dict) -> bool:
+    """Ready and without a lifecycle taint: a pod may go there. A scale bench that placed gangs on a
+    12,288-node rig before the taints left spread a 128-node gang over 20 TORs (4 would do)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or []) and not any(
+        t.get("key") in LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
 
 
 def create_nodes(nodes: list[dict]) -> None:
@@ -662,22 +673,13 @@ def create_nodes(nodes: list[dict]) -> None:
     log(f"created {len(todo)} kwok nodes in {time.monotonic() - t0:.1f}s ({len(existing)} already present)")
     names = {n["metadata"]["name"] for n in nodes}
 
-    def usable(node: dict) -> bool:
-        """Ready, and without the not-ready taint the API server's TaintNodesByCondition admission puts
-        on every new node: kube-controller-manager removes it once it sees the node Ready, at ~1,000
-        nodes a minute on the loaded 2-core rig, and until then no pod may go there. A scale bench that
-        placed gangs on a 12,288-node rig before that spread a 128-node gang over 20 TORs (4 would do)."""
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or []) and not any(
-            t.get("key") == NOT_READY_TAINT for t in (node.get("spec") or {}).get("taints") or [])
-
     def all_ready() -> bool:
         # Raw JSON, paged: the typed client's objects for 12,288 nodes took 1.7 GB and most of a poll.
         ready, cont = 0, None
         while True:
             kwargs = {"_continue": cont} if cont else {}
             page = json.loads(core.list_node(limit=500, _preload_content=False, **kwargs).data)
-            ready += sum(1 for n in page["items"] if n["metadata"]["name"] in names and usable(n))
+            ready += sum(1 for n in page["items"] if n["metadata"]["name"] in names and node_usable(n))
             cont = page["metadata"].get("continue")
             if not cont:
                 break
