@@ -37,3 +37,20 @@ def test_unknown_profile_lists_the_known_ones(tmp_path):
                             capture_output=True, text=True, env={"RAILYARD_CLUSTER_DIR": str(tmp_path / "s"),
                                                                  "HOME": str(tmp_path)})
     assert result.returncode == 1 and "known: " in result.stderr and "small" in result.stderr
+
+
+@pytest.mark.parametrize(("node", "usable"), [
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}, "spec": {}}, True),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]},
+      "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]},
+      "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]},
+      "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}, True),
+    ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}, "spec": {}}, False),
+    ({"metadata": {"name": "no-status-yet"}}, False),
+])
+def test_a_node_is_usable_once_ready_and_rid_of_the_lifecycle_taints(node, usable):
+    from tests.support.rig import load_hack_module
+
+    assert load_hack_module("cluster", "cluster.py").node_usable(node) is usable
