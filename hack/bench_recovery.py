@@ -29,6 +29,7 @@ from bench_operator import (
     training_job,
 )
 from railyard.operator.kube.client import KubeApi
+from railyard.topology.labels import LABEL_JOB
 
 CASES = [(128, 1), (128, 8), (1024, 1), (1024, 8)]
 FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}
@@ -48,9 +49,12 @@ def set_taint(api: KubeApi, node: str, on: bool) -> None:
                 "application/merge-patch+json")
 
 
-def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: int, lost_count: int) -> dict:
+def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: int, lost_count: int,
+                           bound_timeout: float = 600) -> dict:
     """Taint `lost_count` nodes of the bound job `name` (spread over its ranks) and measure until every
-    rank of its next attempt is released and bound. The taints stay: the caller lifts them (set_taint)."""
+    rank of its next attempt is released and bound. The taints stay: the caller lifts them (set_taint).
+    Past `bound_timeout` the figures say how far it got (ranks bound, the old attempt's pods still
+    terminating: their GPUs are what the new ranks wait for) instead of raising."""
     job = api.request("GET", f"{JOBS}/{name}")
     ranks = sorted(job["status"]["placement"]["ranks"], key=lambda r: r["rank"])
     before = {r["rank"]: r["node"] for r in ranks}
@@ -63,8 +67,13 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
     new = [f"{name}.p{(job['status'].get('restartCount') or 0) + 1}-{r}" for r in range(replicas)]  # next attempt
     wait(lambda: all(p in watch.released for p in new), 600, f"{name} released again", interval=0.1)
     released = max(watch.released[p] for p in new) - t0
-    wait(lambda: all(p in watch.bound for p in new), 600, f"{name} bound again", interval=0.1)
-    bound = max(watch.bound[p] for p in new) - t0
+    try:
+        wait(lambda: all(p in watch.bound for p in new), bound_timeout, f"{name} bound again", interval=0.1)
+        bound: float | None = max(watch.bound[p] for p in new) - t0
+    except TimeoutError:
+        bound = None
+    old_attempt = [p for p in api.list_all(f"/api/v1/namespaces/{NS}/pods", [("labelSelector", f"{LABEL_JOB}={name}")])
+                   if p["metadata"]["name"] not in new]
     writes_used = writes(api_requests(api)) - writes(counts)
     job = api.request("GET", f"{JOBS}/{name}")
     after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
@@ -72,7 +81,9 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
     return {
         "replicas": replicas, "lost_nodes": len(victims), "victims": victims,
         "signal_to_all_released_seconds": round(released, 2),
-        "signal_to_all_bound_seconds": round(bound, 2),
+        "signal_to_all_bound_seconds": round(bound, 2) if bound is not None else None,
+        "ranks_bound_at_the_end": sum(1 for p in new if p in watch.bound),
+        "old_attempt_pods_left_at_the_end": len(old_attempt),
         "api_writes": writes_used,
         "healthy_ranks_moved": sum(1 for r, n in before.items() if n not in victims and after[r] != n),
         "replacements_same_tor": sum(1 for r in replacements if r["sameTor"]),

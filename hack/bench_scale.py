@@ -57,8 +57,13 @@ def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last:
                           "tors": len({tors.get(watcher.node[p]) for p in mine})})
             ops.progress(bound[-1])
         out["create_to_all_bound"] = bound
+        ops.progress({"operator_start_to_synced_seconds": out["operator_start_to_synced_seconds"],
+                      "operator_rss_mib_synced": out["operator_rss_mib_synced"],
+                      "operator_rss_mib_now": rss_mib(proc.pid)})
         if recover_last:
-            out["recovery"] = lose_nodes_and_recover(api, watcher, f"{name}-{len(gangs) - 1}", gangs[-1], 1)
+            # kwok deletes the old attempt's pods slowly behind 50,000 others on 2 cores (613 s once).
+            out["recovery"] = lose_nodes_and_recover(api, watcher, f"{name}-{len(gangs) - 1}", gangs[-1], 1,
+                                                     bound_timeout=1200)
             ops.progress(out["recovery"])
             for node in out["recovery"]["victims"]:
                 set_taint(api, node, False)
