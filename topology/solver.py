@@ -366,15 +366,19 @@ def _solve(snapshot: Snapshot, request: GangRequest, limits: NodeLimits | None) 
     groups = _product_groups(nodes, at, request)
     best: tuple | None = None
     chosen: _Option | None = None
+    candidates: list[_Candidate] = []
     for group, group_at in groups:
-        key, option = _best_in(snapshot, request, _candidates(snapshot, group, group_at, request, caps))
+        candidates = _candidates(snapshot, group, group_at, request, caps)
+        key, option = _best_in(snapshot, request, candidates)
         if option is not None and (best is None or key < best):
             best, chosen = key, option
     packed = _packed(snapshot, request, limits)
     if chosen is None:
         if packed is not None:
             return Decision(request, packed, None)
-        reason = _explain(request, nodes, rejected, _candidates(snapshot, nodes, at, request, caps), snapshot.levels)
+        # One group is every eligible node: its candidates are the ones to explain (not computed twice).
+        explained = candidates if len(groups) == 1 else _candidates(snapshot, nodes, at, request, caps)
+        reason = _explain(request, nodes, rejected, explained, snapshot.levels)
         if len(groups) > 1:
             sizes = ", ".join(f"{g[0].product} ({len(g)} nodes)" for g, _ in groups)
             reason += f"; GPU products are not mixed in one gang: {sizes}"
