@@ -30,6 +30,7 @@ from railyard.operator.decide import queue
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.spares import spare_nodes, tors_short
+from railyard.operator.kube.client import Fenced
 from railyard.topology.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.decision import decide, never_fits, placed_pods, taken
 from railyard.topology.defrag import fits_by_gpus
@@ -214,9 +215,15 @@ class QueuePass:
         # soon as its own write returns, smaller gangs first: the first gangs are being created while
         # the pass's later writes are in flight (a burst's 137 records took 1.7 s, all waited for before).
         # The unplaced jobs' conditions are written behind them.
+        # Every write is waited for before the pass ends, whatever one of them raised: a pass that ended
+        # with a record still in flight would let the next one solve onto GPUs it is about to hold.
         by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
-        await asyncio.gather(*(self._record_and_release(j, d) for j, d in by_size),
-                             *(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced))
+        outcomes = await asyncio.gather(
+            *(self._record_and_release(j, d) for j, d in by_size),
+            *(self.writer.guard(j.key, self._mark_unplaced(j, d, r)) for j, d, r in unplaced), return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
+            raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
@@ -237,7 +244,7 @@ class QueuePass:
         recorded = self.ctx.state.jobs.get(job.key)
         if recorded is not None and recorded.placement is not None:
             self.materialiser.enqueue(recorded)
-            await self.errors.cleared(recorded)
+            await self.writer.guard(job.key, self.errors.cleared(recorded))
 
     async def _record(self, job: Job, decision: Decision) -> None:
         assert decision.placement is not None
