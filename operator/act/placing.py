@@ -1,9 +1,9 @@
 """One pass over the queued jobs: solve each in queue order on the snapshot (the capacity of those
 placed earlier in the pass taken), hold the nodes a starving job waits for, record each placement in
-status and send that gang to the release line as soon as its write returns — smaller gangs of this
-pass first (their capacity is taken already, so the order only decides who binds first), behind every
-gang of earlier passes. Unplaced jobs get Placed=False with the binding constraint, written only when that
-constraint changes (the queue rule itself is decide/queue.py)."""
+status and send that gang to the release line as soon as its write returns — the writes of smaller
+gangs sent first, so they mostly join first (their capacity is taken already, so the order only decides
+who binds first), behind every gang of earlier passes. Unplaced jobs get Placed=False with the binding
+constraint, written only when that constraint changes (the queue rule itself is decide/queue.py)."""
 
 from __future__ import annotations
 
