@@ -275,9 +275,13 @@ class PlacementLoop:
         released = memory.released[1] if memory.released is not None and placement is not None and \
             memory.released[0] == placement.id else None
         bound, terminating = self.ctx.state.pod_times(job.key)
+        if memory.terminating_seen - terminating.keys():  # one of them is gone: bind progress (assess)
+            memory.terminating_left = mono
+        memory.terminating_seen = frozenset(terminating)
         leaving, leaving_for = self.migrations.leaving(job)
         return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono),
-                    leaving, leaving_for, self._blocked(job) if released is not None else {})
+                    leaving, leaving_for, self._blocked(job) if released is not None else {},
+                    memory.terminating_left)
 
     def _blocked(self, job: Job) -> dict[str, str]:
         """Unbound, released pods whose ResourceClaim a known device stands in the way of (DRA)."""

@@ -50,6 +50,8 @@ class JobMemory:
     grow: GrowAttempt | None = None
     released: tuple[str, float] | None = None  # (placement id, monotonic): when its release was seen
     released_at: tuple[str, float] | None = None  # (placement id, wall): this operator's release, until recorded
+    terminating_seen: frozenset[str] = frozenset()  # its pods seen Terminating on the last look
+    terminating_left: float | None = None  # monotonic: when one of those was last seen gone (bind progress)
     infra_restarts: list[float] = field(default_factory=list)  # monotonic times, the last hour's
     failure_streak: int = 0  # process failures in a row, each after a short attempt (decide/policy)
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation

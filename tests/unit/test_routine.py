@@ -188,6 +188,34 @@ def test_a_restart_whose_old_pods_take_their_grace_period_is_waited_for_not_roll
     assert cond.is_true(r.status("slow-exit")["conditions"], cond.RUNNING)
 
 
+def test_a_restart_gets_its_full_bind_timeout_from_when_its_predecessors_leave():
+    """Seen at 12,288 nodes: kwok took 8 min to delete a 1,024-rank gang's old pods, and 15 s after they
+    left, with kube-scheduler still binding, the restart was rolled back for a bind timeout."""
+    r = rig(nodes=4, bind_timeout_seconds=60)
+    r.submit(make_job("slow-exit", 2))
+    r.running()
+    r.api.graceful = True
+    failed = copy.deepcopy(r.api.objects["pods"][("default", "slow-exit-0")])
+    failed["status"] = {"phase": "Failed"}
+    r.api._store("pods", failed, "MODIFIED")
+    r.deliver()
+    r.step()
+    r.clock.advance(11)
+    r.step()
+    assert r.status("slow-exit")["restartCount"] == 1
+    for _ in range(16):  # 8 minutes with the predecessors terminating; nothing can bind meanwhile
+        r.clock.advance(30)
+        r.step()
+    r.api.finish_terminating()
+    r.deliver()
+    r.clock.advance(15)  # a busy kube-scheduler has not bound the new pods yet
+    r.step()
+    assert r.reason("slow-exit") == "Released", "15 s after its predecessors left: not a bind timeout"
+    r.clock.advance(61)
+    r.step()
+    assert r.reason("slow-exit") == "BindTimeout", "61 s after they left with nothing bound: re-planned"
+
+
 def pod_node(pod: dict) -> str | None:
     from railyard.topology.nodes import pinned_node
 
