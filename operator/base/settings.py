@@ -75,7 +75,8 @@ class PlacementSettings(_Settings):
     topology_levels: str = Field(default_factory=_env("TOPOLOGY_LEVELS", "", str))
     # A job waiting longer than this reserves the nodes it waits for (docs/placement.md: queueing).
     starvation_seconds: float = _seconds("STARVATION_SECONDS", 120.0)
-    # Released pods not bound within this long mean a lost race: the gang is re-planned.
+    # Released pods not bound within this long mean a lost race: the gang is re-planned. Any bind, and
+    # any of the job's old pods leaving (a restart waits for them), starts the wait again.
     bind_timeout_seconds: float = _seconds("BIND_TIMEOUT_SECONDS", 60.0)
     # A released gang's Placed=Released goes out with its Running (one status write instead of two)
     # when it runs within this long, else on its own then; 0: written at the release.
