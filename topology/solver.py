@@ -28,6 +28,7 @@ from railyard.topology.node_rules import eligible_nodes
 from railyard.topology.quality import domains_per_level, domains_spanned, rail_aligned, rails_of, ring_cost
 from railyard.topology.rank_order import local_rank_order
 from railyard.topology.request import GangRequest
+from railyard.topology.reservation import domain_codes
 from railyard.topology.slots import (
     FreePattern,
     RailTarget,
@@ -168,19 +169,17 @@ def _gpu_candidates(snapshot: Snapshot, nodes: Sequence[GpuNode], at: NDArray[np
     return [*aligned, unaligned]
 
 
-def _scopes(candidate: _Candidate, request: GangRequest, levels: Levels,
-            domains: dict[str, str]) -> list[tuple[str, _Candidate]]:
+def _scopes(snapshot: Snapshot, candidate: _Candidate, request: GangRequest) -> list[tuple[str, _Candidate]]:
     """The domains the whole gang may live in: one per domain of the required tier, else the cluster.
-    `domains`: each node's domain of that tier, filled as met (the candidates share their nodes)."""
+    Each node's domain comes from the snapshot's memo (reservation.domain_codes), kept across solves."""
     if request.required_tier is None:
         return [("cluster", candidate)]
-    level = levels.index(request.required_tier)
+    codes, names = domain_codes(snapshot, snapshot.levels.index(request.required_tier))
+    where = node_arrays(snapshot).where
+    domain_of = codes.tolist()
     groups: dict[str, list[tuple[GpuNode, int]]] = {}
     for node, count in candidate.slots:
-        domain = domains.get(node.name)
-        if domain is None:
-            domain = domains[node.name] = levels.domain_of(node, level)
-        groups.setdefault(domain, []).append((node, count))
+        groups.setdefault(names[domain_of[where[node.name]]], []).append((node, count))
     return [(scope, _Candidate(candidate.target, slots)) for scope, slots in sorted(groups.items())]
 
 
@@ -476,9 +475,8 @@ def _product_groups(nodes: list[GpuNode], at: NDArray[np.intp],
 def _best_in(snapshot: Snapshot, request: GangRequest, candidates: list[_Candidate]) -> tuple[tuple, _Option | None]:
     best: tuple = ()
     chosen: _Option | None = None
-    domains: dict[str, str] = {}
     for index, candidate in enumerate(candidates):
-        scopes = _scopes(candidate, request, snapshot.levels, domains)
+        scopes = _scopes(snapshot, candidate, request)
         fit = min(request.replicas, max((scope.capacity for _, scope in scopes), default=0))
         if fit < request.smallest:
             continue

@@ -97,9 +97,8 @@ def test_scopes_skipped_by_their_bound_change_no_choice(scenario):
     on its own picks the same scope and the same nodes."""
     snap, request = scenario
     nodes, at, _, caps = eligible_nodes(snap, request, None)
-    domains: dict[str, str] = {}
     for candidate in _candidates(snap, nodes, at, request, caps):
-        scopes = _scopes(candidate, request, snap.levels, domains)
+        scopes = _scopes(snap, candidate, request)
         need = min(request.replicas, max((scope.capacity for _, scope in scopes), default=0))
         if need < request.smallest or need == 0:
             continue
