@@ -82,6 +82,9 @@ _COLUMNS = (("GPU utilisation", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
             *((f"{name} wait p50 / p99 s", lambda f, n=name: "{} / {}".format(
                 f["waits_by_size"][n]["wait_p50_seconds"], f["waits_by_size"][n]["wait_p99_seconds"]))
               for name, _, _ in SIZE_CLASSES),
+            ("all jobs wait p50 / p99 s", lambda f: "{} / {}".format(f["all_jobs"]["wait_p50_seconds"],
+                                                                     f["all_jobs"]["wait_p99_seconds"])),
+            ("all jobs p99 with the unplaced s", lambda f: f["all_jobs"]["wait_p99_censored_seconds"]),
             ("unplaced at end", lambda f: sum(c["unplaced_at_end"] for c in f["waits_by_size"].values())),
             ("TORs/job", lambda f: f["mean_tors_spanned"]), ("partial gangs", lambda f: f["gangs_partly_bound_at_end"]),
             ("pods/s", lambda f: f["pods_bound_per_second"]),

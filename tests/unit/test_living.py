@@ -73,6 +73,9 @@ def test_waits_are_per_size_class_and_jobs_still_waiting_are_counted_not_dropped
     assert (medium["placed"], medium["wait_p50_seconds"]) == (1, 4.0)  # submit 1.0 -> last replica 5.0
     assert (large["placed"], large["unplaced_at_end"], large["wait_p99_censored_seconds"]) == (0, 1, 28.0)
     assert figures["gangs_partly_bound_at_end"] == 1  # c: 1 of 64 bound
+    # Every job together: a (3.0) and b (4.0) placed; c still waiting 28.0 s at the end.
+    assert figures["all_jobs"] == {"placed": 2, "unplaced_at_end": 1, "wait_p50_seconds": 3.0,
+                                   "wait_p99_seconds": 4.0, "wait_p99_censored_seconds": 28.0}
     assert figures["job_times"] == {"a-1x8": [1, 0.0, 3.0], "b-4x8": [4, 1.0, 5.0], "c-64x8": [64, 2.0, None]}
     assert figures["gpus_held_over_time"] == [(0.0, 0), (10.0, 8 + 32 + 8), (20.0, 32 + 8)]
     assert [size_class(j) for j in jobs] == [name for name, _, _ in SIZE_CLASSES]
