@@ -51,6 +51,10 @@ class Limits:
     body_seconds: float = 10.0
     idle_seconds: float = 60.0
     max_connections: int = 4096
+    # After a body refused unread: how long and how much of it to discard before closing. Closing with
+    # unread bytes makes the kernel answer with a reset, and a reset destroys the 413 before the peer reads it.
+    linger_seconds: float = 1.0
+    linger_bytes: int = 1024 * 1024
 
 
 class _TooLarge(Exception):
@@ -146,6 +150,7 @@ class BoundedHttpServer:
                 except _TooLarge:
                     await self._respond(writer, 413, {"accepted": False, "reason": "too_large",
                                                       "message": f"at most {self.limits.max_body} bytes"}, False)
+                    await self._discard(reader, writer)
                     return
                 except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
                         ConnectionError, ssl.SSLError):
@@ -160,6 +165,18 @@ class BoundedHttpServer:
         finally:
             self.connections -= 1
             writer.close()
+
+    async def _discard(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close where the transport can (TLS cannot), then drop what the peer still sends, within
+        the linger bounds, so the connection ends with a FIN the peer reads after the answer."""
+        if writer.can_write_eof():
+            with contextlib.suppress(OSError):
+                writer.write_eof()
+        left = self.limits.linger_bytes
+        with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError):
+            async with asyncio.timeout(self.limits.linger_seconds):
+                while left > 0 and (chunk := await reader.read(min(left, 64 * 1024))):
+                    left -= len(chunk)
 
     async def _read(self, reader: asyncio.StreamReader, source: str, wait: float) -> Request | None:
         """One request; None when the peer closed the connection between requests."""

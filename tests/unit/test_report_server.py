@@ -156,6 +156,15 @@ async def test_an_oversized_body_is_refused_unread_and_costs_no_review(served):
     assert (status, answer["reason"], reviewer.calls) == (413, "too_large", 0)
 
 
+async def test_a_client_still_sending_a_refused_body_reads_the_413(served):
+    # Closing with the body unread would make the kernel reset the connection, and the reset destroys
+    # the answer before the client reads it: the server drops the rest (bounded) and half-closes first.
+    port = _port(served(Reviewer()))
+    for _ in range(5):
+        status, answer = await post(port, "good-llm.p0-0", b"x" * (512 * 1024))
+        assert (status, answer["reason"]) == (413, "too_large")
+
+
 async def test_wrong_path_or_method(served):
     reviewer = Reviewer()
     server = served(reviewer)
