@@ -5,9 +5,18 @@ utilisation over time, queue wait p50/p99 by size class, TORs per multi-replica 
 pods/s, scheduler CPU (per bound pod too), API requests per bound pod. The stream and the figures
 are operator/bench/living.py's.
 
+A job's wait is only known once it is placed, so a run that stops with jobs queued has not measured their
+waits, and a p99 over the placed favours the scheduler that leaves gangs starving. The stream therefore goes
+on after the run (the same seeded arrivals, at the same load) until the p99 wait of the jobs that arrived
+within the run is decided (living.settled_percentile) or COMPARE_LIVING_SETTLE_SECONDS pass; the jobs
+arriving after the run only keep the cluster as busy and are not measured. Utilisation, pods/s, CPU and
+API requests are the run's own.
+
 Environment: COMPARE_LIVING_SECONDS (run length, default 1200), COMPARE_LIFETIME_SECONDS (mean pod
 lifetime, default 300), COMPARE_LOAD (steady demand over the cluster's GPUs, default 1.1),
-COMPARE_SEED, COMPARE_PEERS; COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for the table and the plot.
+COMPARE_LIVING_SETTLE_SECONDS (the most the stream goes on after the run, default 300; 0: stop with
+the run as earlier runs did), COMPARE_SEED, COMPARE_PEERS; COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for
+the table and the plot.
 """
 
 from __future__ import annotations
@@ -20,16 +29,27 @@ from pathlib import Path
 
 from bench_operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 from compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
-from railyard.operator.bench.living import SIZE_CLASSES, living_figures, living_stream
+from railyard.operator.bench.living import SIZE_CLASSES, cohort_waits, living_figures, living_stream, settled_percentile
 from railyard.operator.bench.peers import JOB_LABEL, read_placements, summarise
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
 LIFETIME = float(os.environ.get("COMPARE_LIFETIME_SECONDS", "300"))
 LOAD = float(os.environ.get("COMPARE_LOAD", "1.1"))
+SETTLE = float(os.environ.get("COMPARE_LIVING_SETTLE_SECONDS", "300"))
+CHECK_SECONDS = 5.0  # how often, after the run, the harness asks whether the p99 is decided
 CLUSTER_GPUS = 2048 * 8  # superpod-2k
 
 
+def _p99_settled(cohort, submitted: dict[str, float], watcher: PodWatch, t0: float) -> bool:
+    now = time.monotonic() - t0
+    bound = {p: at - t0 for p, at in dict(watcher.bound).items()}
+    job_of = {pod: labels[JOB_LABEL] for pod, labels in dict(watcher.labels).items() if JOB_LABEL in labels}
+    return settled_percentile(*cohort_waits(cohort, dict(submitted), bound, job_of, now), 99) is not None
+
+
 def run_living(peer: str, jobs) -> dict:
+    """One peer's run: `jobs` is the stream including what arrives after the run (see the docstring)."""
+    cohort = [j for j in jobs if j.arrival < SECONDS]
     figures, api, processes, extra = start_peer(peer)
     gpus = cluster_gpus(api)
     watcher = PodWatch()
@@ -48,31 +68,48 @@ def run_living(peer: str, jobs) -> dict:
             return
         submitted[job.name] = at  # only what was accepted waits (and counts as unplaced)
 
+    def pace(until: float) -> None:
+        # Pacing the arrivals (the stream's clock), not waiting for anything to happen.
+        time.sleep(max(0.0, t0 + until - time.monotonic()))
+
     with ThreadPoolExecutor(8) as pool:
-        for job in jobs:
-            # Pacing the arrivals (the stream's clock), not waiting for anything to happen.
-            time.sleep(max(0.0, t0 + job.arrival - time.monotonic()))
+        for job in cohort:
+            pace(job.arrival)
             pool.submit(submit, job)
-        time.sleep(max(0.0, t0 + SECONDS - time.monotonic()))
-    end = time.monotonic() - t0
-    cpu_after, requests_after = cpu_seconds(extra), api_requests(api)
+        pace(SECONDS)
+        end = time.monotonic() - t0
+        cpu_after, requests_after, bound_by_end = cpu_seconds(extra), api_requests(api), len(watcher.bound)
+        later = iter(j for j in jobs if j.arrival >= SECONDS)
+        following = next(later, None)
+        check = SECONDS
+        while time.monotonic() - t0 < SECONDS + SETTLE:
+            check = min(check + CHECK_SECONDS, SECONDS + SETTLE)
+            while following is not None and following.arrival < check:
+                pace(following.arrival)
+                pool.submit(submit, following)
+                following = next(later, None)
+            pace(check)
+            if _p99_settled(cohort, submitted, watcher, t0):
+                break
+    observed = time.monotonic() - t0
     watcher.stop()
     pods = api.list_all(f"/api/v1/namespaces/{NS}/pods")
-    placements = read_placements([j for j in jobs if j.name in submitted], pods, api.list_all("/api/v1/nodes"))
+    placements = read_placements([j for j in cohort if j.name in submitted], pods, api.list_all("/api/v1/nodes"))
     job_of = {pod: labels[JOB_LABEL] for pod, labels in watcher.labels.items() if JOB_LABEL in labels}
     figures.update(living_figures(
-        jobs, submitted, {p: at - t0 for p, at in watcher.bound.items()},
-        {p: at - t0 for p, at in watcher.finished.items()}, job_of, gpus, end, warmup=min(LIFETIME, end / 2)))
+        cohort, submitted, {p: at - t0 for p, at in watcher.bound.items()},
+        {p: at - t0 for p, at in watcher.finished.items()}, job_of, gpus, end, warmup=min(LIFETIME, end / 2),
+        observed_until=observed))
     spans = summarise(placements)
     figures.update({k: spans[k] for k in ("mean_tors_spanned", "mean_leaves_spanned", "mean_ring_cost")})
     cpu = scheduler_cpu(cpu_before, cpu_after)
-    bound = max(1, len(watcher.bound))
+    bound = max(1, bound_by_end)
     figures.update({
         "scheduler_cpu_seconds": cpu, "scheduler_cpu_ms_per_bound_pod": round(cpu * 1000 / bound, 2),
         "cpu_seconds": {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after},
         "api_requests_per_bound_pod": per_pod(requests_before, requests_after, bound),
         "cluster_gpus": gpus, "submit_failures": len(failures), "submit_failure_examples": failures[:3],
-        "run_seconds": round(end, 1),
+        "run_seconds": round(end, 1), "observed_seconds": round(observed, 1),
     })
     stop(processes)
     return figures
@@ -85,6 +122,8 @@ _COLUMNS = (("GPU utilisation", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
             ("all jobs wait p50 / p99 s", lambda f: "{} / {}".format(f["all_jobs"]["wait_p50_seconds"],
                                                                      f["all_jobs"]["wait_p99_seconds"])),
             ("all jobs p99 with the unplaced s", lambda f: f["all_jobs"]["wait_p99_censored_seconds"]),
+            ("all jobs p99 settled s", lambda f: f["all_jobs"]["wait_p99_settled_seconds"] or "not decided"),
+            ("observed after the run s", lambda f: f["all_jobs"]["observed_seconds_after_arrivals"]),
             ("unplaced at end", lambda f: sum(c["unplaced_at_end"] for c in f["waits_by_size"].values())),
             ("TORs/job", lambda f: f["mean_tors_spanned"]), ("partial gangs", lambda f: f["gangs_partly_bound_at_end"]),
             ("pods/s", lambda f: f["pods_bound_per_second"]),
@@ -126,9 +165,10 @@ def plot(out: dict, target: Path) -> None:
 
 
 def main() -> dict:
-    jobs = living_stream(SECONDS, SEED, CLUSTER_GPUS, LOAD, LIFETIME)
+    jobs = living_stream(SECONDS + SETTLE, SEED, CLUSTER_GPUS, LOAD, LIFETIME)
+    cohort = [j for j in jobs if j.arrival < SECONDS]
     out: dict = {"mode": "living", "seconds": SECONDS, "seed": SEED, "load": LOAD, "mean_lifetime_seconds": LIFETIME,
-                 "jobs": len(jobs), "pods": sum(j.replicas for j in jobs),
+                 "settle_seconds": SETTLE, "jobs": len(cohort), "pods": sum(j.replicas for j in cohort),
                  "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     for peer in SELECTED:
         out["peers"][peer] = run_living(peer, jobs)

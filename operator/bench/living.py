@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from railyard.operator.bench.peers import PeerJob
@@ -89,58 +89,98 @@ def _percentile(values: list[float], p: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))], 2)
 
 
+def settled_percentile(waits: Sequence[float], waiting: Sequence[float], p: float) -> float | None:
+    """The p-th percentile (as `_percentile` ranks) of every job's wait, once it is decided, else None.
+    `waits` are the placed jobs'; `waiting` the others' waits so far, which only grow, so they can only
+    rank higher: the percentile is decided when the placed wait at its rank is at or below all of them."""
+    n = len(waits) + len(waiting)
+    if not n:
+        return None
+    rank = min(n - 1, round(p / 100 * (n - 1)))
+    placed = sorted(waits)
+    if len(placed) <= rank or (waiting and min(waiting) < placed[rank]):
+        return None
+    return round(placed[rank], 2)
+
+
+def _replicas_bound(bound: Mapping[str, float], job_of: Mapping[str, str]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for pod, at in bound.items():
+        if (owner := job_of.get(pod)) is not None:
+            out.setdefault(owner, []).append(at)
+    return out
+
+
+def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
+                 job_of: Mapping[str, str], now: float) -> tuple[list[float], list[float]]:
+    """The waits of the jobs placed by `now` (submit -> last replica bound), and the waits so far of
+    the submitted jobs still waiting."""
+    times_of = _replicas_bound(bound, job_of)
+    waits: list[float] = []
+    waiting: list[float] = []
+    for job in jobs:
+        if job.name not in submitted:
+            continue
+        times = [t for t in times_of.get(job.name, []) if t <= now]
+        if len(times) >= job.replicas:
+            waits.append(max(times) - submitted[job.name])
+        else:
+            waiting.append(now - submitted[job.name])
+    return waits, waiting
+
+
 def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
                    finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float,
-                   step: float = 10.0, warmup: float = 0.0) -> dict[str, Any]:
-    """One peer's living-cluster figures. Times are seconds from the run's start: `submitted` per job,
-    `bound` and `finished` per pod (first seen bound / succeeded, failed or deleted), `job_of` a
-    pod's job. A job's wait is submit -> its last replica bound; jobs still waiting at `end` are
-    counted as unplaced, and in the censored p99 with their wait so far. `job_times`: per job, [replicas,
+                   step: float = 10.0, warmup: float = 0.0, observed_until: float | None = None) -> dict[str, Any]:
+    """One peer's living-cluster figures for the jobs that arrived before `end`. Times are seconds from
+    the run's start: `submitted` per job, `bound` and `finished` per pod (first seen bound / succeeded,
+    failed or deleted), `job_of` a pod's job. Utilisation and pods/s are over [0, end]. The stream may go
+    on past `end` until `observed_until` so that the waits of jobs still queued at `end` are seen: a
+    job's wait is submit -> its last replica bound by `observed_until`; jobs still waiting then are
+    unplaced, and count in the censored p99 with their wait so far. `job_times`: per job, [replicas,
     submitted, last replica bound or None], to look into a tail job by job."""
+    until = end if observed_until is None else observed_until
     by_name = {j.name: j for j in jobs}
     gpus_of = {pod: by_name[job].gpus for pod, job in job_of.items() if job in by_name}
     timeline = busy_gpus(((at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of),
                          end, step)
     steady = [held for t, held in timeline if t >= warmup]
-    replicas_bound: dict[str, list[float]] = {}
-    for pod, at in bound.items():
-        owner = job_of.get(pod)
-        if owner in by_name:
-            replicas_bound.setdefault(owner, []).append(at)
     classes: dict[str, Any] = {}
     every_wait: list[float] = []
-    every_censored: list[float] = []
+    every_waiting: list[float] = []
     for name, _, _ in SIZE_CLASSES:
         members = [j for j in jobs if size_class(j) == name and j.name in submitted]
-        waits, censored, unplaced = [], [], 0
-        for job in members:
-            times = replicas_bound.get(job.name, [])
-            if len(times) >= job.replicas:
-                waits.append(max(times) - submitted[job.name])
-                censored.append(waits[-1])
-            else:
-                unplaced += 1
-                censored.append(end - submitted[job.name])
-        classes[name] = {"jobs": len(members), "placed": len(waits), "unplaced_at_end": unplaced,
+        waits, waiting = cohort_waits(members, submitted, bound, job_of, until)
+        classes[name] = {"jobs": len(members), "placed": len(waits), "unplaced_at_end": len(waiting),
                          "wait_p50_seconds": _percentile(waits, 50), "wait_p99_seconds": _percentile(waits, 99),
-                         "wait_p99_censored_seconds": _percentile(censored, 99),
+                         "wait_p99_censored_seconds": _percentile(waits + waiting, 99),
                          "waits_seconds": sorted(round(w, 2) for w in waits)}
         every_wait += waits
-        every_censored += censored
+        every_waiting += waiting
+    times_of = _replicas_bound(bound, job_of)
     job_times = {j.name: [j.replicas, round(submitted[j.name], 2),
-                          round(max(times), 2) if len(times := replicas_bound.get(j.name, [])) >= j.replicas else None]
+                          round(max(ts), 2) if len(ts := [t for t in times_of.get(j.name, []) if t <= until])
+                          >= j.replicas else None]
                  for j in jobs if j.name in submitted}
-    partial = sum(1 for j in jobs if 0 < len(replicas_bound.get(j.name, [])) < j.replicas)
+    partial = sum(1 for j in jobs if 0 < len(times_of.get(j.name, [])) < j.replicas)
+    by_end, _ = cohort_waits(jobs, submitted, bound, job_of, end)
+    accepted = sum(1 for j in jobs if j.name in submitted)
+    pods_bound = sum(1 for pod, at in bound.items() if at <= end)
     return {
-        "jobs_submitted": len(submitted), "pods_bound": len(bound), "pods_finished": len(finished),
+        "jobs_submitted": accepted, "pods_bound": pods_bound, "pods_finished": len(finished),
         "gpu_utilisation_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0,
         "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,
         "gpus_held_over_time": timeline, "waits_by_size": classes, "job_times": job_times,
-        # A p99 over the placed alone favours a scheduler that leaves gangs waiting past the end of the run;
-        # the censored p99 counts them with their wait so far.
-        "all_jobs": {"placed": len(every_wait), "unplaced_at_end": len(every_censored) - len(every_wait),
+        # A p99 over the placed alone favours a scheduler that leaves gangs waiting: `settled` is the p99 of
+        # every job's wait once the jobs still waiting cannot change it (None: not decided, the censored p99
+        # is then a lower bound); `placed_by_arrivals_end` is the figure earlier runs stopped at.
+        "all_jobs": {"placed": len(every_wait), "unplaced_at_end": len(every_waiting),
+                     "observed_seconds_after_arrivals": round(until - end, 1),
                      "wait_p50_seconds": _percentile(every_wait, 50), "wait_p99_seconds": _percentile(every_wait, 99),
-                     "wait_p99_censored_seconds": _percentile(every_censored, 99)},
+                     "wait_p99_censored_seconds": _percentile(every_wait + every_waiting, 99),
+                     "wait_p99_settled_seconds": settled_percentile(every_wait, every_waiting, 99),
+                     "wait_p99_placed_by_arrivals_end_seconds": _percentile(by_end, 99),
+                     "unplaced_when_arrivals_stopped": accepted - len(by_end)},
         "gangs_partly_bound_at_end": partial,
-        "pods_bound_per_second": round(len(bound) / end, 2) if end > 0 else 0.0,
+        "pods_bound_per_second": round(pods_bound / end, 2) if end > 0 else 0.0,
     }

@@ -14,6 +14,7 @@ from railyard.operator.bench.living import (
     living_figures,
     living_stream,
     mean_job_gpus,
+    settled_percentile,
     size_class,
 )
 from railyard.operator.bench.peers import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
@@ -74,9 +75,52 @@ def test_waits_are_per_size_class_and_jobs_still_waiting_are_counted_not_dropped
     assert (large["placed"], large["unplaced_at_end"], large["wait_p99_censored_seconds"]) == (0, 1, 28.0)
     assert figures["gangs_partly_bound_at_end"] == 1  # c: 1 of 64 bound
     # Every job together: a (3.0) and b (4.0) placed; c still waiting 28.0 s at the end.
-    assert figures["all_jobs"] == {"placed": 2, "unplaced_at_end": 1, "wait_p50_seconds": 3.0,
-                                   "wait_p99_seconds": 4.0, "wait_p99_censored_seconds": 28.0}
+    assert figures["all_jobs"] == {"placed": 2, "unplaced_at_end": 1, "observed_seconds_after_arrivals": 0.0,
+                                   "wait_p50_seconds": 3.0, "wait_p99_seconds": 4.0,
+                                   "wait_p99_censored_seconds": 28.0, "wait_p99_settled_seconds": None,
+                                   "wait_p99_placed_by_arrivals_end_seconds": 4.0,
+                                   "unplaced_when_arrivals_stopped": 1}
     assert figures["job_times"] == {"a-1x8": [1, 0.0, 3.0], "b-4x8": [4, 1.0, 5.0], "c-64x8": [64, 2.0, None]}
     assert figures["gpus_held_over_time"] == [(0.0, 0), (10.0, 8 + 32 + 8), (20.0, 32 + 8)]
     assert [size_class(j) for j in jobs] == [name for name, _, _ in SIZE_CLASSES]
     assert mean_job_gpus() > 8
+
+
+def test_jobs_placed_after_the_arrivals_stop_count_with_their_wait_and_the_window_figures_do_not_move():
+    jobs = [PeerJob("a-1x8", 1, 8, None, "tor", 0.0, 50), PeerJob("c-2x8", 2, 8, "tor", None, 2.0, 50)]
+    submitted = {"a-1x8": 0.0, "c-2x8": 2.0, "late-1x8": 31.0}  # late: after the window, not in the cohort
+    bound = {"a-0": 3.0, "c-0": 4.0, "c-1": 52.0, "late-0": 32.0}
+    job_of = {"a-0": "a-1x8", "c-0": "c-2x8", "c-1": "c-2x8", "late-0": "late-1x8"}
+    window = living_figures(jobs, submitted, bound, {}, job_of, cluster_gpus=64, end=30.0, step=10)
+    observed = living_figures(jobs, submitted, bound, {}, job_of, cluster_gpus=64, end=30.0, step=10,
+                              observed_until=60.0)
+    assert window["all_jobs"]["unplaced_at_end"] == 1 and window["all_jobs"]["wait_p99_settled_seconds"] is None
+    assert observed["all_jobs"]["placed"] == 2 and observed["all_jobs"]["unplaced_at_end"] == 0
+    assert observed["all_jobs"]["wait_p99_settled_seconds"] == 50.0  # c: submit 2.0 -> second replica 52.0
+    assert observed["all_jobs"]["wait_p99_placed_by_arrivals_end_seconds"] == 3.0
+    assert observed["all_jobs"]["unplaced_when_arrivals_stopped"] == 1
+    assert observed["job_times"] == {"a-1x8": [1, 0.0, 3.0], "c-2x8": [2, 2.0, 52.0]}
+    for key in ("gpus_held_over_time", "pods_bound", "pods_bound_per_second", "gpu_utilisation_mean"):
+        assert observed[key] == window[key], key  # the window's figures: pods bound by 30.0 (a-0, c-0)
+    assert observed["pods_bound"] == 2 and observed["jobs_submitted"] == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 500), max_size=40), st.lists(st.tuples(st.floats(0, 500), st.floats(0, 500)),
+                                                          max_size=10), st.sampled_from([50, 90, 99]))
+def test_a_settled_percentile_is_what_every_outcome_of_the_jobs_still_waiting_gives(waits, waiting, p):
+    """However long each waiting job still waits (at least its wait so far), the percentile is the same."""
+    so_far = [w for w, _ in waiting]
+    settled = settled_percentile(waits, so_far, p)
+    if settled is None:
+        return
+    for outcome in ([w for w, _ in waiting], [w + extra for w, extra in waiting], [w + 1e6 for w, _ in waiting]):
+        every = sorted(waits + outcome)
+        assert round(every[min(len(every) - 1, round(p / 100 * (len(every) - 1)))], 2) == settled
+
+
+def test_a_percentile_with_too_many_jobs_still_waiting_is_not_settled():
+    assert settled_percentile([1.0] * 98, [5.0, 6.0], 99) is None  # rank 98 falls on a waiting job
+    assert settled_percentile([1.0] * 99 + [9.0], [10.0], 99) == 9.0  # the waiting job ranks above it
+    assert settled_percentile([1.0] * 99 + [9.0], [8.0], 99) is None  # it could still end below 9.0
+    assert settled_percentile([], [], 99) is None
