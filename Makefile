@@ -81,7 +81,8 @@ spares: deps
 
 # Railyard next to kube-scheduler 1.36 gang scheduling, Kueue TAS, Volcano and a naive podAffinity
 # baseline, each on a fresh superpod-2k rig (restarts the local rig): the burst (~15 min), then the
-# living cluster (COMPARE_LIVING_SECONDS per peer, default 1200: ~2 h for five). COMPARE_MODE=burst|living
+# living cluster (COMPARE_LIVING_SECONDS per peer, default 1200, then up to COMPARE_LIVING_SETTLE_SECONDS,
+# default 300, until the run's jobs' p99 wait is decided: ~2.5 h for five). COMPARE_MODE=burst|living
 # runs one. JSON here, the tables in compare.md and compare-living.md.
 compare: deps build
 	.venv/bin/python -m pip install -q -e '.[compare]'
