@@ -61,6 +61,7 @@ class PodWatch:
         self.node: dict[str, str] = {}  # pod -> the node it was bound to
         self.released: dict[str, float] = {}
         self.finished: dict[str, float] = {}  # succeeded, failed or deleted
+        self.running: dict[str, float] = {}  # first seen Running (kwok's pod-ready)
         self.labels: dict[str, dict[str, str]] = {}
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
@@ -97,6 +98,8 @@ class PodWatch:
             if spec.get("nodeName"):  # the node first: a reader that sees the pod bound reads its node
                 self.node.setdefault(name, spec["nodeName"])
                 self.bound.setdefault(name, time.monotonic())
+            if (pod.get("status") or {}).get("phase") == "Running":
+                self.running.setdefault(name, time.monotonic())
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 self.finished.setdefault(name, time.monotonic())
         elif event_type == "DELETED":

@@ -99,7 +99,7 @@ def run_living(peer: str, jobs) -> dict:
     figures.update(living_figures(
         cohort, submitted, {p: at - t0 for p, at in watcher.bound.items()},
         {p: at - t0 for p, at in watcher.finished.items()}, job_of, gpus, end, warmup=min(LIFETIME, end / 2),
-        observed_until=observed))
+        observed_until=observed, running={p: at - t0 for p, at in watcher.running.items()}))
     spans = summarise(placements)
     figures.update({k: spans[k] for k in ("mean_tors_spanned", "mean_leaves_spanned", "mean_ring_cost")})
     cpu = scheduler_cpu(cpu_before, cpu_after)

@@ -129,9 +129,30 @@ def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], bound:
     return waits, waiting
 
 
+def _holding(jobs: list[PeerJob], bound: Mapping[str, float], running: Mapping[str, float],
+             finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float, step: float,
+             warmup: float) -> dict[str, Any]:
+    """Where a pod's GPUs go besides its lifetime: bound -> first seen Running, and Running -> finished past
+    the lifetime asked; utilisation counted from Running instead of bound."""
+    by_name = {j.name: j for j in jobs}
+    to_running = [running[p] - at for p, at in bound.items() if p in running and job_of.get(p) in by_name]
+    lifetime = {name: j.lifetime for name, j in by_name.items() if j.lifetime is not None}
+    past = [finished[p] - running[p] - lifetime[job_of[p]] for p in running
+            if p in finished and job_of.get(p) in lifetime]
+    timeline = busy_gpus(((at, finished.get(p), by_name[job_of[p]].gpus) for p, at in running.items()
+                          if job_of.get(p) in by_name), end, step)
+    steady = [held for t, held in timeline if t >= warmup]
+    return {"pod_bound_to_running_seconds": {"p50": _percentile(to_running, 50), "p99": _percentile(to_running, 99),
+                                             "mean": round(statistics.fmean(to_running), 3) if to_running else None},
+            "pod_running_past_lifetime_seconds": {"p50": _percentile(past, 50), "p99": _percentile(past, 99),
+                                                  "mean": round(statistics.fmean(past), 3) if past else None},
+            "gpu_utilisation_running_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0}
+
+
 def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
                    finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float,
-                   step: float = 10.0, warmup: float = 0.0, observed_until: float | None = None) -> dict[str, Any]:
+                   step: float = 10.0, warmup: float = 0.0, observed_until: float | None = None,
+                   running: Mapping[str, float] | None = None) -> dict[str, Any]:
     """One peer's living-cluster figures for the jobs that arrived before `end`. Times are seconds from
     the run's start: `submitted` per job, `bound` and `finished` per pod (first seen bound / succeeded,
     failed or deleted), `job_of` a pod's job. Utilisation and pods/s are over [0, end]. The stream may go
@@ -166,7 +187,10 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     by_end, _ = cohort_waits(jobs, submitted, bound, job_of, end)
     accepted = sum(1 for j in jobs if j.name in submitted)
     pods_bound = sum(1 for pod, at in bound.items() if at <= end)
+    holding = ({} if running is None
+               else _holding(jobs, bound, running, finished, job_of, cluster_gpus, end, step, warmup))
     return {
+        **holding,
         "jobs_submitted": accepted, "pods_bound": pods_bound, "pods_finished": len(finished),
         "gpu_utilisation_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0,
         "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,

@@ -124,3 +124,19 @@ def test_a_percentile_with_too_many_jobs_still_waiting_is_not_settled():
     assert settled_percentile([1.0] * 99 + [9.0], [10.0], 99) == 9.0  # the waiting job ranks above it
     assert settled_percentile([1.0] * 99 + [9.0], [8.0], 99) is None  # it could still end below 9.0
     assert settled_percentile([], [], 99) is None
+
+
+def test_a_pods_gpus_held_before_it_runs_and_past_its_lifetime_are_reported_apart():
+    jobs = [PeerJob("a-1x8", 1, 8, None, "tor", 0.0, 50), PeerJob("b-1x8", 1, 8, None, "tor", 0.0, 20)]
+    submitted = {"a-1x8": 0.0, "b-1x8": 0.0}
+    bound, running = {"a-0": 1.0, "b-0": 2.0}, {"a-0": 4.0, "b-0": 3.0}
+    finished = {"a-0": 56.0, "b-0": 23.5}  # a: 2 s past its 50 s; b: 0.5 s past its 20 s
+    job_of = {"a-0": "a-1x8", "b-0": "b-1x8"}
+    figures = living_figures(jobs, submitted, bound, finished, job_of, cluster_gpus=16, end=60.0, step=10,
+                             running=running)
+    assert figures["pod_bound_to_running_seconds"] == {"p50": 1.0, "p99": 3.0, "mean": 2.0}
+    assert figures["pod_running_past_lifetime_seconds"] == {"p50": 0.5, "p99": 2.0, "mean": 1.25}
+    # Samples at 0, 10, ..., 50: bound counts a from 1.0 and b from 2.0; running from 4.0 and 3.0.
+    assert figures["gpus_held_over_time"][:3] == [(0.0, 0), (10.0, 16), (20.0, 16)]
+    assert figures["gpu_utilisation_running_mean"] == figures["gpu_utilisation_mean"]  # 10 s samples miss the lag
+    assert "pod_bound_to_running_seconds" not in living_figures(jobs, submitted, bound, finished, job_of, 16, 60.0)
