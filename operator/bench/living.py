@@ -82,6 +82,18 @@ def busy_gpus(intervals: Iterable[tuple[float, float | None, int]], end: float,
     return out
 
 
+def mean_busy(intervals: Iterable[tuple[float, float | None, int]], start: float, end: float,
+              cluster_gpus: int) -> float:
+    """GPUs held on average over [start, end), as a share of the cluster's: the exact time average of the
+    (bound, finished or None, GPUs) intervals. Sampling the curve every 10 s instead was off by ~1 % on
+    runs whose pods start and end in step with each other (the seed-12 runs)."""
+    if end <= start:
+        return 0.0
+    held = sum(gpus * max(0.0, min(end, end if stop is None else stop) - max(start, begin))
+               for begin, stop, gpus in intervals)
+    return round(held / (end - start) / cluster_gpus, 4)
+
+
 def _percentile(values: list[float], p: float) -> float | None:
     if not values:
         return None
@@ -130,7 +142,7 @@ def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], bound:
 
 
 def _holding(jobs: list[PeerJob], bound: Mapping[str, float], running: Mapping[str, float],
-             finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float, step: float,
+             finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float,
              warmup: float) -> dict[str, Any]:
     """Where a pod's GPUs go besides its lifetime: bound -> first seen Running, and Running -> finished past
     the lifetime asked; utilisation counted from Running instead of bound."""
@@ -139,14 +151,13 @@ def _holding(jobs: list[PeerJob], bound: Mapping[str, float], running: Mapping[s
     lifetime = {name: j.lifetime for name, j in by_name.items() if j.lifetime is not None}
     past = [finished[p] - running[p] - lifetime[job_of[p]] for p in running
             if p in finished and job_of.get(p) in lifetime]
-    timeline = busy_gpus(((at, finished.get(p), by_name[job_of[p]].gpus) for p, at in running.items()
-                          if job_of.get(p) in by_name), end, step)
-    steady = [held for t, held in timeline if t >= warmup]
+    intervals = [(at, finished.get(p), by_name[job_of[p]].gpus) for p, at in running.items()
+                 if job_of.get(p) in by_name]
     return {"pod_bound_to_running_seconds": {"p50": _percentile(to_running, 50), "p99": _percentile(to_running, 99),
                                              "mean": round(statistics.fmean(to_running), 3) if to_running else None},
             "pod_running_past_lifetime_seconds": {"p50": _percentile(past, 50), "p99": _percentile(past, 99),
                                                   "mean": round(statistics.fmean(past), 3) if past else None},
-            "gpu_utilisation_running_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0}
+            "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus)}
 
 
 def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
@@ -163,8 +174,8 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     until = end if observed_until is None else observed_until
     by_name = {j.name: j for j in jobs}
     gpus_of = {pod: by_name[job].gpus for pod, job in job_of.items() if job in by_name}
-    timeline = busy_gpus(((at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of),
-                         end, step)
+    held = [(at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of]
+    timeline = busy_gpus(held, end, step)
     steady = [held for t, held in timeline if t >= warmup]
     classes: dict[str, Any] = {}
     every_wait: list[float] = []
@@ -188,11 +199,11 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     accepted = sum(1 for j in jobs if j.name in submitted)
     pods_bound = sum(1 for pod, at in bound.items() if at <= end)
     holding = ({} if running is None
-               else _holding(jobs, bound, running, finished, job_of, cluster_gpus, end, step, warmup))
+               else _holding(jobs, bound, running, finished, job_of, cluster_gpus, end, warmup))
     return {
         **holding,
         "jobs_submitted": accepted, "pods_bound": pods_bound, "pods_finished": len(finished),
-        "gpu_utilisation_mean": round(statistics.fmean(steady) / cluster_gpus, 4) if steady else 0.0,
+        "gpu_utilisation_mean": mean_busy(held, warmup, end, cluster_gpus),
         "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,
         "gpus_held_over_time": timeline, "waits_by_size": classes, "job_times": job_times,
         # A p99 over the placed alone favours a scheduler that leaves gangs waiting: `settled` is the p99 of
