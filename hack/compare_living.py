@@ -29,7 +29,14 @@ from pathlib import Path
 
 from bench_operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 from compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
-from railyard.operator.bench.living import SIZE_CLASSES, cohort_waits, living_figures, living_stream, settled_percentile
+from railyard.operator.bench.living import (
+    SIZE_CLASSES,
+    cohort_waits,
+    living_figures,
+    living_stream,
+    replicas_bound,
+    settled_percentile,
+)
 from railyard.operator.bench.peers import JOB_LABEL, read_placements, summarise
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
@@ -44,7 +51,8 @@ def _p99_settled(cohort, submitted: dict[str, float], watcher: PodWatch, t0: flo
     now = time.monotonic() - t0
     bound = {p: at - t0 for p, at in dict(watcher.bound).items()}
     job_of = {pod: labels[JOB_LABEL] for pod, labels in dict(watcher.labels).items() if JOB_LABEL in labels}
-    return settled_percentile(*cohort_waits(cohort, dict(submitted), bound, job_of, now), 99) is not None
+    waits, waiting = cohort_waits(cohort, dict(submitted), replicas_bound(bound, job_of), now)
+    return settled_percentile(waits, waiting, 99) is not None
 
 
 def run_living(peer: str, jobs) -> dict:

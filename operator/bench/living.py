@@ -115,7 +115,8 @@ def settled_percentile(waits: Sequence[float], waiting: Sequence[float], p: floa
     return round(placed[rank], 2)
 
 
-def _replicas_bound(bound: Mapping[str, float], job_of: Mapping[str, str]) -> dict[str, list[float]]:
+def replicas_bound(bound: Mapping[str, float], job_of: Mapping[str, str]) -> dict[str, list[float]]:
+    """Per job, when each of its pods was first seen bound."""
     out: dict[str, list[float]] = {}
     for pod, at in bound.items():
         if (owner := job_of.get(pod)) is not None:
@@ -123,11 +124,10 @@ def _replicas_bound(bound: Mapping[str, float], job_of: Mapping[str, str]) -> di
     return out
 
 
-def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],
-                 job_of: Mapping[str, str], now: float) -> tuple[list[float], list[float]]:
-    """The waits of the jobs placed by `now` (submit -> last replica bound), and the waits so far of
-    the submitted jobs still waiting."""
-    times_of = _replicas_bound(bound, job_of)
+def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], times_of: Mapping[str, list[float]],
+                 now: float) -> tuple[list[float], list[float]]:
+    """The waits of the jobs placed by `now` (submit -> last replica bound; `times_of` from
+    `replicas_bound`), and the waits so far of the submitted jobs still waiting."""
     waits: list[float] = []
     waiting: list[float] = []
     for job in jobs:
@@ -176,26 +176,26 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     gpus_of = {pod: by_name[job].gpus for pod, job in job_of.items() if job in by_name}
     held = [(at, finished.get(pod), gpus_of[pod]) for pod, at in bound.items() if pod in gpus_of]
     timeline = busy_gpus(held, end, step)
-    steady = [held for t, held in timeline if t >= warmup]
+    steady = [gpus for t, gpus in timeline if t >= warmup]
+    times_of = replicas_bound(bound, job_of)
     classes: dict[str, Any] = {}
     every_wait: list[float] = []
     every_waiting: list[float] = []
     for name, _, _ in SIZE_CLASSES:
         members = [j for j in jobs if size_class(j) == name and j.name in submitted]
-        waits, waiting = cohort_waits(members, submitted, bound, job_of, until)
+        waits, waiting = cohort_waits(members, submitted, times_of, until)
         classes[name] = {"jobs": len(members), "placed": len(waits), "unplaced_at_end": len(waiting),
                          "wait_p50_seconds": _percentile(waits, 50), "wait_p99_seconds": _percentile(waits, 99),
                          "wait_p99_censored_seconds": _percentile(waits + waiting, 99),
                          "waits_seconds": sorted(round(w, 2) for w in waits)}
         every_wait += waits
         every_waiting += waiting
-    times_of = _replicas_bound(bound, job_of)
     job_times = {j.name: [j.replicas, round(submitted[j.name], 2),
                           round(max(ts), 2) if len(ts := [t for t in times_of.get(j.name, []) if t <= until])
                           >= j.replicas else None]
                  for j in jobs if j.name in submitted}
     partial = sum(1 for j in jobs if 0 < len(times_of.get(j.name, [])) < j.replicas)
-    by_end, _ = cohort_waits(jobs, submitted, bound, job_of, end)
+    by_end, _ = cohort_waits(jobs, submitted, times_of, end)
     accepted = sum(1 for j in jobs if j.name in submitted)
     pods_bound = sum(1 for pod, at in bound.items() if at <= end)
     holding = ({} if running is None
