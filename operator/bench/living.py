@@ -141,22 +141,23 @@ def cohort_waits(jobs: Iterable[PeerJob], submitted: Mapping[str, float], times_
     return waits, waiting
 
 
-def _holding(jobs: list[PeerJob], bound: Mapping[str, float], running: Mapping[str, float],
-             finished: Mapping[str, float], job_of: Mapping[str, str], cluster_gpus: int, end: float,
-             warmup: float) -> dict[str, Any]:
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": _percentile(values, 50), "p99": _percentile(values, 99),
+            "mean": round(statistics.fmean(values), 3) if values else None}
+
+
+def _holding(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], bound: Mapping[str, float],
+             running: Mapping[str, float], finished: Mapping[str, float], job_of: Mapping[str, str],
+             cluster_gpus: int, end: float, warmup: float) -> dict[str, Any]:
     """Where a pod's GPUs go besides its lifetime: bound -> first seen Running, and Running -> finished past
     the lifetime asked; utilisation counted from Running instead of bound."""
-    by_name = {j.name: j for j in jobs}
-    to_running = [running[p] - at for p, at in bound.items() if p in running and job_of.get(p) in by_name]
+    to_running = [running[p] - at for p, at in bound.items() if p in running and p in gpus_of]
     lifetime = {name: j.lifetime for name, j in by_name.items() if j.lifetime is not None}
     past = [finished[p] - running[p] - lifetime[job_of[p]] for p in running
             if p in finished and job_of.get(p) in lifetime]
-    intervals = [(at, finished.get(p), by_name[job_of[p]].gpus) for p, at in running.items()
-                 if job_of.get(p) in by_name]
-    return {"pod_bound_to_running_seconds": {"p50": _percentile(to_running, 50), "p99": _percentile(to_running, 99),
-                                             "mean": round(statistics.fmean(to_running), 3) if to_running else None},
-            "pod_running_past_lifetime_seconds": {"p50": _percentile(past, 50), "p99": _percentile(past, 99),
-                                                  "mean": round(statistics.fmean(past), 3) if past else None},
+    intervals = [(at, finished.get(p), gpus_of[p]) for p, at in running.items() if p in gpus_of]
+    return {"pod_bound_to_running_seconds": _spread(to_running),
+            "pod_running_past_lifetime_seconds": _spread(past),
             "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus)}
 
 
@@ -199,7 +200,7 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
     accepted = sum(1 for j in jobs if j.name in submitted)
     pods_bound = sum(1 for pod, at in bound.items() if at <= end)
     holding = ({} if running is None
-               else _holding(jobs, bound, running, finished, job_of, cluster_gpus, end, warmup))
+               else _holding(by_name, gpus_of, bound, running, finished, job_of, cluster_gpus, end, warmup))
     return {
         **holding,
         "jobs_submitted": accepted, "pods_bound": pods_bound, "pods_finished": len(finished),
