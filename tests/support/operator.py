@@ -16,10 +16,33 @@ from tests.support.identity import Identity
 from tests.support.poll import poll
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Listening ports come from below the kernel's ephemeral range: a port the kernel hands out (bind to 0) can be
+# taken as the local port of any outgoing connection before the operator binds it (CI saw EADDRINUSE that way).
+_PORT_FLOOR = 20000
+_next_port = _PORT_FLOOR + (os.getpid() * 7) % max(1, _ephemeral_floor() - _PORT_FLOOR)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, outside the ephemeral range, never handed out twice by this process."""
+    global _next_port
+    ceiling = _ephemeral_floor()
+    for _ in range(ceiling - _PORT_FLOOR):
+        port = _next_port
+        _next_port = _PORT_FLOOR + (_next_port + 1 - _PORT_FLOOR) % (ceiling - _PORT_FLOOR)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORT_FLOOR}..{ceiling}")
 
 
 class OperatorProcess:
