@@ -1,7 +1,10 @@
 """The nodes a starving gang waits for (the queue's reservation, operator/decide/queue.py): the fewest
-nodes that could hold it with nothing else on them, in one domain of the lowest level that has such a
-domain (its required tier's, if it has one) — of each domain its freest nodes (replicas they hold now,
-then free GPUs), and of the domains the one whose chosen nodes are freest now.
+nodes that could hold it with nothing else on them, in one domain — of each domain its freest nodes
+(replicas they hold now, then free GPUs), and of the domains the one whose chosen nodes are freest now.
+A gang with a required tier looks only at that tier's domains. One that merely prefers a tier has
+already waited out the tight placements it could get by backfill, so it looks at every level up to the
+whole cluster and takes the freest choice, the lowest level among equally free ones: a 128-node gang
+that held one 128-node leaf waited for every pod in it to end.
 
 Only these are held, not the whole domain or cluster: the rest keeps serving the jobs behind it. Held
 nodes stay as free as they were (nobody else may use them), so the choice only moves to other nodes
@@ -55,10 +58,12 @@ def reserved_nodes(snapshot: Snapshot, request: GangRequest) -> frozenset[str]:
     usable = capacity > 0
     eligible, free_gpus, capacity, slots = eligible[usable], free_gpus[usable], capacity[usable], slots[usable]
     rank = arrays.name_rank[eligible]
+    best: tuple[tuple[float, float], NDArray[np.int64]] | None = None
     for level in _levels(snapshot, request):
         codes, names = domain_codes(snapshot, level)
         domain = codes[eligible]
-        if not (np.bincount(domain, weights=capacity, minlength=len(names)) >= need).any():
+        total = np.bincount(domain, weights=capacity, minlength=len(names))
+        if not (total >= need).any():
             continue
         # Per domain, freest first; a node is chosen while the domain's nodes before it hold fewer than `need`.
         order = np.lexsort((rank, -free_gpus, -slots, domain))
@@ -67,13 +72,15 @@ def reserved_nodes(snapshot: Snapshot, request: GangRequest) -> frozenset[str]:
         starts = np.searchsorted(domain_sorted, domain_sorted, side="left")
         before -= before[starts]
         chosen = order[before < need]
-        total = np.bincount(domain, weights=capacity, minlength=len(names))
         held_slots = np.bincount(domain[chosen], weights=slots[chosen], minlength=len(names))
         held_free = np.bincount(domain[chosen], weights=free_gpus[chosen], minlength=len(names))
         feasible = np.flatnonzero(total >= need)
         # The freest domain; ties to the first id by name (codes are in name order).
-        best = feasible[np.lexsort((feasible, -held_free[feasible], -held_slots[feasible]))[0]]
-        nodes = snapshot.nodes
-        return frozenset(nodes[i].name for i in eligible[chosen[domain[chosen] == best]].tolist())
-    return frozenset()
-
+        pick = feasible[np.lexsort((feasible, -held_free[feasible], -held_slots[feasible]))[0]]
+        freeness = (float(held_slots[pick]), float(held_free[pick]))
+        if best is None or freeness > best[0]:  # strictly freer: equal ones stay at the lower level
+            best = (freeness, eligible[chosen[domain[chosen] == pick]])
+    if best is None:
+        return frozenset()
+    nodes = snapshot.nodes
+    return frozenset(nodes[i].name for i in best[1].tolist())

@@ -150,7 +150,8 @@ def _holding(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], bound: 
              running: Mapping[str, float], finished: Mapping[str, float], job_of: Mapping[str, str],
              cluster_gpus: int, end: float, warmup: float) -> dict[str, Any]:
     """Where a pod's GPUs go besides its lifetime: bound -> first seen Running, and Running -> finished past
-    the lifetime asked; utilisation counted from Running instead of bound."""
+    the lifetime asked; utilisation counted from Running instead of bound, and counted as work: a gang
+    works from when its last replica runs (its ranks wait for each other) until each pod's lifetime ends."""
     to_running = [running[p] - at for p, at in bound.items() if p in running and p in gpus_of]
     lifetime = {name: j.lifetime for name, j in by_name.items() if j.lifetime is not None}
     past = [finished[p] - running[p] - lifetime[job_of[p]] for p in running
@@ -158,7 +159,29 @@ def _holding(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], bound: 
     intervals = [(at, finished.get(p), gpus_of[p]) for p, at in running.items() if p in gpus_of]
     return {"pod_bound_to_running_seconds": _spread(to_running),
             "pod_running_past_lifetime_seconds": _spread(past),
-            "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus)}
+            "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus),
+            "gpu_utilisation_work_mean": mean_busy(_working(by_name, gpus_of, running, finished, job_of, lifetime),
+                                                   warmup, end, cluster_gpus)}
+
+
+def _working(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], running: Mapping[str, float],
+             finished: Mapping[str, float], job_of: Mapping[str, str],
+             lifetime: Mapping[str, float]) -> list[tuple[float, float | None, int]]:
+    """Per pod of a gang whose every replica ran, (gang running, end of its work, GPUs): work ends at its
+    lifetime after it started running, or when it finished if that came first; without a lifetime, at finish."""
+    all_running = {job: max(times) for job, times in replicas_bound(running, job_of).items()
+                   if job in by_name and len(times) >= by_name[job].replicas}
+    out: list[tuple[float, float | None, int]] = []
+    for pod, started in running.items():
+        job = job_of.get(pod)
+        if job not in all_running or pod not in gpus_of:
+            continue
+        stop = finished.get(pod)
+        if job in lifetime:
+            stop = min(started + lifetime[job], stop if stop is not None else math.inf)
+        if stop is None or stop > all_running[job]:
+            out.append((all_running[job], stop, gpus_of[pod]))
+    return out
 
 
 def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: Mapping[str, float],

@@ -142,6 +142,8 @@ def test_a_pods_gpus_held_before_it_runs_and_past_its_lifetime_are_reported_apar
     # Held from bound: a 1..56 and b 2..23.5 over 60 s; from Running: a 4..56, b 3..23.5.
     assert figures["gpu_utilisation_mean"] == round((55 + 21.5) * 8 / 60 / 16, 4)
     assert figures["gpu_utilisation_running_mean"] == round((52 + 20.5) * 8 / 60 / 16, 4)
+    # Work: a from 4 for its 50 s, b from 3 for its 20 s (neither finished early).
+    assert figures["gpu_utilisation_work_mean"] == round((50 + 20) * 8 / 60 / 16, 4)
     assert "pod_bound_to_running_seconds" not in living_figures(jobs, submitted, bound, finished, job_of, 16, 60.0)
 
 
@@ -153,3 +155,18 @@ def test_the_mean_utilisation_is_the_time_average_not_a_sample_of_it(pods, start
     # A fine sampling converges on the exact average; 10 s samples need not (the seed-12 runs were ~1 % off).
     fine = statistics.fmean(held for t, held in busy_gpus(intervals, end, 0.01) if t >= start)
     assert abs(mean_busy(intervals, start, end, 1) - fine) <= 0.01 * sum(g for _, _, g in intervals) + 1e-3
+
+
+def test_a_gang_works_from_when_its_last_replica_runs_until_each_pods_lifetime_ends():
+    jobs = [PeerJob("g-2x8", 2, 8, None, "tor", 0.0, 30), PeerJob("h-2x8", 2, 8, None, "tor", 0.0, 30)]
+    submitted = {"g-2x8": 0.0, "h-2x8": 0.0}
+    job_of = {"g-0": "g-2x8", "g-1": "g-2x8", "h-0": "h-2x8", "h-1": "h-2x8"}
+    bound = {"g-0": 1.0, "g-1": 1.0, "h-0": 1.0, "h-1": 1.0}
+    # g's second rank runs 5 s after its first; g-0 finishes 2 s past its lifetime; h-1 never runs.
+    running = {"g-0": 2.0, "g-1": 7.0, "h-0": 2.0}
+    finished = {"g-0": 34.0, "g-1": 36.0}
+    figures = living_figures(jobs, submitted, bound, finished, job_of, cluster_gpus=32, end=60.0, step=10,
+                             running=running)
+    # g-0 works 7..32 (its lifetime ends at 32), g-1 7..36 (finished before 37); h holds GPUs and works none.
+    assert figures["gpu_utilisation_work_mean"] == round((25 + 29) * 8 / 60 / 32, 4)
+    assert figures["gpu_utilisation_running_mean"] > figures["gpu_utilisation_work_mean"]

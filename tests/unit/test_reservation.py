@@ -67,3 +67,29 @@ def test_the_held_nodes_only_get_freer_while_others_take_and_free_the_rest(snap:
         assert held(snap, after_reserved) >= before, "the reservation moved to nodes less free than it held"
         assert len(after_reserved) == len(reserved)
         reserved = after_reserved
+
+
+@settings(max_examples=150, deadline=None)
+@given(busy_clusters(), st.integers(1, 20), st.sampled_from([1, 2, 4, 8]))
+def test_a_gang_that_only_prefers_a_tier_waits_for_no_fewer_free_gpus_than_any_tier_would_give_it(
+        snap: Snapshot, replicas: int, gpus: int):
+    preferring = reserved_nodes(QueuedJob(("ns", "g"), 0, 0.0, GangRequest("g", replicas, gpus)), snap)
+    for tier in ("tor", "leaf", "spine"):
+        confined = reserved_nodes(QueuedJob(("ns", "g"), 0, 0.0,
+                                            GangRequest("g", replicas, gpus, required_tier=tier)), snap)
+        if confined:
+            assert held(snap, preferring, gpus) >= held(snap, confined, gpus), \
+                f"held nodes busier than the freest {tier}'s, for a gang that only prefers a tier"
+
+
+def test_a_preferring_gang_holds_free_nodes_across_tors_rather_than_wait_for_a_busy_tor():
+    snap = snapshot(**SHAPE)  # 8 TORs of 4 nodes
+    # Every TOR has 3 nodes busy and one empty: no TOR (or leaf) could hold 4 replicas now.
+    first_of_tor = {n.tor: n.name for n in reversed(snap.nodes)}
+    busy = [n.name for n in snap.nodes if n.name not in first_of_tor.values()]
+    snap = snap.allocate((n, range(8)) for n in busy)
+    preferring = reserved_nodes(QueuedJob(("ns", "g"), 0, 0.0, GangRequest("g", 4, 8)), snap)
+    assert held(snap, preferring) == (4, 32), "four empty nodes exist; the gang waits for nothing"
+    confined = reserved_nodes(QueuedJob(("ns", "g"), 0, 0.0, GangRequest("g", 4, 8, required_tier="tor")), snap)
+    assert len({snap.node(n).tor for n in confined}) == 1 and held(snap, confined) == (1, 8), \
+        "a required TOR is still one TOR, waiting for its three busy nodes"
