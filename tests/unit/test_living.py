@@ -144,6 +144,8 @@ def test_a_pods_gpus_held_before_it_runs_and_past_its_lifetime_are_reported_apar
     assert figures["gpu_utilisation_running_mean"] == round((52 + 20.5) * 8 / 60 / 16, 4)
     # Work: a from 4 for its 50 s, b from 3 for its 20 s (neither finished early).
     assert figures["gpu_utilisation_work_mean"] == round((50 + 20) * 8 / 60 / 16, 4)
+    # warm-up 0 here: from the run's start it is the same figure
+    assert figures["gpu_utilisation_work_whole_run_mean"] == figures["gpu_utilisation_work_mean"]
     assert "pod_bound_to_running_seconds" not in living_figures(jobs, submitted, bound, finished, job_of, 16, 60.0)
 
 
@@ -170,3 +172,8 @@ def test_a_gang_works_from_when_its_last_replica_runs_until_each_pods_lifetime_e
     # g-0 works 7..32 (its lifetime ends at 32), g-1 7..36 (finished before 37); h holds GPUs and works none.
     assert figures["gpu_utilisation_work_mean"] == round((25 + 29) * 8 / 60 / 32, 4)
     assert figures["gpu_utilisation_running_mean"] > figures["gpu_utilisation_work_mean"]
+    late = living_figures(jobs, submitted, bound, finished, job_of, cluster_gpus=32, end=60.0, step=10,
+                          running=running, warmup=10.0)
+    # After a 10 s warm-up: g-0 10..32 and g-1 10..36 over 50 s; from the start, the same work over 60 s.
+    assert late["gpu_utilisation_work_mean"] == round((22 + 26) * 8 / 50 / 32, 4)
+    assert late["gpu_utilisation_work_whole_run_mean"] == figures["gpu_utilisation_work_mean"]
