@@ -92,12 +92,12 @@ class QueuePass:
                 kept.append(holder)
         return kept, ordered
 
-    def _may_gain(self, candidate: QueuedJob, snapshot: Snapshot) -> bool:
+    def _may_gain(self, candidate: QueuedJob, snapshot: Snapshot, others_hold: frozenset[str]) -> bool:
         """Whether a solve after capacity was freed could place the gang or lead to making room for it:
-        the free GPUs could hold it by count, or by total for defragmentation, or a lower-priority gang
-        is placed that preemption could evict."""
+        the free GPUs off other jobs' reservations could hold it by count, or by total for
+        defragmentation, or a lower-priority gang is placed that preemption could evict."""
         request = candidate.request
-        return queue.has_room(snapshot, request) or \
+        return queue.has_room(snapshot, request, others_hold) or \
             (self.ctx.settings.placement.defragmentation and fits_by_gpus(snapshot, request)) or \
             self.preemptions.might_preempt_for(candidate.priority)
 
@@ -156,11 +156,11 @@ class QueuePass:
             # A job whose reservation ran out on this pass is solved whatever else: its Placed reason must
             # leave Reserving, or the next pass takes it for a holder again and restarts its box.
             box_ended = memory.reservation_ended == mono
-            if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now,
-                                       settings.retry_seconds, partial(self._may_gain, candidate, current)) \
+            others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
+            if not queue.worth_solving(memory.failure, state.usage.freed, job.generation, now, settings.retry_seconds,
+                                       partial(self._may_gain, candidate, current, others_hold)) \
                     and not may_hold and not box_ended:
                 continue
-            others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
             view = current.without_nodes(others_hold | candidate.avoid | self.preemptions.held_for_others(candidate.key)
                                          | (frozenset() if job.spec is not None and job.spec.preemption.backfill_spares
                                             else spares))

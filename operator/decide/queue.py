@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from railyard.operator.base.objects import Key
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
@@ -84,9 +85,17 @@ def worth_solving(failure: Failure | None, freed: int, generation: int | None, n
     return failure.freed != freed and room()
 
 
-def has_room(snapshot: Snapshot, request: GangRequest) -> bool:
-    """Whether the free GPUs could hold the smallest gang by count alone (a necessary condition)."""
-    return snapshot.replica_slots(request.gpus_per_replica) >= request.smallest
+def has_room(snapshot: Snapshot, request: GangRequest, held: frozenset[str] = frozenset()) -> bool:
+    """Whether the free GPUs off the `held` nodes (other jobs' reservations) could hold the smallest gang by
+    count alone (a necessary condition). Counting the held nodes' free GPUs, a stream re-solved every small
+    job that could not fit each pass while a starving gang held the freest nodes."""
+    per = request.gpus_per_replica
+    slots = snapshot.replica_slots(per)
+    if held and per > 0:
+        where = snapshot.positions()
+        at = np.fromiter((where[name] for name in held if name in where), dtype=np.int64)
+        slots -= int((snapshot.node_usage().free[at] // per).sum())
+    return slots >= request.smallest
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:

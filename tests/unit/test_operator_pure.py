@@ -12,7 +12,7 @@ from railyard.operator.decide import conditions as cond
 from railyard.operator.decide.actions import Finish, Invalid, MarkRunning, Queue, Restart, Resume, Rollback
 from railyard.operator.decide.assess import assess
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service, placement_status
-from railyard.operator.decide.queue import QueuedJob, order, reserved_nodes
+from railyard.operator.decide.queue import QueuedJob, has_room, order, reserved_nodes
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve
 from railyard.topology.timestamps import epoch
@@ -198,3 +198,14 @@ def test_a_big_gang_still_being_bound_is_not_taken_for_a_lost_bind():
     assert not isinstance(assess(released, still_binding, snap, now, 60), Rollback), "a pod was bound 10 s ago"
     stalled = [bound("2026-01-01T00:00:05Z"), _pod("llm-1", None)]
     assert isinstance(assess(released, stalled, snap, now, 60), Rollback), "nothing bound for 115 s"
+
+
+def test_room_for_a_gang_does_not_count_the_gpus_another_job_holds():
+    snap = snapshot()  # 16 nodes of 8 GPUs
+    names = [n.name for n in snap.nodes]
+    snap = snap.allocate((n, range(8)) for n in names[2:])  # two empty nodes left
+    request = GangRequest("small", 1, 8)
+    assert has_room(snap, request)
+    assert has_room(snap, request, frozenset(names[:1])), "one empty node is still off the reservation"
+    assert not has_room(snap, request, frozenset(names[:2])), "the only free GPUs are held for another job"
+    assert has_room(snap, GangRequest("small", 1, 4), frozenset(names[:1]) | {"gone-node"})
