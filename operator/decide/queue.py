@@ -92,9 +92,14 @@ def has_room(snapshot: Snapshot, request: GangRequest, held: frozenset[str] = fr
     per = request.gpus_per_replica
     slots = snapshot.replica_slots(per)
     if held and per > 0:
-        where = snapshot.positions()
-        at = np.fromiter((where[name] for name in held if name in where), dtype=np.int64)
-        slots -= int((snapshot.node_usage().free[at] // per).sum())
+        # Every waiting job of a pass asks with the same held nodes: counted once per snapshot and size.
+        key = ("held replica slots", per, held)
+        on_held = snapshot.scratch.get(key)
+        if not isinstance(on_held, int):
+            where = snapshot.positions()
+            at = np.fromiter((where[name] for name in held if name in where), dtype=np.int64)
+            on_held = snapshot.scratch[key] = int((snapshot.node_usage().free[at] // per).sum())
+        slots -= on_held
     return slots >= request.smallest
 
 
