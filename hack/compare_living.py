@@ -123,7 +123,10 @@ def run_living(peer: str, jobs) -> dict:
     return figures
 
 
-_COLUMNS = (("GPU utilisation", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
+_COLUMNS = (("GPU utilisation held, from one lifetime", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
+            ("GPU utilisation as work, from the start",
+             lambda f: f"{f['gpu_utilisation_work_whole_run_mean']:.1%}" if "gpu_utilisation_work_whole_run_mean" in f
+             else "-"),
             *((f"{name} wait p50 / p99 s", lambda f, n=name: "{} / {}".format(
                 f["waits_by_size"][n]["wait_p50_seconds"], f["waits_by_size"][n]["wait_p99_seconds"]))
               for name, _, _ in SIZE_CLASSES),
