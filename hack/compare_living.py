@@ -124,6 +124,8 @@ def run_living(peer: str, jobs) -> dict:
 
 
 _COLUMNS = (("GPU utilisation held, from one lifetime", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
+            ("GPU utilisation held, from the start",
+             lambda f: f"{f['gpu_utilisation_whole_run_mean']:.1%}" if "gpu_utilisation_whole_run_mean" in f else "-"),
             ("GPU utilisation as work, from the start",
              lambda f: f"{f['gpu_utilisation_work_whole_run_mean']:.1%}" if "gpu_utilisation_work_whole_run_mean" in f
              else "-"),

@@ -231,6 +231,9 @@ def living_figures(jobs: list[PeerJob], submitted: Mapping[str, float], bound: M
         **holding,
         "jobs_submitted": accepted, "pods_bound": pods_bound, "pods_finished": len(finished),
         "gpu_utilisation_mean": mean_busy(held, warmup, end, cluster_gpus),
+        # From the run's start too: every peer meets the same arrivals on an empty cluster, so from t = 0 a
+        # scheduler gains nothing by delay, while a window that opens later credits work delayed into it.
+        "gpu_utilisation_whole_run_mean": mean_busy(held, 0.0, end, cluster_gpus),
         "gpu_utilisation_p10": round(sorted(steady)[len(steady) // 10] / cluster_gpus, 4) if steady else 0.0,
         "gpus_held_over_time": timeline, "waits_by_size": classes, "job_times": job_times,
         # A p99 over the placed alone favours a scheduler that leaves gangs waiting: `settled` is the p99 of

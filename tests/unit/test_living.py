@@ -177,3 +177,8 @@ def test_a_gang_works_from_when_its_last_replica_runs_until_each_pods_lifetime_e
     # After a 10 s warm-up: g-0 10..32 and g-1 10..36 over 50 s; from the start, the same work over 60 s.
     assert late["gpu_utilisation_work_mean"] == round((22 + 26) * 8 / 50 / 32, 4)
     assert late["gpu_utilisation_work_whole_run_mean"] == figures["gpu_utilisation_work_mean"]
+    # Held from bound: g 1..34 and 1..36, h 1..60 twice (h-1 never runs, h-0 never finishes); the warm-up
+    # moves the held figure's window to 10..60 and leaves the one from the start alone.
+    assert late["gpu_utilisation_mean"] == round((24 + 26 + 50 + 50) * 8 / 50 / 32, 4)
+    assert late["gpu_utilisation_whole_run_mean"] == round((33 + 35 + 59 + 59) * 8 / 60 / 32, 4)
+    assert late["gpu_utilisation_whole_run_mean"] == figures["gpu_utilisation_mean"]
