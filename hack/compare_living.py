@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -123,12 +124,14 @@ def run_living(peer: str, jobs) -> dict:
     return figures
 
 
-_COLUMNS = (("GPU utilisation held, from one lifetime", lambda f: f"{f['gpu_utilisation_mean']:.1%}"),
-            ("GPU utilisation held, from the start",
-             lambda f: f"{f['gpu_utilisation_whole_run_mean']:.1%}" if "gpu_utilisation_whole_run_mean" in f else "-"),
-            ("GPU utilisation as work, from the start",
-             lambda f: f"{f['gpu_utilisation_work_whole_run_mean']:.1%}" if "gpu_utilisation_work_whole_run_mean" in f
-             else "-"),
+def _share(key: str) -> Callable[[dict], str]:
+    """A utilisation cell; '-' for a run recorded before the figure existed."""
+    return lambda f: f"{f[key]:.1%}" if key in f else "-"
+
+
+_COLUMNS = (("GPU utilisation held, from one lifetime", _share("gpu_utilisation_mean")),
+            ("GPU utilisation held, from the start", _share("gpu_utilisation_whole_run_mean")),
+            ("GPU utilisation as work, from the start", _share("gpu_utilisation_work_whole_run_mean")),
             *((f"{name} wait p50 / p99 s", lambda f, n=name: "{} / {}".format(
                 f["waits_by_size"][n]["wait_p50_seconds"], f["waits_by_size"][n]["wait_p99_seconds"]))
               for name, _, _ in SIZE_CLASSES),
