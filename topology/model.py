@@ -129,15 +129,21 @@ class Snapshot:
             self._free[node.name] = free
         return free
 
-    def replica_slots(self, gpus: int) -> int:
+    def replica_slots(self, gpus: int, off: frozenset[str] = frozenset()) -> int:
         """At most how many `gpus`-GPU replicas the free GPUs could hold, every rule ignored (tiers,
-        rails, selectors, other resources): a gang asking more cannot fit this snapshot."""
+        rails, selectors, other resources), leaving out the nodes named in `off`: a gang asking more
+        cannot fit this snapshot without them. Kept per snapshot: every waiting job of a pass asks alike."""
         if gpus <= 0:
             return sys.maxsize
-        key = ("replica slots", gpus)
+        key = ("replica slots", gpus, off)
         slots = self.scratch.get(key)
         if not isinstance(slots, int):
-            slots = int((self.node_usage().free // gpus).sum())
+            free = self.node_usage().free
+            if off:
+                where = self.positions()
+                slots = self.replica_slots(gpus) - int((free[[where[n] for n in off if n in where]] // gpus).sum())
+            else:
+                slots = int((free // gpus).sum())
             self.scratch[key] = slots
         return slots
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from railyard.operator.base.objects import Key
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
@@ -89,18 +88,7 @@ def has_room(snapshot: Snapshot, request: GangRequest, held: frozenset[str] = fr
     """Whether the free GPUs off the `held` nodes (other jobs' reservations) could hold the smallest gang by
     count alone (a necessary condition). Counting the held nodes' free GPUs, a stream re-solved every small
     job that could not fit each pass while a starving gang held the freest nodes."""
-    per = request.gpus_per_replica
-    slots = snapshot.replica_slots(per)
-    if held and per > 0:
-        # Every waiting job of a pass asks with the same held nodes: counted once per snapshot and size.
-        key = ("held replica slots", per, held)
-        on_held = snapshot.scratch.get(key)
-        if not isinstance(on_held, int):
-            where = snapshot.positions()
-            at = np.fromiter((where[name] for name in held if name in where), dtype=np.int64)
-            on_held = snapshot.scratch[key] = int((snapshot.node_usage().free[at] // per).sum())
-        slots -= on_held
-    return slots >= request.smallest
+    return snapshot.replica_slots(request.gpus_per_replica, held) >= request.smallest
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:

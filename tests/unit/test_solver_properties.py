@@ -110,3 +110,15 @@ def test_scopes_skipped_by_their_bound_change_no_choice(scenario):
         assert (chosen is None) == (best is None)
         if chosen is not None and best is not None:
             assert (chosen.scope_id, chosen.selection.takes) == (best.scope_id, best.selection.takes)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.data())
+def test_replica_slots_off_some_nodes_are_those_of_the_snapshot_without_them(scenario, data):
+    snap, request = scenario
+    names = [node.name for node in snap.nodes]
+    off = frozenset(data.draw(st.sets(st.sampled_from([*names, "not-a-node"]))))
+    size = request.gpus_per_replica
+    expected = snap.without_nodes(off).replica_slots(size)
+    assert snap.replica_slots(size, off) == expected
+    assert snap.replica_slots(size, off) == expected, "asked again, from the snapshot's scratch"
