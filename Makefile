@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag spares
+.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag reservation-bench spares
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -13,6 +13,7 @@ help:
 	@echo "make goodput - goodput under Llama 3's failure mix (JSON); make soak - a fault a minute for 30 min"
 	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
 	@echo "make defrag / make spares - a fragmenting stream, and replacements with full TORs (JSON)"
+	@echo "make reservation-bench - starvationSeconds on the living stream, simulated (JSON)"
 
 deps:
 	@hack/deps.sh
@@ -64,6 +65,10 @@ preemption: deps
 
 defrag: deps
 	.venv/bin/python hack/bench_defrag.py | tee bench-defrag.json
+
+# The starvation threshold on the living stream, simulated on the pure core (docs/placement.md, why 90 s)
+reservation-bench: deps
+	.venv/bin/python hack/bench_reservation.py | tee bench-reservation.json
 
 scale-bench: deps build
 	.venv/bin/python hack/bench_scale.py | tee bench-scale.json

@@ -74,7 +74,7 @@ class PlacementSettings(_Settings):
     # ending in `nvlink`; empty: the preset's spine/leaf/TOR levels.
     topology_levels: str = Field(default_factory=_env("TOPOLOGY_LEVELS", "", str))
     # A job waiting longer than this reserves the nodes it waits for (docs/placement.md: queueing).
-    starvation_seconds: float = _seconds("STARVATION_SECONDS", 120.0)
+    starvation_seconds: float = _seconds("STARVATION_SECONDS", 90.0)
     # Released pods not bound within this long mean a lost race: the gang is re-planned. Any bind, and
     # any of the job's old pods leaving (a restart waits for them), starts the wait again.
     bind_timeout_seconds: float = _seconds("BIND_TIMEOUT_SECONDS", 60.0)
