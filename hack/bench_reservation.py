@@ -70,7 +70,7 @@ def _take_reservation(world: World, now: float, starvation: float) -> None:
 
 def _pass(world: World, now: float, starvation: float) -> None:
     _take_reservation(world, now, starvation)
-    held = frozenset()
+    held: frozenset[str] = frozenset()
     holder = next((j for j in world.queue if j.name == world.holder), None)
     if holder is not None:
         held = reserved_nodes(world.snapshot, _request(holder))
