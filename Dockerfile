@@ -4,10 +4,10 @@
 FROM python:3.11-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends libstdc++6 ca-certificates tini && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+COPY README.md ./
 COPY topology/ topology/
 COPY operator/ operator/
-COPY worker/ worker/
 RUN pip install --no-cache-dir . && rm -rf /src
 RUN mkdir -p /home/railyard && chown 65532:65532 /home/railyard
 WORKDIR /home/railyard

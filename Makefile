@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag reservation-bench spares
+.PHONY: help deps demo worker-wheel test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag reservation-bench spares
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -18,8 +18,15 @@ help:
 deps:
 	@hack/deps.sh
 
-demo: deps
+# Only what the demo uses: no real-node packages, no helm, kubelet or CoreDNS builds.
+demo:
+	@hack/deps.sh --demo
 	@hack/demo.sh
+
+# railyard-worker's wheel (standard library only) for training images: dist/railyard_worker-*.whl
+worker-wheel: deps
+	.venv/bin/python -m pip wheel --no-deps --quiet worker/ -w dist/
+	@ls dist/railyard_worker-*.whl
 
 test:
 	@hack/test.sh

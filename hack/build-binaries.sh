@@ -14,8 +14,10 @@ cache=${RAILYARD_CACHE:-$HOME/.cache/railyard}
 export GOFLAGS="-mod=mod -buildvcs=false"
 export CGO_ENABLED=0
 
-need() { command -v "$1" >/dev/null 2>&1 || { echo "error: '$1' is required to build the control plane (install Go >= 1.26)" >&2; exit 1; }; }
-need go
+# A Go the modules accept (GO_VERSION): the machine's, or the pinned toolchain through the module proxy.
+# shellcheck disable=SC1091
+source "$here/go-toolchain.sh"
+ensure_go || { echo "error: no Go >= $GO_VERSION to build the control plane (see above)" >&2; exit 1; }
 
 stamp() { date +%s; }
 # Where the module cache holds MODULE@VERSION's source (for files a binary needs beside it).

@@ -2,7 +2,8 @@
 """The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
 
     hack/cluster.py up [--profile small]   start everything (no-op when running), create kwok GPU nodes
-                  [--exclusive]           refuse to reuse a running rig that holds other profiles' nodes
+                  [--own]                 reuse a running rig only if this command (--started-by) started it
+                                          with this profile alone; otherwise stop it and start afresh
                   [--real-node]           also a real kubelet node (root)
                   [--dra]                 ResourceSlices for the kwok nodes (hack/dra_slices.py)
     hack/cluster.py down                   stop exactly the processes `up` started, remove state
@@ -476,7 +477,7 @@ def describe() -> str:
 
 
 def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = False,
-       real_node: bool = False, exclusive: bool = False, started_by: str | None = None,
+       real_node: bool = False, own: bool = False, started_by: str | None = None,
        scale: bool = False, upstream_lifecycle: bool = False) -> None:
     """`scale`: the slow node lifecycle (SCALE_NODES) even without a profile (its nodes come later);
     `upstream_lifecycle`: Kubernetes' own node-monitor defaults instead of the fast one tests use."""
@@ -486,10 +487,16 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
         nodes = load_profile_nodes(profile)  # validate before starting anything
     state = {k: v for k, v in running().items() if k != "railyard-operator"}
     if len(state) == 5 and all(c.health() for c in components()):
-        held = rig_record().get("profiles") or []
-        if exclusive and held != ([profile] if profile else []):
-            raise RigError(f"{describe()}; this needs a rig of its own with profile {profile!r}: stop that one "
-                           "with `make cluster-down` (hack/cluster.py down) and run again")
+        record = rig_record()
+        if own and (record.get("profiles") != ([profile] if profile else [])
+                    or record.get("started_by") != started_by or (STATE / "real-node").exists() != real_node):
+            # Another command's rig (a compare run's 2,048 nodes, tests' tainted and relabelled nodes):
+            # nothing of it is worth keeping, and reusing it would show its leftovers.
+            log(f"{describe()}: stopping it for a rig of {started_by or 'this command'}'s own")
+            down()
+            up(profile, k8s_gates, keep_job_pods, real_node, own=False, started_by=started_by, scale=scale,
+               upstream_lifecycle=upstream_lifecycle)
+            return
         log(f"already running ({KUBECONFIG})")
         if profile:
             create_nodes(nodes)
@@ -726,8 +733,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up")
     p_up.add_argument("--profile", default="small", help="cluster profile name or file ('' for no nodes)")
     p_up.add_argument("--k8s-gates", default=None, help=f"opt-in feature gates: {', '.join(sorted(K8S_GATES))}")
-    p_up.add_argument("--exclusive", action="store_true",
-                      help="refuse to reuse a running rig holding nodes of another profile")
+    p_up.add_argument("--own", action="store_true",
+                      help="reuse a running rig only if --started-by started it with this profile alone, "
+                           "else stop it and start afresh")
     p_up.add_argument("--started-by", default=None, help="who starts the rig (shown by describe)")
     p_up.add_argument("--real-node", action="store_true",
                       help="also run a real kubelet node (containerd, kube-proxy, CoreDNS; needs root)")
@@ -745,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(args.profile or None, args.k8s_gates, real_node=args.real_node, exclusive=args.exclusive,
+            up(args.profile or None, args.k8s_gates, real_node=args.real_node, own=args.own,
                started_by=args.started_by)
             if args.dra:
                 _dra_publisher().publish(KWOK_LABEL)

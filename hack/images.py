@@ -32,7 +32,6 @@ DEFINITION = HACK / "images" / "images.toml"
 CACHE = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard")) / "images"
 DOCKERFILES = {"operator": REPO / "Dockerfile", "trainer": HACK / "images" / "trainer.Dockerfile"}
 # What the image's Python is: Debian's python3 reads /usr/local/lib/python3.X/dist-packages.
-SOURCES = ("pyproject.toml", "README.md", "topology", "operator", "worker", "examples/train")
 
 
 def log(message: str) -> None:
@@ -68,11 +67,8 @@ def render_dockerfile(image: str) -> str:
         f"FROM python:{base['python']}-slim-{base['debian']}",
         f"RUN apt-get update && apt-get install -y --no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*",
         "WORKDIR /src",
-        "COPY pyproject.toml README.md ./",
-        "COPY topology/ topology/",
-        "COPY operator/ operator/",
-        "COPY worker/ worker/",
-        f"RUN pip install --no-cache-dir {spec['install']} && rm -rf /src",
+        *(f"COPY {src}/ {src}/" if (REPO / src).is_dir() else f"COPY {src} ./" for src in spec["sources"]),
+        f"RUN pip install --no-cache-dir {_pip_target(spec)} && rm -rf /src",
     ]
     for src, dst in (spec.get("files") or {}).items():
         lines.append(f"COPY {src} {dst}")
@@ -86,6 +82,10 @@ def render_dockerfile(image: str) -> str:
     if spec.get("cmd"):
         lines.append(f"CMD {json.dumps(spec['cmd'])}")
     return "\n".join(lines) + "\n"
+
+
+def _pip_target(spec: dict[str, Any]) -> str:
+    return "." if spec["project"] == "." else f"./{spec['project']}"
 
 
 def render(check: bool) -> int:
@@ -110,7 +110,8 @@ def _inputs_digest(image: str) -> str:
     h = hashlib.sha256(DEFINITION.read_bytes())
     h.update(image.encode())
     h.update(app_version().encode())
-    for name in SOURCES:
+    spec = definition()[image]
+    for name in [*spec["sources"], *(spec.get("files") or {})]:
         root = REPO / name
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
                                                      and "__pycache__" not in p.parts)
@@ -150,9 +151,8 @@ def _python_tree(image: str, root: Path) -> None:
     t0 = time.monotonic()
     wheels = root.parent / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "-w", str(wheels), str(REPO)], check=True)
-    project = [str(w) for w in wheels.glob("railyard-*.whl")]
-    args = [a for a in spec["install"].split() if a != "."] + project
+                    "-w", str(wheels), str(REPO / spec["project"])], check=True)
+    args = [str(w) for w in wheels.glob("*.whl")]
     # Wheels only: what PyPI built for this Python and platform (the image's Python is the same minor).
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                     "--only-binary=:all:", "--no-warn-script-location", "--target", str(site), *args], check=True)
@@ -160,7 +160,7 @@ def _python_tree(image: str, root: Path) -> None:
     log(f"{image}: pip install in {time.monotonic() - t0:.1f}s")
     bindir = root / "usr" / "local" / "bin"
     bindir.mkdir(parents=True)
-    for script in ("railyard", "kubectl-railyard"):
+    for script in spec["scripts"]:
         path = bindir / script
         path.write_text("#!/usr/bin/python3\nimport sys\n\nfrom railyard.operator.app.cli import main\n\n"
                         "sys.exit(main())\n")
@@ -264,7 +264,7 @@ def build(image: str, tag: str | None = None) -> Path:
                        "Env": ["PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={base['workdir']}",
                                "PYTHONDONTWRITEBYTECODE=1"]},
             "history": [{"created_by": f"mmdebstrap {base['debian']} {' '.join(base['packages'])}"},
-                        {"created_by": f"pip install {spec['install']} (hack/images.py)"}],
+                        {"created_by": f"pip install {_pip_target(spec)} (hack/images.py)"}],
         }
         name = reference(image, tag)
         _write_archive([base_tar.read_bytes(), _layer_from_dir(tree, uid, gid, base["workdir"])], config, name,

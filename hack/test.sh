@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, with phase timings: deps, control-plane build, lint, cluster start, tests.
-# Runs against $KUBECONFIG when set, else starts the local control plane (and stops it after).
+# Starts the local control plane (and stops it after). Another cluster only by a named opt-in:
+# RAILYARD_E2E_CLUSTER=<its API server URL> with KUBECONFIG naming it (tests/support/target.py); an
+# exported KUBECONFIG alone is ignored, so `make test` never taints, drains or relabels a cluster it did not start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,10 @@ trap report EXIT
 
 phase deps hack/deps.sh
 started_cluster=0
+if [[ -z ${RAILYARD_E2E_CLUSTER:-} ]]; then
+  [[ -n ${KUBECONFIG:-} ]] && echo "[test] KUBECONFIG=$KUBECONFIG ignored: the tests run on the local rig (RAILYARD_E2E_CLUSTER opts another cluster in)"
+  unset KUBECONFIG
+fi
 if [[ -z ${KUBECONFIG:-} ]]; then
   phase build hack/build-binaries.sh
 else

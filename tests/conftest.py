@@ -1,28 +1,32 @@
-"""Shared fixtures. e2e/integration tests use $KUBECONFIG when set, else the local control plane
-(started on demand through hack/cluster.py, left running for the next test run)."""
+"""Shared fixtures. e2e and integration tests run against the local control plane (started on demand
+through hack/cluster.py, left running for the next test run), and against another cluster only when
+RAILYARD_E2E_CLUSTER names that cluster's API server: the suite taints nodes NoExecute, lowers their
+allocatable and relabels them, so an exported KUBECONFIG alone is never enough (tests/support/target.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support.target import TargetRefused, choose_target
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _kubeconfig() -> str:
-    if os.environ.get("KUBECONFIG"):
-        return os.environ["KUBECONFIG"]
-    subprocess.run([sys.executable, str(REPO / "hack" / "cluster.py"), "up", "--profile", "small"], check=True)
-    out = subprocess.run([sys.executable, str(REPO / "hack" / "cluster.py"), "kubeconfig"], check=True,
-                         capture_output=True, text=True)
-    os.environ["KUBECONFIG"] = out.stdout.strip()
-    os.environ["RAILYARD_LOCAL_RIG"] = "1"
-    return os.environ["KUBECONFIG"]
+    try:
+        target = choose_target(os.environ)
+    except TargetRefused as e:
+        pytest.exit(f"the e2e suite refuses to run: {e}", returncode=2)
+    os.environ["KUBECONFIG"] = target.kubeconfig
+    if target.local_rig:
+        os.environ["RAILYARD_LOCAL_RIG"] = "1"
+    else:
+        os.environ.pop("RAILYARD_LOCAL_RIG", None)
+    return target.kubeconfig
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,8 @@
 FROM python:3.11-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends libstdc++6 ca-certificates tini && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY topology/ topology/
-COPY operator/ operator/
 COPY worker/ worker/
-RUN pip install --no-cache-dir --no-deps . && rm -rf /src
+RUN pip install --no-cache-dir ./worker && rm -rf /src
 COPY examples/train/train.py /opt/railyard/train.py
 RUN mkdir -p /home/railyard && chown 65532:65532 /home/railyard
 WORKDIR /home/railyard
