@@ -1,42 +1,90 @@
-"""`railyard` (also `kubectl railyard`): the offline planner and the placement benchmark.
+"""`railyard` (also `kubectl railyard`): where jobs would land and where they did, as kubectl users expect.
 
-    railyard plan --nodes NODES.yaml [--pods PODS.yaml] --jobs JOBS.yaml [--output table|json]
-    railyard plan --kubeconfig ~/.kube/config --jobs JOBS.yaml      # "where would this go now?"
-    railyard status [--namespace NS]                                  # where did my jobs land?
-    railyard jobs [-n NS] [-o table|json]                             # placement summary
-    railyard topology [-o table|json]                                 # TORs x nodes, GPUs by job, rails
-    railyard explain JOB [-n NS] [-o table|json]                      # why does it wait?
-    railyard bench [--quick]
-    railyard operator
+    railyard plan --jobs JOBS.yaml [--jobs ...] (--nodes NODES.yaml [--pods PODS.yaml] | --live)
+    railyard status   [-n NS | -A]         where TrainingJobs landed, drawn from their bound pods
+    railyard jobs     [-n NS | -A]         placement summary
+    railyard topology                      TORs x nodes, each GPU in rail order marked by the job holding it
+    railyard explain JOB [-n NS]           why a job waits, and what to do
+    railyard bench [--quick]               placement benchmark (JSON)
+    railyard operator                      run the operator
 
-Exit 0 when the input is valid (even if jobs stay unplaced), 2 for invalid input.
+Live commands take kubectl's --kubeconfig, --context, -n/--namespace (default: the context's) and -A, and
+-o table|json|yaml. They read node labels as the operator in the cluster does (from its Lease); --labels and
+--levels override that.
+
+Exit codes: 0 done; 1 `plan --fail-unplaced` and a job does not fit; 2 invalid input (flags, files, specs);
+3 the cluster could not be reached or refused (kubeconfig, context, server, permissions); 4 the named
+TrainingJob does not exist. Errors are one line on stderr (RAILYARD_DEBUG=1 adds the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
-from railyard.topology.decision import pod_infos
+from railyard.operator.app.terminal import Progress
 from railyard.topology.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
-from railyard.topology.labels import scheme_for
-from railyard.topology.nodes import DEVICE_KINDS, Trust, build_snapshot, trust_all
-from railyard.topology.planner import plan, plan_json
+from railyard.topology.labels import LabelScheme, scheme_for
+from railyard.topology.nodes import DEVICE_KINDS
 from railyard.topology.profile import PROFILE_KIND, ClusterProfile, node_objects
-from railyard.topology.render import render_table
 
-EXIT_INVALID = 2
 
+class ExitCode:
+    OK = 0
+    UNPLACED = 1
+    INVALID = 2
+    CLUSTER = 3
+    NOT_FOUND = 4
+    INTERNAL = 70  # a bug: EX_SOFTWARE
+
+
+EXIT_INVALID = ExitCode.INVALID  # kept for callers of the planner's contract
+OUTPUTS = ("table", "json", "yaml")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("railyard")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def emit(data: Any, output: str, table: Callable[[], str]) -> None:
+    if output == "json":
+        print(json.dumps(data))
+    elif output == "yaml":
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+    else:
+        print(table())
+
+
+# --- inputs --------------------------------------------------------------------------------------------
 
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _files(paths: Sequence[str]) -> list[str]:
+    """Files as given, a directory's *.yaml/*.yml/*.json in name order (as `kubectl apply -f DIR`)."""
+    out: list[str] = []
+    for path in paths:
+        if Path(path).is_dir():
+            out += sorted(str(p) for p in Path(path).iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+        else:
+            out.append(path)
+    return out
 
 
 def read_nodes(path: str) -> list[dict[str, Any]]:
@@ -58,77 +106,126 @@ def read_nodes(path: str) -> list[dict[str, Any]]:
     return nodes
 
 
-def read_cluster(kubeconfig: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Trust]:
-    from railyard.operator.app.live import list_nodes_and_pods
+def _cluster(args: argparse.Namespace):
+    from railyard.operator.app.live import connect
 
-    return list_nodes_and_pods(kubeconfig)
+    cluster = connect(args.kubeconfig, args.context, args.progress)
+    args.server = cluster.server  # named by a failure's one line
+    return cluster
 
+
+def _scheme(args: argparse.Namespace, cluster: Any | None) -> LabelScheme:
+    """--labels/--levels when given; else what the operator in the cluster reads nodes with; else native."""
+    if args.labels is not None or args.levels is not None or cluster is None:
+        return scheme_for(args.labels or "native", args.levels)
+    from railyard.operator.app.live import LEASE_NAMESPACES, operator_topology
+
+    found = operator_topology(cluster, [args.operator_namespace] if args.operator_namespace else LEASE_NAMESPACES)
+    if found is None:
+        where = args.operator_namespace or " or ".join(LEASE_NAMESPACES)
+        print(f"railyard: no operator Lease readable in {where}: node labels read with the native preset "
+              "(--labels/--levels, or --operator-namespace, choose)", file=sys.stderr)
+        return scheme_for("native", None)
+    return scheme_for(*found)
+
+
+def _namespace(args: argparse.Namespace, cluster: Any) -> str | None:
+    """None: every namespace (-A)."""
+    return None if getattr(args, "all_namespaces", False) else (args.namespace or cluster.namespace)
+
+
+# --- commands ------------------------------------------------------------------------------------------
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    scheme = scheme_for(args.labels, args.levels)
-    if args.kubeconfig:
-        nodes, pods, trusted = read_cluster(args.kubeconfig)
+    from railyard.operator.app.planning import plan_in_queue_order
+    from railyard.topology.planner import plan_json
+    from railyard.topology.render import render_table
+
+    objects = [(obj, path) for path in _files(args.jobs) for obj in load_objects(_read(path), path)]
+    classes = [o for o, _ in objects if o.get("kind") == "PriorityClass"]
+    cluster = None
+    if args.live or args.kubeconfig or args.context:
+        if args.nodes or args.pods:
+            raise InputError("--nodes/--pods read files; --live (or --kubeconfig/--context) reads the cluster: "
+                             "give one or the other")
+        from railyard.operator.app.live import list_nodes_and_pods, priority_classes
+
+        cluster = _cluster(args)
+        nodes, pods, trusted = list_nodes_and_pods(cluster)
+        classes += priority_classes(cluster)
     elif args.nodes:
+        from railyard.topology.nodes import trust_all
+
         nodes = read_nodes(args.nodes)
         pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod", *DEVICE_KINDS), args.pods) \
             if args.pods else []
         trusted = trust_all
     else:
-        raise InputError("give --nodes NODES.yaml (or --kubeconfig to read a live cluster)")
-    devices = [o for o in [*nodes, *pods] if o.get("kind") in DEVICE_KINDS]
-    nodes = [o for o in nodes if o.get("kind") not in DEVICE_KINDS]
-    pods = [o for o in pods if o.get("kind") not in DEVICE_KINDS]
-    jobs = parse_jobs(load_objects(_read(args.jobs), args.jobs), args.jobs, scheme.levels)
-    result = plan(build_snapshot(nodes, pods, scheme, trusted, devices), jobs, pod_infos(pods, trusted),
-                  args.defragment)
-    if args.output == "json":
-        print(json.dumps(plan_json(result)))
-    else:
-        print(render_table(result))
-    return 0
+        raise InputError("give --nodes NODES.yaml (a dump or a ClusterProfile), or --live to read the cluster")
+    scheme = _scheme(args, cluster)
+    jobs = []
+    for path in dict.fromkeys(p for _, p in objects):
+        mine = [o for o, p in objects if p == path and o.get("kind") != "PriorityClass"]
+        jobs += parse_jobs(mine, path, scheme.levels)
+    args.progress(f"planning {len(jobs)} jobs")
+    result = plan_in_queue_order(nodes, pods, trusted, scheme, jobs, classes, args.defragment)
+    args.progress.done()
+    emit(plan_json(result), args.output, lambda: render_table(result))
+    unplaced = [d for d in result.decisions if d.placement is None]
+    return ExitCode.UNPLACED if args.fail_unplaced and unplaced else ExitCode.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Where the cluster's TrainingJobs landed, read from their bound pods."""
     from railyard.operator.app.live import live_placements
+    from railyard.topology.planner import plan_json
+    from railyard.topology.render import render_table
 
-    result = live_placements(args.kubeconfig, scheme_for(args.labels, args.levels), args.namespace)
-    print(render_table(result))
-    return 0
+    cluster = _cluster(args)
+    result = live_placements(cluster, _scheme(args, cluster), _namespace(args, cluster))
+    args.progress.done()
+    emit(plan_json(result), args.output, lambda: render_table(result))
+    return ExitCode.OK
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from railyard.operator.app.display import job_rows, render_jobs
     from railyard.operator.app.live import list_jobs
 
-    rows = job_rows(list_jobs(args.kubeconfig, args.namespace))
-    print(json.dumps(rows) if args.output == "json" else render_jobs(rows))
-    return 0
+    cluster = _cluster(args)
+    rows = job_rows(list_jobs(cluster, _namespace(args, cluster)))
+    args.progress.done()
+    emit(rows, args.output, lambda: render_jobs(rows))
+    return ExitCode.OK
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
     from railyard.operator.app.display import render_topology
     from railyard.operator.app.live import cluster_topology
 
-    view = cluster_topology(args.kubeconfig, scheme_for(args.labels, args.levels))
-    print(json.dumps(view) if args.output == "json" else render_topology(view, colour=sys.stdout.isatty()))
-    return 0
+    cluster = _cluster(args)
+    view = cluster_topology(cluster, _scheme(args, cluster))
+    args.progress.done()
+    emit(view, args.output, lambda: render_topology(view, colour=sys.stdout.isatty()))
+    return ExitCode.OK
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from railyard.operator.app.display import render_explanation
     from railyard.operator.app.live import explain_job
 
-    info = explain_job(args.kubeconfig, scheme_for(args.labels, args.levels), args.namespace, args.job)
-    print(json.dumps(info) if args.output == "json" else render_explanation(info))
-    return 0
+    cluster = _cluster(args)
+    info = explain_job(cluster, lambda: _scheme(args, cluster), args.namespace or cluster.namespace, args.job)
+    args.progress.done()
+    emit(info, args.output, lambda: render_explanation(info))
+    return ExitCode.OK
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from railyard.operator.bench.run import run_bench
 
     print(json.dumps(run_bench(quick=args.quick), indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -137,46 +234,66 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(verbose=args.verbose)
 
 
-LEVELS_HELP = "topology levels, top to bottom: name=labelKey,...[,nvlink] (default: the preset's spine,leaf,tor)"
+# --- the parser ----------------------------------------------------------------------------------------
+
+LEVELS_HELP = ("topology levels, top to bottom: name=labelKey,...[,nvlink] (default: what the operator in the "
+               "cluster uses, else the preset's spine,leaf,tor)")
+
+
+def _cluster_flags(p: argparse.ArgumentParser, namespaced: bool, all_namespaces: bool) -> None:
+    g = p.add_argument_group("cluster (as kubectl)")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    g.add_argument("--context", help="kubeconfig context (default: the current one)")
+    if namespaced:
+        g.add_argument("--namespace", "-n", help="namespace (default: the context's)")
+    if all_namespaces:
+        g.add_argument("--all-namespaces", "-A", action="store_true", help="every namespace")
+    g.add_argument("--operator-namespace", help="where the operator's Lease is (default: kube-system, then "
+                                               "railyard-system): its node label scheme is read from there")
+
+
+def _reading_flags(p: argparse.ArgumentParser, output: bool = True) -> None:
+    p.add_argument("--labels", help="node label preset(s), e.g. native, aws, gke, topograph, aws,gfd "
+                                    "(default: what the operator in the cluster uses)")
+    p.add_argument("--levels", help=LEVELS_HELP)
+    if output:
+        p.add_argument("--output", "-o", choices=OUTPUTS, default="table")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="railyard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="where would these TrainingJobs land?")
+    parser.add_argument("--version", action="version", version=f"railyard {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("plan", help="where would these TrainingJobs land? (queue order: priority, then age)")
+    p.add_argument("--jobs", required=True, action="append",
+                   help="TrainingJob manifests (files or directories, repeatable); PriorityClass objects in them "
+                        "rank the jobs as the cluster would")
     p.add_argument("--nodes", help="Node objects (kubectl get nodes -o yaml) or a ClusterProfile")
     p.add_argument("--pods", help="Pod objects already using GPUs (kubectl get pods -A -o yaml)")
-    p.add_argument("--jobs", required=True, help="TrainingJob manifests, planned in file order")
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
-    p.add_argument("--labels", default="native", help="label preset(s), e.g. native, aws, gke, topograph, aws,gfd")
-    p.add_argument("--levels", help=LEVELS_HELP)
-    p.add_argument("--kubeconfig", help="read nodes and pods from this cluster instead of files")
+    p.add_argument("--live", action="store_true", help="read nodes, pods, placements and PriorityClasses from "
+                                                       "the cluster instead of files")
     p.add_argument("--defragment", action="store_true",
-                   help="a job that does not fit moves earlier migratable jobs of the file, as the operator would")
+                   help="a job that does not fit moves earlier migratable jobs, as the operator would")
+    p.add_argument("--fail-unplaced", action="store_true", help="exit 1 when a job does not fit")
+    _reading_flags(p)
+    _cluster_flags(p, namespaced=False, all_namespaces=False)
     p.set_defaults(func=cmd_plan)
-    st = sub.add_parser("status", help="where TrainingJobs landed (from their bound pods)")
-    st.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
-    st.add_argument("--namespace", "-n", help="only this namespace")
-    st.add_argument("--labels", default="native", help="label preset(s)")
-    st.add_argument("--levels", help=LEVELS_HELP)
-    st.set_defaults(func=cmd_status)
-    for name, func, helptext in (("jobs", cmd_jobs, "placement summary of the cluster's TrainingJobs"),
-                                 ("topology", cmd_topology, "TOR x node map of GPUs by job, in rail order"),
-                                 ("explain", cmd_explain, "why a TrainingJob waits, per tier and node")):
+    for name, func, helptext, all_ns in (
+            ("status", cmd_status, "where TrainingJobs landed, drawn from their bound pods", True),
+            ("jobs", cmd_jobs, "placement summary of TrainingJobs", True),
+            ("topology", cmd_topology, "TOR x node map of GPUs by job, in rail order", False),
+            ("explain", cmd_explain, "why a TrainingJob waits, per tier and node, and what to do", False)):
         c = sub.add_parser(name, help=helptext)
         if name == "explain":
             c.add_argument("job", help="TrainingJob name")
-        c.add_argument("--kubeconfig", help="cluster to read (default: $KUBECONFIG)")
-        c.add_argument("--namespace", "-n", default="default" if name == "explain" else None)
-        c.add_argument("--labels", default="native", help="label preset(s)")
-        c.add_argument("--levels", help=LEVELS_HELP)
-        c.add_argument("--output", "-o", choices=("table", "json"), default="table")
+        _reading_flags(c)
+        _cluster_flags(c, namespaced=name != "topology", all_namespaces=all_ns)
         c.set_defaults(func=func)
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")
     b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")
     b.set_defaults(func=cmd_bench)
-    o = sub.add_parser("operator", help="run the operator (Kopf, all namespaces; leader-elected)")
+    o = sub.add_parser("operator", help="run the operator (all namespaces; leader-elected)")
     o.add_argument("--verbose", "-v", action="store_true")
     o.set_defaults(func=cmd_operator)
     return parser
@@ -184,11 +301,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.progress = Progress()
+    prog = f"railyard {args.command}"
     try:
-        return args.func(args)
-    except (InputError, ValueError) as e:
-        print(f"railyard {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return int(args.func(args))
+    except InputError as e:
+        return _fail(prog, e, ExitCode.INVALID)
+    except Exception as e:
+        code, message = _classify(e, args)
+        if os.environ.get("RAILYARD_DEBUG"):
+            traceback.print_exc()
+        return _fail(prog, message, code)
+    except KeyboardInterrupt:
+        args.progress.done()
+        return 130
+    finally:
+        args.progress.done()
+
+
+def _classify(e: Exception, args: argparse.Namespace) -> tuple[int, object]:
+    from railyard.operator.app.live import JobNotFound
+    from railyard.operator.kube.client import ClusterAccessError, access_failure
+
+    if isinstance(e, JobNotFound):
+        return ExitCode.NOT_FOUND, e
+    if isinstance(e, ClusterAccessError):
+        return ExitCode.CLUSTER, e
+    if isinstance(e, ValueError):
+        return ExitCode.INVALID, e
+    failure = access_failure(e, getattr(args, "server", None) or "the API server")
+    if failure is not None:
+        return ExitCode.CLUSTER, failure
+    return ExitCode.INTERNAL, f"internal error ({type(e).__name__}: {e}); RAILYARD_DEBUG=1 shows the traceback"
+
+
+def _fail(prog: str, message: object, code: int) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

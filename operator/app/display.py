@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from railyard.operator.app.troubleshooting import advice_for
 from railyard.operator.base.keys import LABEL_JOB
 from railyard.operator.base.objects import parse_job
 from railyard.operator.base.reasons import ConditionType
@@ -139,6 +140,8 @@ def explanation(job: Mapping[str, Any], decision_reason: str | None, placed: boo
         "excludedNodes": {reason: {"count": len(nodes), "examples": nodes[:5]} for reason, nodes in
                           sorted(by_reason.items(), key=lambda kv: -len(kv[1]))},
         "events": [{k: e.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp")} for e in events],
+        "advice": [{"condition": a.condition, "reason": a.reason, "means": a.means, "do": a.do, "more": a.link}
+                   for a in advice_for((c.type, c.status, c.reason) for c in view.conditions)],
     }
 
 
@@ -158,4 +161,7 @@ def render_explanation(info: dict[str, Any]) -> str:
     if info["events"]:
         lines += ["", "Events:"]
         lines += [f"  {e['type']:<8} {e['reason']:<14} x{e.get('count') or 1}  {e['message']}" for e in info["events"]]
+    for a in info["advice"]:
+        lines += ["", f"{a['condition']} {a['reason']}: {a['means']}", f"  What to do: {a['do']}",
+                  f"  More: {a['more']}"]
     return "\n".join(lines)

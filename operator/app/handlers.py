@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base import metrics
+from railyard.operator.base.keys import ANNOTATION_LABEL_PRESET, ANNOTATION_TOPOLOGY_LEVELS
 from railyard.operator.base.settings import DraMode, Settings
 from railyard.operator.cache.devices import SLICES
 from railyard.operator.cache.evictions import EvictionBook
@@ -51,7 +52,9 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     label = LeaderLabel(lease_api, config.leader.pod_namespace, config.leader.pod_name)
     leader = LeaderElector(lease_api, config.leader,
                            on_elected=lambda: loop.call_soon_threadsafe(lambda: sink_target[0].wake()),
-                           on_change=label.mark if label.enabled else None)
+                           on_change=label.mark if label.enabled else None,
+                           annotations={ANNOTATION_LABEL_PRESET: config.placement.label_preset,
+                                        ANNOTATION_TOPOLOGY_LEVELS: config.placement.topology_levels})
     api.fence = leader.is_leader  # no write leaves this replica after its term ended
     state = ClusterState(scheme_for(config.placement.label_preset, config.placement.topology_levels),
                          device_names=config.dra.names if _reads_devices(api, config) else None,

@@ -34,7 +34,7 @@ from railyard.topology.api import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.api")
 
-__all__ = ["ApiException", "Fenced", "KubeApi", "load_config"]
+__all__ = ["ApiException", "ClusterAccessError", "Fenced", "KubeApi", "cli_connection", "load_config"]
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # create(): kinds outside the core group
@@ -57,6 +57,64 @@ def load_config(kubeconfig: str | None = None, pool: int = 64) -> client.ApiClie
     cfg = client.Configuration.get_default_copy()
     cfg.connection_pool_maxsize = pool
     return client.ApiClient(cfg)
+
+
+class ClusterAccessError(RuntimeError):
+    """The cluster could not be reached or used: no kubeconfig, an unknown context, an unreachable or
+    refusing API server. The message is one line for a person (the CLI's exit code 3)."""
+
+
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def cli_connection(kubeconfig: str | None, context: str | None) -> tuple[client.ApiClient, str]:
+    """The client and default namespace kubectl would use: --kubeconfig, else $KUBECONFIG, else
+    ~/.kube/config, at --context or the current context (its namespace, else "default"); inside a pod
+    without a kubeconfig, the pod's service account and namespace."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+    first = path.split(os.pathsep)[0]
+    if not kubeconfig and not os.path.exists(first) and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        with open(_SA_NAMESPACE) as f:
+            return client.ApiClient(client.Configuration.get_default_copy()), f.read().strip()
+    if not os.path.exists(first):
+        raise ClusterAccessError(f"no kubeconfig at {first}: set KUBECONFIG or pass --kubeconfig")
+    cfg = client.Configuration()
+    try:
+        contexts, current = config.list_kube_config_contexts(config_file=path)
+        chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+        if chosen is None:
+            names = ", ".join(sorted(c["name"] for c in contexts)) or "none"
+            raise ClusterAccessError(f"context {context!r} is not in {first} (contexts: {names})")
+        config.load_kube_config(config_file=path, context=chosen["name"], client_configuration=cfg)
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+        raise ClusterAccessError(f"{first}: {_one_line(e)}") from None
+    cfg.connection_pool_maxsize = 8
+    cfg.retries = 1  # a person waits: one retry, not urllib3's three, before "cannot reach"
+    return client.ApiClient(cfg), (chosen.get("context") or {}).get("namespace") or "default"
+
+
+def access_failure(e: BaseException, server: str) -> ClusterAccessError | None:
+    """`e` as one line when it is the cluster refusing or not answering (else None: a bug)."""
+    if isinstance(e, ApiException):
+        if e.status in (401, 403):
+            detail = ""
+            with contextlib.suppress(Exception):
+                detail = orjson.loads(e.body or b"{}").get("message", "")
+            said = f": {detail}" if detail else ""
+            return ClusterAccessError(f"{server} refused the request ({e.status} {e.reason}){said}")
+        return ClusterAccessError(f"{server} answered {e.status} {e.reason}: {_one_line(e.body or '')}")
+    import urllib3.exceptions
+
+    if isinstance(e, urllib3.exceptions.HTTPError | OSError):
+        reason = getattr(e, "reason", None) or e
+        return ClusterAccessError(f"cannot reach the API server {server}: {_one_line(reason)}")
+    return None
+
+
+def _one_line(e: object) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1] if text else type(e).__name__
 
 
 def _endpoint(cfg: client.Configuration) -> Endpoint:
@@ -193,14 +251,18 @@ class KubeApi:
         response = self._send(method, path, body, content_type, query, timeout)
         return _decoded(response.status, response.reason, response.read())
 
-    def list_all(self, path: str, query: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
-        """Every item of a collection, page by page (synchronous: for the CLI)."""
+    def list_all(self, path: str, query: list[tuple[str, str]] | None = None,
+                 on_page: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+        """Every item of a collection, page by page (synchronous: for the CLI); `on_page` is told the
+        count so far after each page."""
         items: list[dict[str, Any]] = []
         cont: str | None = None
         while True:
             page = self.request("GET", path, query=[*(query or []), ("limit", "500"),
                                                     *([("continue", cont)] if cont else [])], timeout=60)
             items.extend(page.get("items") or [])
+            if on_page is not None:
+                on_page(len(items))
             cont = page["metadata"].get("continue")
             if not cont:
                 return items

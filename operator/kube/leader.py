@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -45,8 +45,11 @@ def _now_micro() -> str:
 
 class LeaderElector:
     def __init__(self, api: LeaseClient, settings: LeaderSettings, on_elected: Callable[[], object],
-                 clock: Clock | None = None, on_change: Callable[[bool], object] | None = None) -> None:
+                 clock: Clock | None = None, on_change: Callable[[bool], object] | None = None,
+                 annotations: Mapping[str, str] | None = None) -> None:
         self.api = api
+        # Written on the Lease by whoever holds it (what `railyard` commands read: keys.ANNOTATION_*).
+        self.annotations = dict(annotations or {})
         self.clock = clock or SystemClock()
         self.settings = settings
         self.on_elected = on_elected
@@ -150,7 +153,7 @@ class LeaderElector:
             if e.status != 404:
                 raise
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": s.lease_name, "namespace": s.namespace},
+                    "metadata": {"name": s.lease_name, "namespace": s.namespace, "annotations": self.annotations},
                     "spec": {"holderIdentity": s.identity, "leaseDurationSeconds": int(s.lease_seconds),
                              "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
             try:
@@ -173,6 +176,8 @@ class LeaderElector:
             spec["holderIdentity"] = s.identity
         spec["renewTime"] = now
         spec["leaseDurationSeconds"] = int(s.lease_seconds)
+        if self.annotations:
+            lease["metadata"]["annotations"] = {**(lease["metadata"].get("annotations") or {}), **self.annotations}
         try:
             self.api.request("PUT", path, lease, timeout=timeout)  # carries resourceVersion
             return True

@@ -52,6 +52,7 @@ class OperatorProcess:
         self.health_port = free_port()
         self.report_port = free_port()
         self.report_url = f"http://127.0.0.1:{self.report_port}/v1/reports"
+        self.lease_namespace = lease_namespace
         identity.prepare(lease_namespace)  # the operator creates no namespaces
         env = {**os.environ, "KUBECONFIG": identity.kubeconfig, "RAILYARD_NAMESPACE": lease_namespace,
                "RAILYARD_METRICS_PORT": str(self.metrics_port),

@@ -97,6 +97,8 @@ def test_malformed_files_exit_2(tmp_path, capsys, text, message):
 
 def test_missing_file_exit_2(capsys):
     code, _, err = run(capsys, "plan", "--nodes", "/nonexistent/nodes.yaml", "--jobs", "/nonexistent/j.yaml")
+    assert code == 2 and "/nonexistent/j.yaml: cannot read" in err
+    code, _, err = run(capsys, "plan", "--nodes", "/nonexistent/nodes.yaml", "--jobs", str(DUMP / "jobs.yaml"))
     assert code == 2 and "/nonexistent/nodes.yaml: cannot read" in err
 
 

@@ -400,8 +400,24 @@ class LeaseApi:
     def request(self, method, path, body=None, timeout=None):
         if method == "PUT":
             self.puts += 1
+            self.lease = copy.deepcopy(body)
             return body
         return copy.deepcopy(self.lease)
+
+
+def test_the_leader_publishes_its_label_scheme_on_the_lease_keeping_other_annotations():
+    """`railyard` commands read node labels as the operator does from these annotations."""
+    from railyard.operator.base.keys import ANNOTATION_LABEL_PRESET, ANNOTATION_TOPOLOGY_LEVELS
+    from railyard.operator.base.settings import LeaderSettings
+    from railyard.operator.kube.leader import LeaderElector
+
+    api = LeaseApi("2025-01-01T00:00:00.000000Z")
+    api.lease["spec"]["holderIdentity"] = "me"
+    api.lease["metadata"]["annotations"] = {"team": "infra"}
+    published = {ANNOTATION_LABEL_PRESET: "aws,gfd", ANNOTATION_TOPOLOGY_LEVELS: "zone=example.com/zone"}
+    elector = LeaderElector(api, LeaderSettings(identity="me"), lambda: None, ManualClock(), annotations=published)
+    assert elector._try_acquire_or_renew() is True
+    assert api.lease["metadata"]["annotations"] == {"team": "infra", **published}
 
 
 def test_lease_expiry_is_timed_on_this_replicas_clock_not_the_holders():
