@@ -30,6 +30,7 @@ HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
 DEFINITION = HACK / "images" / "images.toml"
 CACHE = Path(os.environ.get("RAILYARD_CACHE", Path.home() / ".cache" / "railyard")) / "images"
+REGISTRY = "localhost"  # the rig's images: never pulled, imported into the real node's containerd
 DOCKERFILES = {"operator": REPO / "Dockerfile", "trainer": HACK / "images" / "trainer.Dockerfile"}
 # What the image's Python is: Debian's python3 reads /usr/local/lib/python3.X/dist-packages.
 
@@ -50,8 +51,9 @@ def app_version() -> str:
 
 
 def reference(image: str, tag: str | None = None) -> str:
-    """The name containerd and the kubelet know the image by (what `image: NAME:TAG` normalises to)."""
-    return f"docker.io/library/{definition()[image]['name']}:{tag or app_version()}"
+    """The name containerd and the kubelet know the image by: under `localhost/`, a registry nobody else's
+    (the chart has no default repository; the rig's installs set image.repository=localhost/railyard)."""
+    return f"{REGISTRY}/{definition()[image]['name']}:{tag or app_version()}"
 
 
 # --- the Dockerfiles --------------------------------------------------------------------------------

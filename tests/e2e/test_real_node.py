@@ -24,6 +24,7 @@ from kubernetes import client
 
 from tests.e2e.test_prometheus_alerts import RULES as ALERTS
 from tests.e2e.test_prometheus_alerts import alert_state, query
+from tests.support.identity import IMAGE_REPOSITORY
 from tests.support.jobs import create_job, get_job, make_job, pods_of, wait_bound, wait_condition
 from tests.support.operator import free_port
 from tests.support.poll import poll
@@ -36,6 +37,8 @@ FULLNAME = f"{RELEASE}-railyard"
 REAL = {"railyard.dev/real-node": "true"}
 TOLERATE = [{"key": "railyard.dev/real-node", "operator": "Exists"}]
 EXCHANGE = "/shared"
+IMAGES = load_hack_module("images", "images.py")
+TRAINER = IMAGES.reference("trainer")  # imported into the real node's containerd by hack/realnode.py
 
 
 def _real_nodes(core) -> list[str]:
@@ -49,6 +52,7 @@ def helm(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _install_args(tag: str | None = None) -> list[str]:
     sets = ["crds.install=false", "replicaCount=1", f"leaderElection.namespace={LEASE_NAMESPACE}",
+            f"image.repository={IMAGE_REPOSITORY}",
             "tolerations[0].key=railyard.dev/real-node", "tolerations[0].operator=Exists",
             "operator.extraEnv[0].name=RAILYARD_REPORT_FLUSH_SECONDS"]
     strings = [r"nodeSelector.railyard\.dev/real-node=true", "operator.extraEnv[0].value=1"]
@@ -183,7 +187,7 @@ def _trainer_job(name: str, replicas: int, shared: str, steps: int = 100000, **s
     pod["securityContext"] = {"runAsUser": 65532, "runAsGroup": 65532}
     pod["volumes"] = [{"name": "shared", "hostPath": {"path": shared, "type": "Directory"}}]
     c = pod["containers"][0]
-    c.update(image="railyard-trainer:0.1.0", imagePullPolicy="IfNotPresent",
+    c.update(image=TRAINER, imagePullPolicy="IfNotPresent",
              args=["--exchange", f"{EXCHANGE}/x", "--steps", str(steps), "--checkpoint-every", "50",
                    "--step-sleep", "0.02"],
              volumeMounts=[{"name": "shared", "mountPath": EXCHANGE}])
@@ -276,7 +280,7 @@ def test_every_ranks_name_resolves_to_its_pod_through_the_cluster_dns(release, a
     pod = body["spec"]["template"]["spec"]
     pod.update(nodeSelector=dict(REAL), tolerations=TOLERATE, terminationGracePeriodSeconds=1,
                securityContext={"runAsUser": 65532, "runAsGroup": 65532})
-    pod["containers"][0].update(image="railyard-trainer:0.1.0", imagePullPolicy="IfNotPresent",
+    pod["containers"][0].update(image=TRAINER, imagePullPolicy="IfNotPresent",
                                 command=["python3", "-c", _RESOLVE])
     create_job(custom, namespace, body)
     wait_bound(api_client, core, namespace, "real-dns", 2, timeout=120)
@@ -326,7 +330,7 @@ def test_helm_upgrade_rolls_the_operator_over_with_nothing_lost_or_doubled(relea
         pytest.skip("retagging the image needs the local rig's containerd")
     tag = "0.1.0-next"
     subprocess.run(["ctr", "--address", str(ctr), "-n", "k8s.io", "images", "tag", "--force",
-                    "docker.io/library/railyard:0.1.0", f"docker.io/library/railyard:{tag}"], check=True,
+                    IMAGES.reference("operator"), IMAGES.reference("operator", tag)], check=True,
                    capture_output=True)
     create_job(custom, namespace, _trainer_job("before", 1, shared))
     before = wait_bound(api_client, core, namespace, "before", 1, timeout=120)

@@ -15,6 +15,7 @@ from tests.support.rig import load_hack_module, rig_binary
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "railyard"
 KUBE_VERSION = "1.36.3"
+IMAGE = "image.repository=registry.example/railyard"  # required: the chart names no registry of its own
 
 
 sync = load_hack_module("sync_crds", "sync-crds.py")
@@ -27,7 +28,7 @@ def helm() -> str:
 
 def render(helm: str, *sets: str) -> list[dict]:
     args = [helm, "template", "railyard", str(CHART), "-n", "railyard-system", "--kube-version", KUBE_VERSION]
-    for s in sets:
+    for s in (IMAGE, *sets):
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -39,7 +40,7 @@ def by_kind(docs: list[dict], kind: str) -> list[dict]:
 
 
 def test_lint_strict(helm):
-    out = subprocess.run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION],
+    out = subprocess.run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, "--set", IMAGE],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -148,8 +149,8 @@ def test_least_privilege_objects_name_the_operators_account_and_ports(helm):
 
 def test_rbac_is_exactly_what_the_operator_uses(helm):
     docs = render(helm)
-    rules = {(r["apiGroups"][0], res): set(r["verbs"]) for r in by_kind(docs, "ClusterRole")[0]["rules"]
-             for res in r["resources"]}
+    operator = next(r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "railyard")
+    rules = {(r["apiGroups"][0], res): set(r["verbs"]) for r in operator["rules"] for res in r["resources"]}
     assert rules == {
         ("", "nodes"): {"list", "watch", "get", "patch"},
         ("authentication.k8s.io", "tokenreviews"): {"create"},
@@ -166,7 +167,7 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("resource.k8s.io", "resourceclaims"): {"list", "watch", "get", "create"},
         ("", "pods/finalizers"): {"update"},  # a claim's blockOwnerDeletion on its pod
     }
-    assert not any("namespaces" in r["resources"] for r in by_kind(docs, "ClusterRole")[0]["rules"])
+    assert not any("namespaces" in r["resources"] for r in operator["rules"])
     role = by_kind(docs, "Role")[0]
     # One Lease per cluster: the same namespace and fixed names for every release (a second fails).
     assert role["metadata"] == {**role["metadata"], "namespace": "kube-system", "name": "railyard-leader-election"}
@@ -207,6 +208,68 @@ def test_topology_levels_reach_the_operator_as_one_definition(helm):
 @pytest.mark.parametrize("bad", ["replicaCount=0", "labelPreset=martian", "image.pullPolicy=Sometimes",
                                  "metrics.port=70000", "topologyLevels[0].name=Zone"])
 def test_the_values_schema_rejects_bad_values(helm, bad):
-    out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION, "--set", bad],
-                         capture_output=True, text=True)
+    out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION, "--set", IMAGE,
+                          "--set", bad], capture_output=True, text=True)
     assert out.returncode != 0 and "values don't meet the specifications" in out.stderr, out.stderr
+
+
+def test_no_default_image_outside_the_projects_control_the_chart_says_what_to_set(helm):
+    out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "image.repository is required" in out.stderr, out.stderr
+    container = by_kind(render(helm, "image.tag=1.2.3"), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example/railyard:1.2.3"
+
+
+def test_tls_material_is_stable_under_helm_template_with_an_existing_secret(helm):
+    """GitOps renders with `helm template`, where lookup finds nothing: the generated CA changes every time;
+    an admin's Secret (or cert-manager) keeps every render the same."""
+    generated = [by_kind(render(helm), "Secret")[0]["data"]["ca.crt"] for _ in range(2)]
+    assert generated[0] != generated[1], "documented: a render without a cluster generates a new CA"
+    sets = ("reports.tls.existingSecret=my-tls", "reports.tls.caBundle=Q0E=")
+    first, second = render(helm, *sets), render(helm, *sets)
+    assert first == second and not by_kind(first, "Secret") and not by_kind(first, "Certificate")
+    pod = by_kind(first, "Deployment")[0]["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "reports-tls")["secret"]["secretName"] == "my-tls"
+    assert by_kind(first, "ValidatingWebhookConfiguration")[0]["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+    out = subprocess.run([helm, "template", "railyard", str(CHART), "--kube-version", KUBE_VERSION, "--set", IMAGE,
+                          "--set", "reports.tls.existingSecret=my-tls"], capture_output=True, text=True)
+    assert out.returncode != 0 and "reports.tls.caBundle is required" in out.stderr, out.stderr
+
+
+def test_tenants_get_trainingjobs_through_the_built_in_roles(helm):
+    roles = {r["metadata"]["name"]: r for r in by_kind(render(helm), "ClusterRole")}
+    edit, view = roles["railyard-edit"], roles["railyard-view"]
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    verbs = {res: set(r["verbs"]) for r in edit["rules"] for res in r["resources"]}
+    assert {"create", "delete", "patch"} <= verbs["trainingjobs"] and "update" in verbs["trainingjobs/scale"]
+    assert "update" not in verbs["trainingjobs/status"], "status is the operator's"
+    assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in view["rules"])
+    off = {r["metadata"]["name"] for r in by_kind(render(helm, "rbac.aggregateToDefaultRoles=false"), "ClusterRole")}
+    assert off == {"railyard"}
+
+
+def test_the_common_value_keys_are_accepted_and_applied(helm):
+    docs = render(helm, "fullnameOverride=gang", "podAnnotations.team=ml", "podLabels.tier=ops",
+                  "serviceAccount.annotations.iam=role-x", "global.imageRegistry=r.example")
+    deploy = by_kind(docs, "Deployment")[0]
+    assert deploy["metadata"]["name"] == "gang"
+    template = deploy["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"team": "ml"} and template["metadata"]["labels"]["tier"] == "ops"
+    account = by_kind(docs, "ServiceAccount")[0]
+    assert account["metadata"] == {**account["metadata"], "name": "gang", "annotations": {"iam": "role-x"}}
+    assert template["spec"]["serviceAccountName"] == "gang"
+    assert by_kind(render(helm, "nameOverride=rail"), "Deployment")[0]["metadata"]["name"] == "railyard-rail"
+    theirs = render(helm, "serviceAccount.create=false", "serviceAccount.name=platform-sa")
+    assert not by_kind(theirs, "ServiceAccount")
+    assert by_kind(theirs, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "platform-sa"
+    assert "system:serviceaccount:railyard-system:platform-sa" in \
+        by_kind(theirs, "ValidatingAdmissionPolicy")[0]["spec"]["matchConditions"][0]["expression"]
+
+
+def test_the_api_servers_addresses_reach_the_webhook_port_through_the_network_policy(helm):
+    policy = by_kind(render(helm, "networkPolicy.apiServerCIDRs[0]=10.0.0.0/24"), "NetworkPolicy")[0]
+    reports = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8090)
+    assert reports["from"] == [{"namespaceSelector": {}}, {"ipBlock": {"cidr": "10.0.0.0/24"}}]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import yaml
 
+from tests.support.identity import IMAGE_REPOSITORY
 from tests.support.rig import REPO, load_hack_module
 
 images = load_hack_module("images", "images.py")
@@ -19,6 +20,6 @@ def test_the_definition_agrees_with_the_chart():
     base = images.definition()["base"]
     uid, gid = (int(x) for x in base["user"].split(":"))
     assert (values["podSecurityContext"]["runAsUser"], values["podSecurityContext"]["runAsGroup"]) == (uid, gid)
-    assert images.definition()["operator"]["name"] == values["image"]["repository"]
-    assert images.reference("operator") == f"docker.io/library/{values['image']['repository']}:{images.app_version()}"
+    assert values["image"]["repository"] == "", "no default registry: the admin names the one they pushed to"
+    assert images.reference("operator") == f"{IMAGE_REPOSITORY}:{images.app_version()}", "the rig's installs"
     assert images.definition()["operator"]["cmd"] == ["operator"], "the chart passes args [operator]"
