@@ -240,7 +240,7 @@ LEVELS_HELP = ("topology levels, top to bottom: name=labelKey,...[,nvlink] (defa
                "cluster uses, else the preset's spine,leaf,tor)")
 
 
-def _cluster_flags(p: argparse.ArgumentParser, namespaced: bool, all_namespaces: bool) -> None:
+def _cluster_flags(p: argparse.ArgumentParser, namespaced: bool, all_namespaces: bool, lease: bool = True) -> None:
     g = p.add_argument_group("cluster (as kubectl)")
     g.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     g.add_argument("--context", help="kubeconfig context (default: the current one)")
@@ -248,16 +248,17 @@ def _cluster_flags(p: argparse.ArgumentParser, namespaced: bool, all_namespaces:
         g.add_argument("--namespace", "-n", help="namespace (default: the context's)")
     if all_namespaces:
         g.add_argument("--all-namespaces", "-A", action="store_true", help="every namespace")
-    g.add_argument("--operator-namespace", help="where the operator's Lease is (default: kube-system, then "
-                                               "railyard-system): its node label scheme is read from there")
+    if lease:
+        g.add_argument("--operator-namespace", help="where the operator's Lease is (default: kube-system, then "
+                                                   "railyard-system): its node label scheme is read from there")
 
 
-def _reading_flags(p: argparse.ArgumentParser, output: bool = True) -> None:
-    p.add_argument("--labels", help="node label preset(s), e.g. native, aws, gke, topograph, aws,gfd "
-                                    "(default: what the operator in the cluster uses)")
-    p.add_argument("--levels", help=LEVELS_HELP)
-    if output:
-        p.add_argument("--output", "-o", choices=OUTPUTS, default="table")
+def _reading_flags(p: argparse.ArgumentParser, labels: bool = True) -> None:
+    if labels:
+        p.add_argument("--labels", help="node label preset(s), e.g. native, aws, gke, topograph, aws,gfd "
+                                        "(default: what the operator in the cluster uses)")
+        p.add_argument("--levels", help=LEVELS_HELP)
+    p.add_argument("--output", "-o", choices=OUTPUTS, default="table", help="output format")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=helptext)
         if name == "explain":
             c.add_argument("job", help="TrainingJob name")
-        _reading_flags(c)
-        _cluster_flags(c, namespaced=name != "topology", all_namespaces=all_ns)
+        _reading_flags(c, labels=name != "jobs")
+        _cluster_flags(c, namespaced=name != "topology", all_namespaces=all_ns, lease=name != "jobs")
         c.set_defaults(func=func)
     b = sub.add_parser("bench", help="placement benchmark; prints JSON")
     b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")

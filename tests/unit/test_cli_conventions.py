@@ -100,7 +100,8 @@ def test_version_and_every_live_command_takes_the_kubectl_flags(capsys):
     sub = next(a for a in parser._actions if a.dest == "command")
     for name in ("plan", "status", "jobs", "topology", "explain"):
         flags = {o for a in sub.choices[name]._actions for o in a.option_strings}
-        assert {"--kubeconfig", "--context", "-o", "--labels", "--levels"} <= flags, name
+        assert {"--kubeconfig", "--context", "-o"} <= flags, name
+        assert name == "jobs" or {"--labels", "--levels", "--operator-namespace"} <= flags, name
         choices = next(a.choices for a in sub.choices[name]._actions if "-o" in a.option_strings)
         assert tuple(choices) == ("table", "json", "yaml"), name
     for name in ("status", "jobs"):
@@ -125,7 +126,7 @@ def test_cluster_failures_are_one_line_with_exit_3_never_a_traceback(tmp_path, a
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     for env, says in (({"KUBECONFIG": str(tmp_path / "missing")}, "no kubeconfig at"),
                       ({"KUBECONFIG": unreachable}, "cannot reach the API server https://127.0.0.1:1")):
-        run_ = subprocess.run([*cli, *argv, "--labels", "native"] if argv[0] != "plan" else [*cli, *argv],
+        run_ = subprocess.run([*cli, *argv, "--labels", "native"] if argv[0] not in ("plan", "jobs") else [*cli, *argv],
                               capture_output=True, text=True, env={**base, **env}, timeout=60)
         assert run_.returncode == ExitCode.CLUSTER, run_.stderr
         lines = run_.stderr.strip().splitlines()

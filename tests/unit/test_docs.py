@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "charts" / "railyard" / "README.md"]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "charts" / "railyard" / "README.md",
+         REPO / "worker" / "README.md"]
 TOP = ("operator/", "topology/", "worker/", "hack/", "tests/", "examples/", "charts/", "crds/", "docs/")
 # docs/architecture.md names operator modules by layer: `act/loop.PlacementLoop.run`
 LAYERS = ("app/", "act/", "bench/", "kube/", "cache/", "decide/", "base/")
