@@ -8,11 +8,13 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 from kubernetes import client
 from pydantic import ValidationError
 from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
 
 from tests.support.jobs import make_job
+from tests.support.rig import REPO
 
 pytestmark = pytest.mark.e2e
 BASE = make_job("schema", 4)
@@ -162,3 +164,18 @@ def test_template_topology_and_parallelism_are_immutable(crds, custom, namespace
     # priorityClassName stays editable (it only orders the queue until the job is placed)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen",
                                           {"spec": {"priorityClassName": "training-high"}})
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples" / "jobs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_is_accepted_and_scales_to_its_max_replicas(path, crds, custom, namespace):
+    """`kubectl apply -f examples/jobs/X` and `kubectl scale tj X --replicas=<maxReplicas>` pass the API server's
+    own validation (no operator runs in this module: nothing is placed)."""
+    body = yaml.safe_load(path.read_text())
+    body["metadata"]["namespace"] = namespace
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    top = body["spec"].get("maxReplicas")
+    if top is not None:
+        custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"],
+                                                    {"spec": {"replicas": top}})
+        stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"])
+        assert stored["spec"]["replicas"] == top
