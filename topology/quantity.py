@@ -13,6 +13,9 @@ _ALL_SUFFIXES = {
     "Pi": Decimal(2**50), "Ei": Decimal(2**60),
 }
 _BY_LENGTH = sorted(_ALL_SUFFIXES, key=len, reverse=True)
+# The largest milli-value an int64 holds: the solver's arrays and kube-scheduler's own arithmetic are int64,
+# so a larger quantity can never be placed (and would overflow them).
+MAX_MILLI = 2**63 - 1
 
 
 def parse_count(raw: Any) -> int:
@@ -57,4 +60,7 @@ def parse_milli(raw: Any) -> int:
             raise ValueError(f"{raw!r} is not a Kubernetes quantity") from None
     if not number.is_finite() or number < 0:
         raise ValueError(f"{raw!r} is not a non-negative quantity")
-    return int((number * 1000).to_integral_value(rounding=ROUND_CEILING))
+    milli = int((number * 1000).to_integral_value(rounding=ROUND_CEILING))
+    if milli > MAX_MILLI:
+        raise ValueError(f"{raw!r} is too large a quantity (at most {MAX_MILLI // 1000} units)")
+    return milli

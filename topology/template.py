@@ -34,12 +34,13 @@ def _quantity(value: Any) -> Any:
 
 
 Quantity = Annotated[int | float | str, AfterValidator(_quantity)]
+ResourceName = Annotated[str, Field(min_length=1, max_length=253)]
 Labels = dict[str, str]
 
 
 class Resources(_Open):
-    limits: dict[str, Quantity] = {}
-    requests: dict[str, Quantity] = {}
+    limits: dict[ResourceName, Quantity] = {}
+    requests: dict[ResourceName, Quantity] = {}
 
 
 class Container(_Open):
@@ -133,7 +134,7 @@ class PodSpec(_Open):
     tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_ITEMS)
     topology_spread_constraints: list[TopologySpreadConstraint] = Field(
         default_factory=list, alias="topologySpreadConstraints", max_length=MAX_ITEMS)
-    overhead: dict[str, Quantity] = {}
+    overhead: dict[ResourceName, Quantity] = {}
     priority_class_name: None = Field(None, alias="priorityClassName")
     priority: None = None
     restart_policy: Literal["Never"] | None = Field(None, alias="restartPolicy")

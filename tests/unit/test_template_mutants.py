@@ -10,7 +10,7 @@ import asyncio
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.settings import Settings
@@ -55,8 +55,14 @@ def mutant(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+# Found by this test in CI: a quantity past int64's range overflowed the solver's arrays (InternalError).
+_HUGE_OVERHEAD = make_job("mutant", 2, gpus=4)
+_HUGE_OVERHEAD["spec"]["template"]["spec"]["overhead"] = {"": 9223372036854776.0}
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bodies=st.lists(mutant(), min_size=1, max_size=3))
+@example(bodies=[_HUGE_OVERHEAD])
 def test_mutated_templates_end_in_a_clear_condition_and_never_stop_the_others(bodies):
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=4))
     names = []
