@@ -12,7 +12,6 @@ import hashlib
 import json
 import random
 import sys
-from typing import Any
 
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.settings import PlacementSettings, Settings
@@ -46,7 +45,8 @@ class Stream:
         # solve budget (a slow machine would cut a pass short and change the trace).
         settings = Settings(placement=PlacementSettings(defragmentation=True, loss_debounce_seconds=0,
                                                         not_ready_debounce_seconds=0, solve_budget_seconds=1e9,
-                                                        starvation_seconds=60, spares_per_tor=spares))
+                                                        starvation_seconds=60, spares_per_tor=spares,
+                                                        release_record_seconds=10.0))
         self.loop = PlacementLoop(self.state, self.api, settings, lambda: True, clock=self.clock)
         self.events = asyncio.new_event_loop()  # one loop for the run: the actors' locks bind to it
         self.ends: dict[str, int] = {}  # job -> the tick its pods succeed
@@ -102,8 +102,8 @@ class Stream:
         for (_, name), body in sorted(self.api.objects["trainingjobs"].items()):
             status = body.get("status") or {}
             placed = next((c["reason"] for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
-            ranks = sorted(((r["rank"], r["node"], tuple(r["gpus"])) for r in
-                            ((status.get("placement") or {}).get("ranks") or [])))
+            ranks = sorted((r["rank"], r["node"], tuple(r["gpus"])) for r in
+                            ((status.get("placement") or {}).get("ranks") or []))
             self.trace.append(json.dumps([tick, name, placed, status.get("restartCount", 0), ranks]))
 
     def tick(self, tick: int) -> None:
