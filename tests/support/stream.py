@@ -76,7 +76,7 @@ class Stream:
 
     def finish(self, tick: int) -> None:
         """Jobs whose lifetime is over: every pod of theirs succeeds."""
-        for (namespace, name), pod in sorted(self.api.objects["pods"].items()):
+        for _, pod in sorted(self.api.objects["pods"].items()):
             job = pod["metadata"]["labels"].get("railyard.dev/job-name")
             if job in self.ends and self.ends[job] <= tick and pod["spec"].get("nodeName") \
                     and pod["status"].get("phase") != "Succeeded":
