@@ -17,17 +17,19 @@ from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
-from railyard.operator.act.migration import Migrations
+from railyard.operator.act.moves import Moves
 from railyard.operator.act.pods import PodDeleter
-from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.quarantine import Quarantine
+from railyard.operator.act.victims import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, EventReason, FinishReason, RecoveryReason
+from railyard.operator.cache.memory import holds
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.holds import held_for_others
 from railyard.operator.decide.policy import (
     NoReplacementStep,
     failure_streak,
@@ -54,10 +56,10 @@ UNHEALTHY_KEPT = 32  # status.unhealthyNodes: current losses and the most recent
 class Recovery:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, pods: PodDeleter, attempts: Attempts,
                  quarantine: Quarantine, breaker: Breaker, checkpoints: Checkpoints,
-                 preemptions: Preemptions, migrations: Migrations) -> None:
+                 victims: Victims, moves: Moves) -> None:
         self.ctx = ctx
-        self.preemptions = preemptions
-        self.migrations = migrations
+        self.victims = victims
+        self.moves = moves
         # One restart's solve -> record at a time: restarts of one pass run concurrently, and two solved on
         # the same state (before either is recorded) could choose the same free GPUs.
         self.choosing = asyncio.Lock()
@@ -112,12 +114,12 @@ class Recovery:
             asyncio.get_running_loop().call_later(wait, self.writer.wake)
             return
         if action.reason != LossReason.MIGRATION and \
-                await self.preemptions.reclaim_spares(job, [loss.node for loss in action.losses]):
+                await self.victims.reclaim_spares(job, [loss.node for loss in action.losses]):
             asyncio.get_running_loop().call_later(1.0, self.writer.wake)  # backfilled spares are being freed
             return
         memory.losses_seen_at = None
         restarted = await self.restart_now(job, action)
-        self.preemptions.placed(job.key)
+        memory.hold = None  # a replacement's hold served its purpose
         if restarted and action.counted:
             memory.failure_streak = streak + 1
         elif restarted and action.reason == LossReason.MAINTENANCE:
@@ -177,9 +179,9 @@ class Recovery:
         # Not onto nodes held for another gang (a preemptor's, or one being defragmented for); a kept rank
         # may share such a node, so they are avoided, not removed.
         decision = solve_replacement(snapshot, action.request, keep, lost, models,
-                                     avoid=self.preemptions.held_for_others(job.key))
+                                     avoid=held_for_others(holds(self.ctx.memories, state.jobs), job.key))
         if action.reason == LossReason.MIGRATION and not decision.found:
-            await self.migrations.no_room(job, decision.reason or "no room outside the held nodes")
+            await self.moves.no_room(job, decision.reason or "no room outside the held nodes")
             return False
         metrics.REPLACEMENT_SECONDS.observe(time.perf_counter() - started)
         wall = self.ctx.clock.time()

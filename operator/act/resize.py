@@ -20,9 +20,10 @@ from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, RestartReason
-from railyard.operator.cache.memory import GrowAttempt
+from railyard.operator.cache.memory import GrowAttempt, holds
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Resize
+from railyard.operator.decide.holds import held_for_others
 from railyard.operator.decide.policy import grow_rule
 from railyard.topology.api import TrainingJobSpec
 from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth, valid_size
@@ -102,7 +103,7 @@ class Resizer:
         """The largest valid growth towards `desired` that fits next to the job (never onto nodes held for
         another gang: a preemptor's, or one being defragmented for), or None."""
         snapshot = self.ctx.state.snapshot()
-        held = self.recovery.preemptions.held_for_others((request.namespace, request.name))
+        held = held_for_others(holds(self.ctx.memories, self.ctx.state.jobs), (request.namespace, request.name))
         for size in range(desired, len(slots), -1):
             if size - len(slots) < min_growth:
                 break

@@ -319,7 +319,7 @@ def test_an_unschedulable_job_writes_once_while_only_counts_change():
 def test_an_unschedulable_job_is_not_solved_again_until_capacity_is_freed(monkeypatch):
     api, state, placer = operator_over(2)
     solves: list[str] = []
-    import railyard.operator.act.placing as placing_module
+    import railyard.operator.decide.pass_plan as placing_module
 
     real = placing_module.decide
 
