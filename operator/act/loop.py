@@ -46,6 +46,7 @@ from railyard.operator.decide.actions import (
     Action,
     Cleanup,
     Done,
+    Evict,
     Finish,
     Invalid,
     MarkRunning,
@@ -88,7 +89,7 @@ class PlacementLoop:
         self.writer.on_error = self.errors.report
         self.materialiser = Materialiser(ctx, self.writer, self.events, self.pods)
         self.checkpoints = Checkpoints(ctx)
-        self.quarantine = Quarantine(ctx, self.breaker)
+        self.quarantine = Quarantine(ctx)
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
         self.victims = Victims(ctx, self.writer, self.events, self.pods, self.checkpoints, self.attempts)
@@ -96,7 +97,7 @@ class PlacementLoop:
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
                                  self.breaker, self.checkpoints, self.victims, self.moves)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
-        self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
+        self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints)
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
                                self.moves)
         self.observer = Observer(ctx)
@@ -219,9 +220,6 @@ class PlacementLoop:
                     continue
                 if isinstance(action, Wait) and steady(job, pods, state.health):
                     ctx.memories.recall(job).steady = steady_key
-            if self.victims.marked(job) and not isinstance(action, Finish | Cleanup | Done | Invalid):
-                work.append(self._evict(job))
-                continue
             if isinstance(action, Queue):
                 priority = resolve(job.priority_class_name, state.priority_classes)
                 if priority is None:
@@ -256,9 +254,6 @@ class PlacementLoop:
         return memory is not None and not memory.errors and memory.done is not None and \
             memory.done == self.state.job_version(job)
 
-    async def _evict(self, job: Job) -> None:
-        await self.writer.guard(job.key, self.victims.evict(job))
-
     async def _step(self, job: Job, action: Action) -> None:
         if await self.writer.guard(job.key, self.dispatch(job, action)):
             await self.errors.cleared(job)
@@ -279,9 +274,11 @@ class PlacementLoop:
             memory.terminating_left = mono
         memory.terminating_seen = frozenset(terminating)
         leaving, leaving_for = self.moves.leaving(job)
+        straggler = memory.straggler[1] if memory.straggler is not None and \
+            memory.straggler[0] == job.restart_count else None
         return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono),
                     leaving, leaving_for, self._blocked(job) if released is not None else {},
-                    memory.terminating_left)
+                    memory.terminating_left, straggler)
 
     def _blocked(self, job: Job) -> dict[str, str]:
         """Unbound, released pods whose ResourceClaim a known device stands in the way of (DRA)."""
@@ -321,6 +318,8 @@ class PlacementLoop:
                 await self.lifecycle.record_release(job, action)
             case Finish():
                 await self.lifecycle.finish(job, action)
+            case Evict():
+                await self.victims.evict(job)
             case Queue() | Wait() | Done():
                 pass
             case _:

@@ -20,20 +20,16 @@ from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason, PreemptedReason, PreemptionOutcome, RestartReason
 from railyard.operator.cache.memory import JobMemory
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.holds import Expired, Hold
 from railyard.operator.decide.preemption import (
     describe_plan,
-    lost_gpu_seconds,
     parse_key,
-    recent_preemptions,
     victim_message,
 )
-from railyard.operator.decide.priority import resolve
-from railyard.operator.decide.room import saving
 from railyard.topology.preemption import PreemptionPlan
 from railyard.topology.replace import RankSlot
 
@@ -110,80 +106,24 @@ class Victims:
 
     # --- spares -----------------------------------------------------------------------------------------
 
-    async def reclaim_spares(self, job: Job, lost: list[str]) -> bool:
-        """A running gang lost these nodes and its TORs' spares are lent to backfilling jobs: evict those
-        (checkpoint first) and hold their nodes for it. True while the gang should wait for them."""
-        settings = self.ctx.settings.placement
-        if settings.spares_per_tor <= 0 or not lost:
-            return False
-        mono = self.ctx.clock.monotonic()
-        memory = self.ctx.memories.recall(job)
-        hold = memory.hold
-        if hold is not None and hold.spare:
-            if mono >= hold.until:
-                return False  # they did not go in time: replace from what is free
-            state = self.ctx.state
-            gone = all(not any(p.node_name in hold.nodes for p in state.job_pods(parse_key(v)))
-                       for v in hold.victims)
-            return not gone
-        state = self.ctx.state
-        models = {n: state.last_model[n] for n in lost if n in state.last_model}
-        need: dict[str, int] = {}
-        for model in models.values():
-            need[model.tor] = need.get(model.tor, 0) + 1
-        snapshot = state.snapshot()
-        free: dict[str, int] = {}
-        for node in snapshot.nodes:
-            if node.name not in lost and node.tor in need and len(snapshot.free(node)) == node.gpu_count:
-                free[node.tor] = free.get(node.tor, 0) + 1
-        missing = {tor: count - free.get(tor, 0) for tor, count in need.items() if free.get(tor, 0) < count}
-        if not missing:
-            return False
-        own = resolve(job.priority_class_name, state.priority_classes)
-        now_wall = self.ctx.clock.time()
-        options: list[tuple[float, str, Job, set[str]]] = []
-        for key, other in state.jobs.items():
-            if key == job.key or other.placement is None or other.spec is None or saving(other) or \
-                    other.finished or other.deleting or not other.spec.preemption.backfill_spares:
-                continue
-            theirs = resolve(other.priority_class_name, state.priority_classes)
-            if own is None or theirs is None or theirs.value > own.value or \
-                    len(recent_preemptions(other.status.preemptions, now_wall)) >= settings.preemptions_per_hour:
-                continue
-            whole = {r.node for r in other.placement.ranks if (m := state.nodes.get(r.node)) is not None
-                     and m.tor in missing and len(r.gpus) == m.gpu_count}
-            if whole:
-                gpus = sum(len(r.gpus) for r in other.placement.ranks)
-                options.append((lost_gpu_seconds(gpus, self.last_saved(other), now_wall), f"{key}", other, whole))
-        victims: list[Job] = []
-        nodes: set[str] = set()
-        for _, _, other, whole in sorted(options, key=lambda o: (o[0], o[1])):  # the least work lost first
-            if all(sum(1 for n in nodes if state.nodes[n].tor == tor) >= count for tor, count in missing.items()):
-                break
-            victims.append(other)
-            nodes |= whole
-        if not victims:
-            return False
-        names = tuple(f"{v.namespace}/{v.name}" for v in victims)
-        memory.hold = Hold(frozenset(nodes), names, mono + settings.preemption_hold_seconds, spare=True)
+    async def reclaim(self, job: Job, victims: tuple[Key, ...], hold: Hold, message: str) -> None:
+        """Hot spares lent to backfilling jobs go back to a running gang that lost nodes
+        (decide/restart_plan.plan_spares): the lenders are marked (they save a step, then are requeued)
+        and their nodes held for the gang."""
+        self.ctx.memories.recall(job).hold = hold
         by = f"{job.namespace}/{job.name}"
         now = utc(self.ctx.clock.time())
-        message = (f"preempted by {by}: it lost nodes in TOR {', '.join(sorted(missing))} and needs the hot spares "
-                   f"this job backfilled; its ranks save a step first (at most "
-                   f"{settings.preemption_checkpoint_seconds:.0f}s), then it is requeued")
-        for victim in victims:
+        for key in victims:
+            victim = self.ctx.state.jobs.get(key)
+            if victim is None:
+                continue
             if await self.writer.patch(victim, transitions.preemption_chosen(victim, by, message, now)) is not None:
                 await self.events.warning(victim, PreemptedReason.SAVING, message,
                                           key=f"spare/{by}/{job.restart_count}")
         metrics.PREEMPTIONS.labels(PreemptionOutcome.PLANNED).inc()
-        log.info("%s reclaims spares from %s", by, ", ".join(names))
-        return True
+        log.info("%s reclaims spares from %s", by, ", ".join(hold.victims))
 
     # --- victims ---------------------------------------------------------------------------------------
-
-    @staticmethod
-    def marked(job: Job) -> bool:
-        return saving(job)
 
     async def evict(self, job: Job) -> None:
         """A marked victim: let it go on if its preemptor no longer needs the room; else, once its

@@ -16,7 +16,9 @@ from railyard.operator.decide.goodput import Ledger
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import QueueMemory
 from railyard.operator.decide.queue import Failure
+from railyard.operator.decide.resize_plan import GrowAttempt
 from railyard.operator.decide.stragglers import StragglerTracker
+from railyard.topology.faults import NodeLoss
 from railyard.topology.solver import Decision
 
 
@@ -29,14 +31,6 @@ class CheckpointRequest:
     deadline: float
 
 
-@dataclass(frozen=True)
-class GrowAttempt:
-    """A grow found no room: nothing is tried again until capacity is freed or the retry period ends."""
-
-    freed: int  # the state's capacity-freed counter then
-    at: float  # monotonic seconds
-
-
 @dataclass
 class JobMemory:
     uid: str
@@ -45,6 +39,7 @@ class JobMemory:
     flushed_at: float = float("-inf")  # monotonic: report-derived status last written
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
+    straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
     budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
     goodput: Ledger | None = None  # decide/goodput: accounted up to now, written to status now and then
     goodput_written: float = float("-inf")  # monotonic: status.goodput last written

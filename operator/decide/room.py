@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from railyard.operator.base.objects import Job, Key
-from railyard.operator.base.reasons import ConditionStatus, ConditionType, PlacedReason, PreemptedReason
+from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.decide.conditions import saving_for_preemption as saving
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.preemption import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
 from railyard.operator.decide.priority import PriorityClassView, may_preempt, resolve
@@ -30,13 +31,6 @@ from railyard.topology.solver import Decision
 
 Slots = list[tuple[str, tuple[int, ...], Mapping[str, int]]]  # (node, GPUs, requests) on their way out
 Decide = Callable[[Snapshot, GangRequest], Decision]
-
-
-def saving(job: Job) -> bool:
-    """A victim whose ranks are saving a step before it is evicted (Preempted=True, SavingCheckpoint)."""
-    condition = job.condition(ConditionType.PREEMPTED)
-    return condition is not None and condition.status == ConditionStatus.TRUE and \
-        condition.reason == PreemptedReason.SAVING
 
 
 @dataclass(frozen=True)
