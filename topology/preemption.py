@@ -26,8 +26,8 @@ from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, solve
 
 WHOLE_CLUSTER = ""
-# Where a gang goes on a snapshot: solve() itself, or the operator's decision function with the pods that
-# inter-pod rules read (topology/decision.decide) — one rule for every solve.
+# Where a gang goes on a snapshot: solve() itself, or the operator's decision function with the pods
+# that inter-pod rules read (topology/decision.decide): one rule for every solve.
 Decide = Callable[[Snapshot, GangRequest], Decision]  # the domain id of a plan that is not inside one domain of any level
 
 
