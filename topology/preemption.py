@@ -25,10 +25,10 @@ from railyard.topology.node_rules import template_eligible
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision, Placement, solve
 
-WHOLE_CLUSTER = ""
+WHOLE_CLUSTER = ""  # the domain id of a plan that is not inside one domain of any level
 # Where a gang goes on a snapshot: solve() itself, or the operator's decision function with the pods
 # that inter-pod rules read (topology/decision.decide): one rule for every solve.
-Decide = Callable[[Snapshot, GangRequest], Decision]  # the domain id of a plan that is not inside one domain of any level
+Decide = Callable[[Snapshot, GangRequest], Decision]
 
 
 @dataclass(frozen=True)
