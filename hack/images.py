@@ -110,7 +110,7 @@ def render(check: bool) -> int:
 
 def _inputs_digest(image: str) -> str:
     h = hashlib.sha256(DEFINITION.read_bytes())
-    h.update(image.encode())
+    h.update(reference(image).encode())  # the name the archive carries: a cached one of another name is stale
     h.update(app_version().encode())
     spec = definition()[image]
     for name in [*spec["sources"], *(spec.get("files") or {})]:
