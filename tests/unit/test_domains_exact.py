@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.bench.exact import optimum, weighted
+from bench.core.exact import optimum, weighted
 from railyard.topology.domain_tree import build_tree, counts_of
 from railyard.topology.domains import objective_for, select_best
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.bench.rails import EIGHT, aligned_placement_exists, rail_node
+from bench.core.rails import EIGHT, aligned_placement_exists, rail_node
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.request import GangRequest

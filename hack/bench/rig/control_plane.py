@@ -9,7 +9,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench_common import cluster, fresh_cluster, rss_mib, wait
+from bench.common import cluster, fresh_cluster, rss_mib, wait
 from railyard.operator.kube.client import KubeApi
 
 PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000

@@ -15,9 +15,9 @@ import json
 import os
 import time
 
-import bench_operator as ops
-from bench_common import cluster, fresh_cluster, rss_mib, wait
-from bench_recovery import lose_nodes_and_recover, set_taint
+import bench.rig.operator as ops
+from bench.common import cluster, fresh_cluster, rss_mib, wait
+from bench.rig.recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
 from railyard.topology.labels import LABEL_TOR
 

@@ -20,9 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_common import emit, superpod_snapshot
+from bench.common import emit, superpod_snapshot
 from railyard.topology.preemption import RunningGang, plan_preemption
 from railyard.topology.request import GangRequest
 from railyard.topology.solver import solve

@@ -18,11 +18,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_operator as ops
+import bench.rig.operator as ops
 import dra_slices
-from bench_common import after_gc_discovery, wait
+from bench.common import after_gc_discovery, wait
 from railyard.topology.devices import allocated, device_index, inventory
 
 

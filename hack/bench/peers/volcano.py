@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from bench_common import cluster, served, wait
-from railyard.operator.bench.peers import volcano_cluster_objects
+from bench.common import cluster, served, wait
+from bench.peers.translators import volcano_cluster_objects
 from railyard.operator.kube.client import KubeApi
 
 PORTS = {"scheduler-metrics": 17291, "scheduler-health": 17292, "controller-metrics": 17293,

@@ -16,8 +16,8 @@ import os
 import re
 import time
 
-from bench_common import wait
-from bench_operator import (
+from bench.common import wait
+from bench.rig.operator import (
     JOBS,
     NS,
     PodWatch,

@@ -20,11 +20,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import peers_kueue
-import peers_volcano
-from bench_common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
-from bench_operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
-from railyard.operator.bench.peers import (
+import bench.peers.kueue as peers_kueue
+import bench.peers.volcano as peers_volcano
+from bench.common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
+from bench.rig.operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
+from bench.peers.translators import (
     JOB_LABEL,
     PEERS,
     TRANSLATORS,
@@ -209,7 +209,7 @@ def main() -> None:
         if mode in ("burst", "both"):
             results["burst"] = burst()
         if mode in ("living", "both"):
-            import compare_living  # imported here: it imports this module (as `compare`, a second copy)
+            import bench.peers.compare_living as compare_living  # imported here: it imports this module
 
             results["living"] = compare_living.main()
     finally:

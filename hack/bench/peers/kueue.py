@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from bench_common import cluster, served, wait
-from railyard.operator.bench.peers import kueue_cluster_objects
+from bench.common import cluster, served, wait
+from bench.peers.translators import kueue_cluster_objects
 from railyard.operator.kube.client import KubeApi
 
 PORTS = {"health": 17281, "metrics": 17282, "webhook": 17283}

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.operator.bench.workload import job_stream
+from bench.core.workload import job_stream
 from railyard.topology.api import GROUP, VERSION
 from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 

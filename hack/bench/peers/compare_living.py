@@ -28,9 +28,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
-from compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
-from railyard.operator.bench.living import (
+from bench.rig.operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
+from bench.peers.compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
+from bench.peers.living import (
     SIZE_CLASSES,
     cohort_waits,
     living_figures,
@@ -38,7 +38,7 @@ from railyard.operator.bench.living import (
     replicas_bound,
     settled_percentile,
 )
-from railyard.operator.bench.peers import JOB_LABEL, read_placements, summarise
+from bench.peers.translators import JOB_LABEL, read_placements, summarise
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
 LIFETIME = float(os.environ.get("COMPARE_LIFETIME_SECONDS", "300"))

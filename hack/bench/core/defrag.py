@@ -28,9 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_common import emit, superpod_snapshot
+from bench.common import emit, superpod_snapshot
 from railyard.topology.defrag import Mover, plan_migration
 from railyard.topology.model import Snapshot
 from railyard.topology.preemption import RunningGang

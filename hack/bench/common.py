@@ -1,4 +1,5 @@
-"""Helpers shared by the control-plane and operator benchmarks (run from the repo's venv)."""
+"""What the benchmarks share: JSON output, waiting with a deadline, percentiles, process memory, the rig
+(hack/cluster.py) and the superpod-2k snapshot the simulations run on."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HACK = Path(__file__).resolve().parent
-sys.path.insert(0, str(HACK))
+HACK = Path(__file__).resolve().parents[1]
+if str(HACK) not in sys.path:
+    sys.path.insert(0, str(HACK))
 
 import cluster  # noqa: E402  (hack/cluster.py)
 

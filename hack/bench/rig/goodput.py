@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_common import cluster, fresh_cluster, wait
-from bench_operator import apply_crds, gauge, scrape, settled
+from bench.common import cluster, fresh_cluster, wait
+from bench.rig.operator import apply_crds, gauge, scrape, settled
 from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.worker import Reporter, context
 

@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_common import emit, superpod_snapshot
+from bench.common import emit, superpod_snapshot
 from railyard.operator.base.objects import Key
-from railyard.operator.bench.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
-from railyard.operator.bench.peers import PeerJob
+from bench.peers.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
+from bench.peers.translators import PeerJob
 from railyard.operator.decide import queue
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.topology.model import Snapshot

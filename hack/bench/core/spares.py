@@ -21,9 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_common import emit, superpod_snapshot
+from bench.common import emit, superpod_snapshot
 from railyard.operator.decide.spares import spare_nodes
 from railyard.topology.replace import RankSlot, solve_replacement
 from railyard.topology.request import GangRequest

@@ -13,8 +13,8 @@ import json
 import os
 import time
 
-from bench_common import wait
-from bench_operator import JOBS, PodWatch, gauge, rig_with_operator, scrape, training_job
+from bench.common import wait
+from bench.rig.operator import JOBS, PodWatch, gauge, rig_with_operator, scrape, training_job
 
 
 def main() -> None:

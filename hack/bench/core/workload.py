@@ -12,7 +12,7 @@ from railyard.topology.node_usage import NodeUsage
 from railyard.topology.nodes import build_snapshot
 from railyard.topology.profile import ClusterProfile, node_objects
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "clusters"
 # Background pods: mostly whole nodes, some partial, as on a shared training cluster.
 BACKGROUND_SIZES = (8, 8, 8, 8, 8, 4, 4, 2, 1)
 # What a training pod asks of a node per GPU besides the GPU (milli-units), background pods and

@@ -31,7 +31,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from bench_common import cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.common import HACK, cluster, fresh_cluster, percentile, rss_mib, wait
 from railyard.operator.kube.client import KubeApi
 
 FLOOD_SECONDS = float(os.environ.get("BENCH_FLOOD_SECONDS", "60"))
@@ -133,7 +133,7 @@ def flood() -> dict:
     figures: dict = {"rig": fresh_cluster(None)}
     api = KubeApi(workers=2)
     subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f",
-                    str(Path(__file__).resolve().parent.parent / "crds")], check=True, capture_output=True)
+                    str(HACK.parent / "crds")], check=True, capture_output=True)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": LEASE_NS}})
     log_path = cluster.STATE / "logs" / "bench-reports.log"
     env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": "0",
@@ -171,7 +171,7 @@ def flood() -> dict:
     finally:
         operator.terminate()
         operator.wait(timeout=30)
-        subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "cluster.py"), "down"],
+        subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"],
                        capture_output=True)
     return figures
 

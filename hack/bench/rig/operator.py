@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
-from bench_common import HACK, after_gc_discovery, cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.common import HACK, after_gc_discovery, cluster, fresh_cluster, percentile, rss_mib, wait
 from railyard.operator.kube.client import KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
