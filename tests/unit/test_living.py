@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import statistics
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from bench.peers.living import (
     SIZE_CLASSES,
     arrival_rate,
@@ -19,6 +17,8 @@ from bench.peers.living import (
     size_class,
 )
 from bench.peers.translators import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_the_stream_asks_the_load_it_is_given_in_steady_demand():

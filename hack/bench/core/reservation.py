@@ -25,9 +25,9 @@ from functools import partial
 from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
-from railyard.operator.base.objects import Key
 from bench.peers.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
 from bench.peers.translators import PeerJob
+from railyard.operator.base.objects import Key
 from railyard.operator.decide import queue
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.topology.model import Snapshot

@@ -23,7 +23,6 @@ from pathlib import Path
 import bench.peers.kueue as peers_kueue
 import bench.peers.volcano as peers_volcano
 from bench.common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
-from bench.rig.operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
 from bench.peers.translators import (
     JOB_LABEL,
     PEERS,
@@ -34,6 +33,7 @@ from bench.peers.translators import (
     stream,
     summarise,
 )
+from bench.rig.operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
 from railyard.operator.kube.client import KubeApi
 
 JOBS = int(os.environ.get("COMPARE_JOBS", "150"))

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.rig.operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 from bench.peers.compare import SEED, SELECTED, cluster_gpus, scheduler_cpu, start_peer, stop, submitter
 from bench.peers.living import (
     SIZE_CLASSES,
@@ -39,6 +38,7 @@ from bench.peers.living import (
     settled_percentile,
 )
 from bench.peers.translators import JOB_LABEL, read_placements, summarise
+from bench.rig.operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
 LIFETIME = float(os.environ.get("COMPARE_LIFETIME_SECONDS", "300"))

@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from bench.peers.translators import PeerJob
 from bench.core.workload import STREAM_MIX
+from bench.peers.translators import PeerJob
 
 LIFETIME_SIGMA = 0.8
 MIN_LIFETIME_SECONDS = 10

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import Counter
-from pathlib import Path
 
 import bench.rig.operator as ops
 import dra_slices
