@@ -29,7 +29,7 @@ from railyard.operator.act.observe import Observer
 from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.progress import ReportFlusher
 from railyard.operator.act.quarantine import Quarantine
-from railyard.operator.act.queue_pass import QueuePass, queued
+from railyard.operator.act.queue_pass import QueuePass
 from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.resize import Resizer
 from railyard.operator.act.victims import Victims
@@ -61,7 +61,7 @@ from railyard.operator.decide.actions import (
 from railyard.operator.decide.assess import Seen, assess, steady
 from railyard.operator.decide.claims import claim_name
 from railyard.operator.decide.priority import missing_message, resolve
-from railyard.operator.decide.queue import QueuedJob
+from railyard.operator.decide.queue import QueuedJob, queued
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
 

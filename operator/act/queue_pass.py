@@ -32,7 +32,6 @@ from railyard.operator.decide.room import RoomView
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
 from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
 from railyard.topology.solver import Decision
 
 log = logging.getLogger(__name__)
@@ -43,13 +42,6 @@ def stable_key(message: str) -> str:
     tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
     condition and its Event change when the constraint changes, not every time a count moves."""
     return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
-
-
-def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJob:
-    """`priority`: its PriorityClass's value (decide/priority.resolve)."""
-    avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
-    since = job.queued_since
-    return QueuedJob(job.key, priority, since.timestamp() if since is not None else now, request, avoid)
 
 
 class QueuePass:

@@ -1,19 +1,16 @@
 #!/usr/bin/env python3
-"""Defragmentation benchmark (issue 24, 5b): a stream of gangs arriving and leaving on superpod-2k
-(2,048 nodes x 8 GPUs), simulated on the pure core (solver, queue rule, migration planner) with and
-without defragmentation, on the same arrivals. Prints JSON: the large gangs' waiting time (p50, p90),
-GPU utilisation over time, moves made and the GPU-hours they cost.
+"""Defragmentation benchmark (make defrag): a stream of gangs arriving and leaving on superpod-2k (2,048 nodes x 8
+GPUs) run through the operator's own queue pass (decide/pass_plan.plan_pass, via bench/sim.py: starvation
+reservations, room made by moving `migratable` gangs, the moves carried out by decide/restart_plan.plan_restart)
+with and without defragmentation, on the same arrivals, with the operator's settings model. Prints JSON: the
+large gangs' waiting time (p50, p90), GPU utilisation over time, moves made and the GPU-hours they cost.
 
-The stream: Poisson arrivals; 70 % small gangs (1-8 nodes, one TOR required), 25 % medium (16-32
-nodes, one TOR), 5 % large (128 nodes, one leaf required); exponential lifetimes (small/medium 2 h,
-large 6 h). Every pass (5 simulated minutes) places queued gangs oldest first, with backfill; the
-oldest large gang waiting past 10 minutes reserves the leaf with the most free GPUs (the operator's
-starvation rule). With defragmentation, a queued gang that fits by free GPUs but not by topology gets
-the planner's moves, planned on the same view as its solve (the reservation excluded), among small and
-medium gangs not moved in the last hour (RAILYARD_MIGRATION_INTERVAL_SECONDS); each move costs the
-mover 10 minutes of its GPUs (checkpoint, restart, reload), at most 4 moves an hour
-(RAILYARD_MIGRATIONS_PER_HOUR), and the waiting gang starts one pass later (its movers save a step
-and restart first; its wait counts until then).
+The stream: Poisson arrivals; 70 % small gangs (1-8 nodes, one TOR required), 25 % medium (16-32 nodes, one
+TOR), 5 % large (128 nodes, one leaf required); exponential lifetimes (small/medium 2 h, large 6 h); small and
+medium gangs allow moves. A pass every 5 simulated minutes; a large gang starves after 10 minutes (it then
+reserves the nodes it waits for); a mover saves a step within RAILYARD_PREEMPTION_CHECKPOINT_SECONDS, then
+restarts off the nodes it leaves, which costs it 10 minutes of its GPUs (the work since its checkpoint, run
+again); at most RAILYARD_MIGRATIONS_PER_HOUR moves an hour, a gang moved at most once an hour.
 
 Simulated time, not a live rig: the live mechanics are tests/e2e/test_defrag.py.
 """
@@ -25,20 +22,17 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
-from railyard.topology.defrag import Mover, plan_migration
-from railyard.topology.model import Snapshot
-from railyard.topology.preemption import RunningGang
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from bench.sim import SimCluster, training_job
+from railyard.operator.base.settings import PlacementSettings
 
 PASS = 300.0  # seconds between passes
-MOVE_COST = 600.0  # seconds of the mover's GPUs a move costs
-MOVES_PER_HOUR = 4
+MOVE_COST = 600.0  # seconds of the mover's GPUs a move costs (its work since the checkpoint, run again)
 STARVATION = 600.0
+SAID = "the operator's queue pass (decide/pass_plan.plan_pass) and restarts (decide/restart_plan.plan_restart)"
 
 
 @dataclass
@@ -48,27 +42,10 @@ class Job:
     tier: str
     arrive: float
     lifetime: float
-    started: float | None = None
-    ends: float | None = None
-    slots: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    moved_at: float | None = None
 
     @property
     def large(self) -> bool:
         return self.nodes >= 128
-
-    def request(self) -> GangRequest:
-        return GangRequest(self.name, self.nodes, 8, namespace="bench", required_tier=self.tier)
-
-
-@dataclass
-class World:
-    snapshot: Snapshot
-    running: dict[str, Job] = field(default_factory=dict)
-    queue: list[Job] = field(default_factory=list)
-    moves: list[float] = field(default_factory=list)
-    move_gpu_seconds: float = 0.0
-    move_count: int = 0
 
 
 def stream(seed: int, hours: float, rate_per_hour: float) -> list[Job]:
@@ -88,84 +65,39 @@ def stream(seed: int, hours: float, rate_per_hour: float) -> list[Job]:
     return jobs
 
 
-def _start(world: World, job: Job, slots, now: float) -> None:
-    """Its GPUs taken at once; it starts (and its wait ends) at `now`."""
-    job.started, job.ends, job.slots = now, now + job.lifetime, tuple(slots)
-    world.snapshot = world.snapshot.allocate(job.slots)
-    world.running[job.name] = job
-
-
-def _defragment(world: World, job: Job, view: Snapshot, now: float) -> bool:
-    world.moves = [t for t in world.moves if now - t < 3600]
-    if len(world.moves) >= MOVES_PER_HOUR:
-        return False
-    movers = [Mover(RunningGang(f"bench/{j.name}", 0, j.slots, 8 * j.nodes * MOVE_COST), j.request())
-              for j in world.running.values() if not j.large and (j.moved_at is None or now - j.moved_at >= 3600)
-              and all(view.has_node(n) for n, _ in j.slots)]
-    plan = plan_migration(view, job.request(), movers)
-    if plan is None or len(world.moves) + len(plan.moves) > MOVES_PER_HOUR:
-        return False
-    for move in plan.moves:
-        mover = world.running[move.key.split("/")[1]]
-        new = {r.rank: (r.new, r.gpus) for r in move.replacements}
-        slots = tuple(new.get(rank, slot) for rank, slot in enumerate(mover.slots))
-        world.snapshot = world.snapshot.release(mover.slots).allocate(slots)
-        mover.slots = slots
-        mover.moved_at = now
-        mover.ends = (mover.ends or now) + MOVE_COST  # the restart's lost time is run again
-        world.move_gpu_seconds += 8 * mover.nodes * MOVE_COST
-        world.moves.append(now)
-        world.move_count += 1
-    _start(world, job, plan.placement.allocations, now + PASS)  # after its movers saved and restarted
-    return True
-
-
-def _reserved(world: World) -> frozenset[str]:
-    """The leaf with the most free GPUs, held for a starving large gang."""
-    free: dict[str, int] = {}
-    for node in world.snapshot.nodes:
-        free[node.leaf] = free.get(node.leaf, 0) + len(world.snapshot.free(node))
-    leaf = max(free, key=lambda k: (free[k], k))
-    return frozenset(n.name for n in world.snapshot.nodes if n.leaf == leaf)
-
-
 def simulate(jobs: list[Job], defrag: bool, hours: float) -> dict:
-    world = World(superpod_snapshot())
-    total = world.snapshot.total_gpus
+    settings = PlacementSettings(defragmentation=defrag, starvation_seconds=STARVATION, migrations_per_hour=4,
+                                 migration_interval_seconds=3600)
+    sim = SimCluster(superpod_snapshot(), settings, move_seconds=settings.preemption_checkpoint_seconds,
+                     restart_cost=MOVE_COST)
+    total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrive)
+    large: dict[tuple[str, str], Job] = {}
     utilisation: list[float] = []
     now = 0.0
     started = time.perf_counter()
     while now < hours * 3600:
-        for job in [j for j in world.running.values() if (j.ends or 0) <= now]:
-            world.snapshot = world.snapshot.release(job.slots)
-            del world.running[job.name]
         while pending and pending[0].arrive <= now:
-            world.queue.append(pending.pop(0))
-        starving = next((j for j in world.queue if j.large and now - j.arrive > STARVATION), None)
-        held = _reserved(world) if starving is not None else frozenset()
-        for job in list(world.queue):
-            view = world.snapshot if job is starving or not held else world.snapshot.without_nodes(held)
-            decision = solve(view, job.request())
-            if decision.placement is not None:
-                _start(world, job, decision.placement.allocations, now)
-                world.queue.remove(job)
-            elif defrag and job.large and _defragment(world, job, view, now):
-                world.queue.remove(job)
-        utilisation.append(1 - world.snapshot.free_gpus / total)
+            job = pending.pop(0)
+            key = sim.submit(training_job(job.name, job.nodes, 8, required_tier=job.tier, migratable=not job.large),
+                             job.lifetime, job.arrive)
+            if job.large:
+                large[key] = job
+        sim.step(now)
+        utilisation.append(1 - sim.current.free_gpus / total)
         now += PASS
-    large = [j for j in jobs if j.large and j.arrive < hours * 3600 * 0.75]  # arrived with time to start
-    waits = [(j.started if j.started is not None else hours * 3600) - j.arrive for j in large]
+    counted = {k: j for k, j in large.items() if j.arrive < hours * 3600 * 0.75}  # arrived with time to start
+    waits = [sim.waits.get(k, hours * 3600 - j.arrive) for k, j in counted.items()]
     return {
-        "large_gangs": len(large), "large_started": sum(1 for j in large if j.started is not None),
+        "large_gangs": len(counted), "large_started": sum(1 for k in counted if k in sim.waits),
         "large_wait_p50_minutes": round(statistics.median(waits) / 60, 1) if waits else None,
         "large_wait_p90_minutes": round(statistics.quantiles(waits, n=10)[-1] / 60, 1) if len(waits) > 1 else None,
         "large_wait_gpu_hours": round(sum(waits) * 8 * 128 / 3600, 1),  # the large gangs' GPUs kept waiting
         "gpu_utilisation_mean": round(statistics.fmean(utilisation), 3),
         "gpu_utilisation_by_hour": [round(statistics.fmean(utilisation[i:i + 12]), 3)
                                     for i in range(0, len(utilisation), 12)],
-        "moves": world.move_count,
-        "move_gpu_hours": round(world.move_gpu_seconds / 3600, 1),
+        "moves": len(sim.moved),
+        "move_gpu_hours": round(sum(cost for _, cost in sim.moved) / 3600, 1),
         "sim_seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -177,13 +109,13 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    print(f"defrag: {SAID}, with their settings model, on simulated time", file=sys.stderr)
     runs = []
     for seed in range(1, args.seeds + 1):
         jobs = stream(seed, args.hours, args.rate)
         run: dict = {"seed": seed, "gangs": len(jobs)}
         for defrag in (False, True):
-            copies = [Job(j.name, j.nodes, j.tier, j.arrive, j.lifetime) for j in jobs]
-            run["with_defrag" if defrag else "without"] = simulate(copies, defrag, args.hours)
+            run["with_defrag" if defrag else "without"] = simulate(jobs, defrag, args.hours)
         runs.append(run)
 
     def median(side: str, key: str) -> float:
@@ -194,6 +126,7 @@ def main() -> int:
     summary = {
         "workload": f"superpod-2k, {args.rate:.0f} gangs an hour over {args.hours:.0f} h: 70 % 1-8 nodes, 25 % 16-32 "
                     "nodes (TOR required), 5 % 128 nodes (leaf required); simulated passes every 5 min",
+        "simulation": SAID,
         "runs": runs,
         "median": {side: {k: median(side, k) for k in keys} for side in ("without", "with_defrag")},
     }

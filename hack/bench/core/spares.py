@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""Hot-spares benchmark (issue 24, 5c) on the superpod-2k topology (2,048 nodes x 8 GPUs, TORs of 32
-nodes), on the pure core: the recovery benchmark's workload, gangs of 128 whole-node replicas filling
-the cluster, then a sequence of node failures (each failed node stays out for the next 8 failures: a
-repair takes a day at one failure every 3 hours), each answered the way the operator answers it
-(`solve_replacement`, the lost rank next to where it was). With RAILYARD_SPARES_PER_TOR=0 and =1
-(first placements leave each TOR's spare, decide/spares.py), on the same failures. Prints JSON: the
-share of replacements in the lost node's TOR, how many found none, the replacement solve time, and the
-GPUs the spares keep idle.
+"""Hot-spares benchmark (make spares) on the superpod-2k topology (2,048 nodes x 8 GPUs, TORs of 32 nodes): gangs of
+128 whole-node replicas filling the cluster through the operator's own queue pass, then a sequence of node
+failures (each failed node stays out for the next 8 failures: a repair takes a day at one failure every 3 hours),
+each answered by the operator's own restart plan (decide/restart_plan.plan_restart: the lost rank next to where
+it was), via bench/sim.py. With RAILYARD_SPARES_PER_TOR=0 and =1 (first placements leave each TOR's spare,
+decide/spares.py), on the same failures. Prints JSON: the share of replacements in the lost node's TOR, how many
+found none, the time a restart's plan takes, and the GPUs the spares keep idle.
 
 The time from signal to the new generation released on a live control plane, with a spare, is measured by
 tests/e2e/test_spares.py.
@@ -22,58 +21,48 @@ import time
 from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
-from railyard.operator.decide.spares import spare_nodes
-from railyard.topology.replace import RankSlot, solve_replacement
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from bench.sim import SimCluster, training_job
+from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.decide.restart_plan import RestartKind
+from railyard.topology.faults import LossReason, NodeLoss
 
 REPAIR_AFTER = 8  # failures before a failed node is back
+GANGS = 16  # 128 x 8 gangs offered: as many as the cluster holds are placed
+SAID = "the operator's queue pass (decide/pass_plan.plan_pass) and restarts (decide/restart_plan.plan_restart)"
 
 
 def run(spares: int, failures: int, seed: int) -> dict:
-    snapshot = superpod_snapshot()
-    models = {n.name: n for n in snapshot.nodes}
-    gangs: dict[str, list[RankSlot]] = {}
-    while True:
-        request = GangRequest(f"g{len(gangs)}", 128, 8, namespace="bench")
-        view = snapshot.without_nodes(spare_nodes(snapshot, spares))
-        decision = solve(view, request)
-        if decision.placement is None:
-            break
-        snapshot = snapshot.allocate(decision.placement.allocations)
-        gangs[request.name] = [RankSlot(r.rank, r.node, r.gpus) for r in decision.placement.replicas]
-    idle = sum(len(snapshot.free(n)) for n in snapshot.nodes)
+    sim = SimCluster(superpod_snapshot(), PlacementSettings(spares_per_tor=spares))
+    for index in range(GANGS):
+        sim.submit(training_job(f"g{index}", 128, 8), lifetime=float("inf"))
+    sim.step(0.0)
+    gangs = sorted(sim.running)
+    idle = sim.current.free_gpus
     rng = random.Random(seed)
     down: list[str] = []
     same = none = 0
     seconds: list[float] = []
-    for _ in range(failures):
-        name = rng.choice(sorted(gangs))
-        slots = gangs[name]
-        victim = rng.choice(slots)
-        keep = [s for s in slots if s.node != victim.node]
-        lost = [s for s in slots if s.node == victim.node]
-        down.append(victim.node)
-        view = snapshot.without_nodes(frozenset(down))
+    for failure in range(failures):
+        key = rng.choice([g for g in gangs if g in sim.running])
+        node = rng.choice(sorted({n for n, _ in sim.running[key].slots} - set(down)))
+        down.append(node)
+        sim.fail(node)
         started = time.perf_counter()
-        decision = solve_replacement(view, GangRequest(name, 128, 8, namespace="bench"), keep, lost,
-                                     {victim.node: models[victim.node]})
+        plan = sim.restart(key, (NodeLoss(node, LossReason.NODE_DELETED, f"failure {failure}", None),),
+                           LossReason.NODE_DELETED)
         seconds.append(time.perf_counter() - started)
-        snapshot = snapshot.release([(s.node, s.gpus) for s in lost])
-        if not decision.found:
-            none += 1  # the gang would wait for a node (or re-queue); the rank stays where it was here
+        if plan.kind is not RestartKind.RESTART:
+            none += 1  # re-queued whole (after replacementTimeoutSeconds): placed again when it fits
         else:
-            same += sum(r.same_tor for r in decision.replacements)
-            snapshot = snapshot.allocate([(r.new, r.gpus) for r in decision.replacements])
-            moved = {r.rank: RankSlot(r.rank, r.new, r.gpus) for r in decision.replacements}
-            gangs[name] = [moved.get(s.rank, s) for s in slots]
+            same += sum(1 for r in plan.replacements if r["same_tor"])
         if len(down) > REPAIR_AFTER:
-            down.pop(0)  # repaired: free again (its GPUs were released when it failed)
+            sim.repair(down.pop(0))  # repaired: usable again
+        sim.step(float(failure + 1))  # a gang placed again after having no replacement
     return {
         "spares_per_tor": spares, "gangs": len(gangs), "gpus_placed": 8 * 128 * len(gangs),
         "gpus_idle_after_placement": idle, "failures": failures,
         "same_tor_share": round(same / max(1, failures - none), 3), "no_replacement": none,
-        "replacement_solve_ms_p50": round(statistics.median(seconds) * 1000, 1),
+        "restart_plan_ms_p50": round(statistics.median(seconds) * 1000, 1),
     }
 
 
@@ -83,10 +72,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    print(f"spares: {SAID}, with their settings model", file=sys.stderr)
     without, with_ = run(0, args.failures, args.seed), run(1, args.failures, args.seed)
     summary = {"workload": "superpod-2k filled with 128 x 8 gangs (no required tier), node failures one after "
                            f"another, each node back after {REPAIR_AFTER} more", "without": without,
-               "with_one_spare_per_tor": with_}
+               "with_one_spare_per_tor": with_, "simulation": SAID}
     emit(summary, args.out)
     return 0
 
