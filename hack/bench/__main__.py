@@ -12,6 +12,7 @@ BENCHMARKS = {
     "defrag": ("bench.core.defrag", "a fragmenting stream with and without defragmentation, simulated"),
     "spares": ("bench.core.spares", "replacements with full TORs, with and without hot spares, simulated"),
     "preemption": ("bench.core.preemption", "victims and GPU-hours lost: Railyard vs evict-the-youngest"),
+    "stragglers": ("bench.core.stragglers", "straggler detection on simulated report streams"),
     "ab": ("bench.ab", "A/B of the placement benchmark between two checkouts, in turns"),
     # the live rig
     "operator": ("bench.rig.operator", "the operator's burst against plain Jobs through kube-scheduler"),
@@ -20,7 +21,6 @@ BENCHMARKS = {
     "recovery": ("bench.rig.recovery", "time from a lost node to the gang running again"),
     "reports": ("bench.rig.reports", "the report endpoint under a flood of workers"),
     "elastic": ("bench.rig.elastic", "shrink and grow of an elastic gang"),
-    "stragglers": ("bench.rig.stragglers", "a slow node found and evicted"),
     "dra": ("bench.rig.dra", "the burst with DRA claims pinning every GPU and NIC"),
     "client": ("bench.rig.client", "CPU per API request: the async transport against the official client"),
     "control-plane": ("bench.rig.control_plane", "the rig's control-plane memory and node creation"),
@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
         for name, (_, what) in BENCHMARKS.items():
             print(f"  {name:<{width}}  {what}", file=sys.stderr)
         return 0 if not argv else 2
+    sys.argv = [f"bench {argv[0]}", *argv[1:]]  # before the import: some read their flags at import time
     module = importlib.import_module(BENCHMARKS[argv[0]][0])
-    sys.argv = [f"bench {argv[0]}", *argv[1:]]
     return int(module.main() or 0)
 
 

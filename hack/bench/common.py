@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
-def wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+def wait(check: Callable[..., Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
@@ -53,7 +54,7 @@ def fresh_cluster(profile: str | None, k8s_gates: str | None = None, keep_job_po
     node-monitor defaults (throughput runs) instead of the fast lifecycle fault tests need."""
     subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"], check=True, capture_output=True)
     t0 = time.monotonic()
-    scale = bool(profile) and len(cluster.load_profile_nodes(profile)) > cluster.SCALE_NODES
+    scale = profile is not None and len(cluster.load_profile_nodes(profile)) > cluster.SCALE_NODES
     cluster.up(None, k8s_gates, keep_job_pods, started_by=started_by, scale=scale,
                upstream_lifecycle=upstream_lifecycle)
     up_seconds = time.monotonic() - t0
@@ -102,3 +103,12 @@ def emit(figures: dict[str, Any], out: Path | None) -> None:
     print(text)
     if out is not None:
         out.write_text(text + "\n")
+
+
+def arguments(doc: str | None, flags: dict[str, str] | None = None) -> argparse.Namespace:
+    """A benchmark's command line: `-h` says what it runs (its docstring) and does nothing else; `flags` are
+    its boolean options, name -> help. Sizes and peers come from the BENCH_*/COMPARE_* variables it documents."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, text in (flags or {}).items():
+        parser.add_argument(flag, action="store_true", help=text)
+    return parser.parse_args()

@@ -126,7 +126,7 @@ class SimCluster:
         self.freed += 1
         for table in (self.bodies, self.jobs, self.lifetimes, self.arrived, self.memory, self.holds, self.cooling,
                       self.moves, self.move_due):
-            table.pop(key, None)  # type: ignore[attr-defined]
+            table.pop(key, None)
 
     def _take(self, key: Key, placement: Placement) -> None:
         job = self.jobs[key]

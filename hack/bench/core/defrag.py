@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.common import emit, superpod_snapshot
 from bench.sim import SimCluster, training_job
@@ -119,11 +120,11 @@ def main() -> int:
         runs.append(run)
 
     def median(side: str, key: str) -> float:
-        return statistics.median(r[side][key] or 0 for r in runs)
+        return float(statistics.median(r[side][key] or 0 for r in runs))
 
     keys = ("large_wait_p50_minutes", "large_wait_p90_minutes", "large_wait_gpu_hours", "gpu_utilisation_mean",
             "moves", "move_gpu_hours")
-    summary = {
+    summary: dict[str, Any] = {
         "workload": f"superpod-2k, {args.rate:.0f} gangs an hour over {args.hours:.0f} h: 70 % 1-8 nodes, 25 % 16-32 "
                     "nodes (TOR required), 5 % 128 nodes (leaf required); simulated passes every 5 min",
         "simulation": SAID,

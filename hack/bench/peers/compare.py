@@ -19,10 +19,11 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import bench.peers.kueue as peers_kueue
 import bench.peers.volcano as peers_volcano
-from bench.common import after_gc_discovery, cluster, fresh_cluster, percentile, wait
+from bench.common import after_gc_discovery, arguments, cluster, fresh_cluster, percentile, wait
 from bench.peers.translators import (
     JOB_LABEL,
     PEERS,
@@ -69,7 +70,7 @@ def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
     if peer == "railyard":
         crds_applied = apply_crds()
         operator, port, _ = start_operator("railyard-compare")
-        processes.append(operator)
+        processes.append(operator.proc)
         wait(lambda: gauge(scrape(port), "railyard_state_synced") == 1, 60, "state synced")
         extra["railyard-operator"] = operator.pid
     if peer == "kueue-tas":
@@ -147,7 +148,8 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     bound_times = list(watcher.bound.values())
     gpus_of = {j.name: j.gpus for j in jobs}
     # GPUs bound over time since the burst, one point a second (for the plot).
-    running, timeline, step = 0, [], 0.0
+    running, step = 0, 0.0
+    timeline: list[tuple[float, int]] = []
     for at, pod in sorted((at, pod) for pod, at in watcher.bound.items()):
         running += gpus_of.get(watcher.labels.get(pod, {}).get(JOB_LABEL, ""), 0)
         if at - t0 >= step or not timeline:
@@ -174,10 +176,10 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
 
 def plot(out: dict, target: Path) -> None:
     """GPUs bound over time, TORs spanned per job, submit -> bound latency (CDF), per peer."""
-    import matplotlib
+    import matplotlib  # type: ignore[import-not-found]  # `make compare` installs it (.[compare])
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found]
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for peer, figures in out["peers"].items():
@@ -201,6 +203,7 @@ def plot(out: dict, target: Path) -> None:
 def main() -> None:
     """COMPARE_MODE: burst (the one burst below), living (compare_living.py) or both (the default),
     each peer on a fresh rig per mode."""
+    arguments(__doc__)
     mode = os.environ.get("COMPARE_MODE", "both")
     if mode not in ("burst", "living", "both"):
         raise SystemExit(f"COMPARE_MODE={mode!r}: expected burst, living or both")
@@ -221,7 +224,7 @@ def main() -> None:
 
 def burst() -> dict:
     jobs = stream(JOBS, SEED)
-    out = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
+    out: dict[str, Any] = {"jobs": len(jobs), "gpus_asked": sum(j.replicas * j.gpus for j in jobs),
            "pods_asked": sum(j.replicas for j in jobs), "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     placements = {}
     for peer in SELECTED:

@@ -157,10 +157,10 @@ def markdown(out: dict) -> str:
 
 def plot(out: dict, target: Path) -> None:
     """GPUs held over time and the wait CDF of every job placed, per peer."""
-    import matplotlib
+    import matplotlib  # type: ignore[import-not-found]  # `make compare` installs it (.[compare])
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found]
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for peer, figures in out["peers"].items():

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 
+from bench.common import arguments
 from railyard.operator.kube.client import ApiException, KubeApi
 
 REQUESTS = int(os.environ.get("CLIENT_BENCH_REQUESTS", "2000"))
@@ -49,7 +50,7 @@ async def measure(api: KubeApi, namespace: str, through_pool: bool) -> dict[str,
     return {"cpu_ms_per_request": 1000 * cpu / sent, "requests_per_second": sent / wall}
 
 
-async def main() -> dict:
+async def compare_transports() -> dict:
     api = KubeApi(workers=24, user_agent="railyard-bench/client")
     namespace = f"client-bench-{uuid.uuid4().hex[:6]}"
     await api.arequest("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -77,5 +78,11 @@ async def main() -> dict:
                                                / medians["official_client_pool"]["cpu_ms_per_request"], 3)}
 
 
+def main() -> int:
+    arguments(__doc__)
+    print(json.dumps(asyncio.run(compare_transports()), indent=2))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main()), indent=2))
+    sys.exit(main())

@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
 """Control-plane figures: warm `up`, creating the 2,048-node profile, and kube-apiserver / etcd memory
-with 2,048 nodes and 20,000 pods. Prints JSON. Restarts the local rig (its state is disposable)."""
+with 2,048 nodes and 20,000 pods (BENCH_CONTROL_PLANE_PODS). Prints JSON. Restarts the local rig (its state is
+disposable)."""
 
 from __future__ import annotations
 
 import json
-import sys
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from bench.common import cluster, fresh_cluster, rss_mib, wait
+from bench.common import arguments, cluster, fresh_cluster, rss_mib, wait
 from railyard.operator.kube.client import KubeApi
 
-PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+PODS = int(os.environ.get("BENCH_CONTROL_PLANE_PODS", "20000"))
 
 
 def main() -> None:
-    figures = fresh_cluster("superpod-2k")
+    arguments(__doc__)
+    figures: dict[str, Any] = dict(fresh_cluster("superpod-2k"))
     pids = cluster.running()
     figures["idle_with_nodes_rss_mib"] = {c: rss_mib(pids[c]) for c in ("kube-apiserver", "etcd")}
     api = KubeApi(workers=32)

@@ -18,7 +18,7 @@ from collections import Counter
 
 import bench.rig.operator as ops
 import dra_slices
-from bench.common import after_gc_discovery, wait
+from bench.common import after_gc_discovery, arguments, wait
 from railyard.topology.devices import allocated, device_index, inventory
 
 
@@ -42,8 +42,7 @@ def run(dra: bool) -> dict:
                        for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(","))
         figures["double_booked_gpus"] = sum(1 for v in held.values() if v > 1)
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
     return figures
 
 
@@ -63,6 +62,7 @@ def check_allocations(api, pods: list[dict]) -> dict:
 
 
 def main() -> None:
+    arguments(__doc__)
     figures: dict = {"machine": {"cpus": os.cpu_count()}, "pods": sum(ops.BURST.values())}
     if os.environ.get("BENCH_DRA_ONLY"):  # a quick look at the DRA half alone
         print(json.dumps({**figures, "dra": run(dra=True)}, indent=2))

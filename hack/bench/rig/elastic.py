@@ -13,11 +13,12 @@ import json
 import os
 import time
 
-from bench.common import wait
+from bench.common import arguments, wait
 from bench.rig.operator import JOBS, PodWatch, gauge, rig_with_operator, scrape, training_job
 
 
 def main() -> None:
+    arguments(__doc__)
     api, operator, port = rig_with_operator("bench-elastic")
     steps = []
     try:
@@ -48,8 +49,7 @@ def main() -> None:
         total = gauge(text, "railyard_resize_decision_seconds_sum")
         watch.stop()
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
     print(json.dumps({"steps": steps, "resize_decision_seconds": {"count": count,
                       "mean": round(total / count, 4) if count else None}, "machine": {"cpus": os.cpu_count()}},
                      indent=2))

@@ -44,9 +44,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import cluster, fresh_cluster, wait
+from bench.common import arguments, cluster, fresh_cluster, wait
+from bench.launcher import OperatorProcess
 from bench.rig.operator import apply_crds, gauge, scrape, settled
 from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.worker import Reporter, context
@@ -92,22 +91,17 @@ class Operator:
     name: str
     metrics_port: int
     report_port: int
-    proc: subprocess.Popen | None = None
+    proc: OperatorProcess | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(self.metrics_port),
-               "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": LEASE_NS,
-               "RAILYARD_REPORT_PORT": str(self.report_port),
-               "RAILYARD_REPORT_URL": self.report_url,
-               "RAILYARD_REPORT_FLUSH_SECONDS": "1",
-               # Every simulated rank reports from 127.0.0.1: the per-source limit is for real pod addresses.
-               "RAILYARD_REPORT_SOURCE_RATE": "100000",
-               # Time is compressed ~300x: the per-job storm brakes (meant for faults minutes apart, which
-               # at Llama 3's rate a job never sees) would otherwise be what is measured.
-               "RAILYARD_INFRA_BACKOFF_SECONDS": "0", "RAILYARD_INFRA_RESTARTS_PER_HOUR": "100000"}
-        out = open(cluster.STATE / "logs" / f"{self.name}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"], stdout=out,
-                                     stderr=subprocess.STDOUT, env=env)
+        self.proc = OperatorProcess(cluster.KUBECONFIG, LEASE_NS, cluster.STATE / "logs" / f"{self.name}.log", {
+            "RAILYARD_REPORT_FLUSH_SECONDS": "1",
+            # Every simulated rank reports from 127.0.0.1: the per-source limit is for real pod addresses.
+            "RAILYARD_REPORT_SOURCE_RATE": "100000",
+            # Time is compressed ~300x: the per-job storm brakes (meant for faults minutes apart, which
+            # at Llama 3's rate a job never sees) would otherwise be what is measured.
+            "RAILYARD_INFRA_BACKOFF_SECONDS": "0", "RAILYARD_INFRA_RESTARTS_PER_HOUR": "100000"},
+            metrics_port=self.metrics_port, health_port=0, report_port=self.report_port)
 
     @property
     def report_url(self) -> str:
@@ -117,9 +111,8 @@ class Operator:
         return gauge(scrape(self.metrics_port), "railyard_is_leader") == 1
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            self.proc.stop(kill=True)
 
 
 @dataclass
@@ -441,6 +434,7 @@ def soak(api: KubeApi, driver: Driver, operators: list[Operator], minutes: float
 
 
 def main() -> None:
+    arguments(__doc__, {"--soak": "a fault a minute for BENCH_SOAK_MINUTES (30), invariants after each"})
     figures: dict[str, Any] = {"rig": fresh_cluster("superpod-2k", started_by="hack/bench_goodput.py")}
     api = KubeApi(workers=16)
     wait(lambda: settled(api), 300, "nodes settled", interval=1)

@@ -26,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
-from bench.common import HACK, after_gc_discovery, cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.common import HACK, after_gc_discovery, arguments, cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.launcher import OperatorProcess
 from railyard.operator.kube.client import KubeApi
 from railyard.topology.api import GROUP, PLURAL, VERSION
 
@@ -193,20 +194,17 @@ def apply_crds() -> float:
     return applied
 
 
-def start_operator(name: str) -> tuple[subprocess.Popen, int, Path]:
-    port = 18080
+def start_operator(name: str) -> tuple[OperatorProcess, int, Path]:
     api = KubeApi(workers=1)
     if not any(n["metadata"]["name"] == "railyard-bench" for n in api.list_all("/api/v1/namespaces")):
         api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "railyard-bench"}})
     log_path = cluster.STATE / "logs" / f"{name}.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": str(port),
-           "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": "railyard-bench"}
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
-                            stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
-    return proc, port, log_path
+    operator = OperatorProcess(cluster.KUBECONFIG, "railyard-bench", log_path, metrics_port=18080, health_port=0,
+                               report_port=0)
+    return operator, operator.metrics_port, log_path
 
 
-def rig_with_operator(name: str) -> tuple[KubeApi, subprocess.Popen, int]:
+def rig_with_operator(name: str) -> tuple[KubeApi, OperatorProcess, int]:
     """A fresh superpod-2k rig with the CRD applied and an operator that has listed everything."""
     _, api = start_rig()
     apply_crds()
@@ -258,6 +256,7 @@ def create_background_pods(api: KubeApi, count: int, nodes: list[str]) -> float:
 
 
 def main() -> None:
+    arguments(__doc__)
     figures: dict = {"machine": {"cpus": os.cpu_count()}}
 
     # 1. Baseline: kube-scheduler alone.
@@ -287,8 +286,7 @@ def main() -> None:
             api.request("DELETE", f"{JOBS}/{name}")
         wait(lambda: not api.list_all(f"/api/v1/namespaces/{NS}/pods"), 600, "burst pods gone", interval=1)
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
 
     # 3. Under load: 20,000 other pods, a fresh operator.
     load: dict = {}
@@ -334,8 +332,7 @@ def main() -> None:
         load["operator_rss_mib"] = rss_mib(operator.pid)
         load["operator_peak_rss_mib"] = rss_mib(operator.pid, "VmHWM")
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
     figures["under_load"] = load
     print(json.dumps(figures, indent=2))
 

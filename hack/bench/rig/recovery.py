@@ -16,7 +16,7 @@ import os
 import re
 import time
 
-from bench.common import wait
+from bench.common import arguments, wait
 from bench.rig.operator import (
     JOBS,
     NS,
@@ -92,6 +92,7 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
 
 
 def main() -> None:
+    arguments(__doc__)
     api, operator, port = rig_with_operator("bench-recovery")
     results = []
     try:
@@ -118,8 +119,7 @@ def main() -> None:
         count = gauge(text, "railyard_replacement_solve_seconds_count")
         total = gauge(text, "railyard_replacement_solve_seconds_sum")
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
     print(json.dumps({"cases": results, "replacement_solve_seconds": {
         "count": count, "mean": round(total / count, 4) if count else None, "buckets": solve},
         "machine": {"cpus": os.cpu_count()}}, indent=2))

@@ -31,7 +31,8 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import HACK, cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.common import HACK, arguments, cluster, fresh_cluster, percentile, rss_mib, wait
+from bench.launcher import OperatorProcess
 from railyard.operator.kube.client import KubeApi
 
 FLOOD_SECONDS = float(os.environ.get("BENCH_FLOOD_SECONDS", "60"))
@@ -136,10 +137,8 @@ def flood() -> dict:
                     str(HACK.parent / "crds")], check=True, capture_output=True)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": LEASE_NS}})
     log_path = cluster.STATE / "logs" / "bench-reports.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG), "RAILYARD_METRICS_PORT": "0",
-           "RAILYARD_HEALTH_PORT": "0", "RAILYARD_NAMESPACE": LEASE_NS, "RAILYARD_REPORT_PORT": str(REPORT_PORT)}
-    operator = subprocess.Popen([str(Path(sys.executable).parent / "railyard"), "operator"],
-                                stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
+    operator = OperatorProcess(cluster.KUBECONFIG, LEASE_NS, log_path, metrics_port=0, health_port=0,
+                               report_port=REPORT_PORT)
     try:
         wait(lambda: b"became leader" in log_path.read_bytes(), 60, "leader")
         watch = LeaseWatch(KubeApi(workers=1))
@@ -169,8 +168,7 @@ def flood() -> dict:
                             "operator_rss_mib": rss_mib(operator.pid)}
         figures["still_leader"] = b"lost leadership" not in log_path.read_bytes()
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop(timeout=30)
         subprocess.run([sys.executable, str(HACK / "cluster.py"), "down"],
                        capture_output=True)
     return figures
@@ -233,6 +231,7 @@ def memory() -> dict:
 
 
 def main() -> None:
+    arguments(__doc__)
     figures: dict = {"machine": {"cpus": os.cpu_count()}}
     figures["memory_16k_ranks"] = memory()
     print(json.dumps(figures), file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ import os
 import time
 
 import bench.rig.operator as ops
-from bench.common import cluster, fresh_cluster, rss_mib, wait
+from bench.common import arguments, cluster, fresh_cluster, rss_mib, wait
 from bench.rig.recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
 from railyard.topology.labels import LABEL_TOR
@@ -78,12 +78,12 @@ def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last:
             "p50": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.5),
             "p99": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.99)}
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        proc.stop(timeout=60)
     return out
 
 
 def main() -> None:
+    arguments(__doc__)
     figures: dict = {"machine": {"cpus": os.cpu_count()}, "rig": fresh_cluster("superpod-12k")}
     api = KubeApi(workers=32)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ops.NS}})

@@ -14,6 +14,7 @@ import random
 import statistics
 import time
 
+from bench.common import arguments
 from railyard.operator.decide.stragglers import StragglerTracker, score
 from railyard.topology.api import StragglerPolicy
 
@@ -52,14 +53,17 @@ def run(policy: StragglerPolicy, slow: dict[str, float], noise: float, seconds: 
 
 
 def main() -> None:
+    quick = arguments(__doc__, {"--quick": "a few simulated minutes instead of hours (the smoke test's size)"}).quick
     default = StragglerPolicy()
     tight = StragglerPolicy(threshold=0.85)
+    slow_for, noise_for = (90, 120) if quick else (900, 7200)
     results = {
         "ranks": len(RANK_NODES), "nodes": NODES,
-        "node_1.5x_slower_default_policy": run(default, {"n17": 1.5}, 0.05, 900, seed=1),
-        "node_1.25x_slower_threshold_0.85": run(tight, {"n17": 1.25}, 0.05, 900, seed=2),
-        "noise_only_2h_x3_seeds": [run(default, {}, 0.05, 7200, seed=s, every=30)["false_flags"] for s in range(3)],
-        "noise_only_2h_threshold_0.85": run(tight, {}, 0.05, 7200, seed=9, every=30)["false_flags"],
+        "node_1.5x_slower_default_policy": run(default, {"n17": 1.5}, 0.05, slow_for, seed=1),
+        "node_1.25x_slower_threshold_0.85": run(tight, {"n17": 1.25}, 0.05, slow_for, seed=2),
+        "noise_only_2h_x3_seeds": [run(default, {}, 0.05, noise_for, seed=s, every=30)["false_flags"]
+                                   for s in range(3)],
+        "noise_only_2h_threshold_0.85": run(tight, {}, 0.05, noise_for, seed=9, every=30)["false_flags"],
         "policy": {"window_steps": default.window.steps, "warmup_steps": default.warmup_steps,
                    "min_duration_seconds": default.min_duration_seconds},
     }
