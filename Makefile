@@ -55,41 +55,44 @@ cluster-down:
 train-torch:
 	python3 hack/train_torch.py
 
+# The benchmarks (hack/bench): one entry point, `python -m bench NAME` (`python -m bench` lists them).
+BENCH := PYTHONPATH=hack .venv/bin/python -m bench
+
 bench: deps
-	.venv/bin/railyard bench | tee bench-placement.json
+	$(BENCH) placement | tee bench-placement.json
 
 # Goodput under Llama 3's failure mix on a fresh superpod-2k rig (restarts the local rig; ~15 min), and
 # the 30-minute soak (a fault a minute; exits 1 on a double-booked GPU, a partial gang or a restart of
 # a job no fault touched). Neither is part of `make test`.
 goodput: deps build
-	.venv/bin/python hack/bench_goodput.py | tee bench-goodput.json
+	$(BENCH) goodput | tee bench-goodput.json
 
 soak: deps build
-	.venv/bin/python hack/bench_goodput.py --soak | tee bench-soak.json
+	$(BENCH) goodput --soak | tee bench-soak.json
 
 preemption: deps
-	.venv/bin/python hack/bench_preemption.py | tee bench-preemption.json
+	$(BENCH) preemption | tee bench-preemption.json
 
 defrag: deps
-	.venv/bin/python hack/bench_defrag.py | tee bench-defrag.json
+	$(BENCH) defrag | tee bench-defrag.json
 
 # The starvation threshold on the living stream, simulated on the pure core (docs/placement.md, why 90 s)
 reservation-bench: deps
-	.venv/bin/python hack/bench_reservation.py | tee bench-reservation.json
+	$(BENCH) reservation | tee bench-reservation.json
 
 scale-bench: deps build
-	.venv/bin/python hack/bench_scale.py | tee bench-scale.json
+	$(BENCH) scale | tee bench-scale.json
 
 dra-bench: deps build
-	.venv/bin/python hack/bench_dra.py | tee bench-dra.json
+	$(BENCH) dra | tee bench-dra.json
 
 # CPU per API request, the placer's async transport against the official client's pool (the cluster in
 # $KUBECONFIG, or start one with `make cluster-up`)
 client-bench: deps
-	.venv/bin/python hack/bench_client.py | tee bench-client.json
+	$(BENCH) client | tee bench-client.json
 
 spares: deps
-	.venv/bin/python hack/bench_spares.py | tee bench-spares.json
+	$(BENCH) spares | tee bench-spares.json
 
 # Railyard next to kube-scheduler 1.36 gang scheduling, Kueue TAS, Volcano and a naive podAffinity
 # baseline, each on a fresh superpod-2k rig (restarts the local rig): the burst (~15 min), then the
@@ -99,4 +102,4 @@ spares: deps
 compare: deps build
 	.venv/bin/python -m pip install -q -e '.[compare]'
 	COMPARE_OUT=compare.md COMPARE_PLOT=docs/compare.png COMPARE_LIVING_OUT=compare-living.md \
-		COMPARE_LIVING_PLOT=docs/compare-living.png .venv/bin/python hack/compare.py | tee bench-compare.json
+		COMPARE_LIVING_PLOT=docs/compare-living.png $(BENCH) compare | tee bench-compare.json

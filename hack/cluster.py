@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
@@ -671,7 +672,7 @@ def create_nodes(nodes: list[dict]) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(api())
-    existing = {n.metadata.name for n in core.list_node().items}
+    existing = {n.metadata.name for n in core.list_node().items if n.metadata is not None}
     todo = [n for n in nodes if n["metadata"]["name"] not in existing]
     t0 = time.monotonic()
 
@@ -684,8 +685,8 @@ def create_nodes(nodes: list[dict]) -> None:
         # Raw JSON, paged: the typed client's objects for 12,288 nodes took 1.7 GB and most of a poll.
         ready, cont = 0, None
         while True:
-            kwargs = {"_continue": cont} if cont else {}
-            page = json.loads(core.list_node(limit=500, _preload_content=False, **kwargs).data)
+            raw: Any = core.list_node(limit=500, _preload_content=False, _continue=cont)  # an HTTP response
+            page = json.loads(raw.data)
             ready += sum(1 for n in page["items"] if n["metadata"]["name"] in names and node_usable(n))
             cont = page["metadata"].get("continue")
             if not cont:

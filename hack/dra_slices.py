@@ -116,7 +116,7 @@ def publish(selector: str) -> int:
         try:
             nodes.append(node_from_object(raw))
         except NodeError as e:
-            print(f"[dra] skipping node {obj.metadata.name}: {e}", file=sys.stderr)
+            print(f"[dra] skipping node {raw['metadata']['name']}: {e}", file=sys.stderr)
     for body in device_classes():
         _post(api, "deviceclasses", body)
     bodies = [s for n in nodes for s in slices_for(n)]

@@ -347,7 +347,7 @@ def down() -> list[str]:
     """Stop the real node and undo what it did to the host. Safe to call when it never started."""
     if not ROOT.exists():
         return []
-    stopped = []
+    stopped: list[str] = []
     state = running()
     if "kubelet" in state:
         try:
@@ -411,8 +411,8 @@ def _restore_host() -> None:
     for name, value in before["sysctls"].items():
         if value is not None and _sysctl(name) != value:
             Path("/proc/sys", name.replace(".", "/")).write_text(value)
-    for d in set(HOST_DIRS) - set(before["dirs"]):
-        shutil.rmtree(d, ignore_errors=True)
+    for gone in set(HOST_DIRS) - set(before["dirs"]):
+        shutil.rmtree(gone, ignore_errors=True)
     before_path.unlink(missing_ok=True)
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# mypy over the railyard package and the tests' support code (the in-memory FakeApi is checked
-# against the protocol the actors program against). The editable install maps topology/, operator/
-# and worker/ to railyard.* through an import hook that type checkers cannot follow, so mypy reads a
-# symlinked tree instead.
+# mypy over the railyard package, the tests' support code (the in-memory FakeApi is checked against the
+# protocol the actors program against) and the benchmarks (hack/bench, with the hack/ modules they import).
+# The editable install maps topology/, operator/ and worker/ to railyard.* through an import hook that type
+# checkers cannot follow, so mypy reads a symlinked tree instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=.venv/typecheck/railyard
@@ -10,4 +10,5 @@ mkdir -p "$tree"
 ln -sfn "$PWD/topology" "$tree/topology"
 ln -sfn "$PWD/operator" "$tree/operator"
 ln -sfn "$PWD/worker" "$tree/worker"
-MYPYPATH=.venv/typecheck exec .venv/bin/mypy -p railyard.topology -p railyard.operator -p railyard.worker -p tests.support "$@"
+MYPYPATH=.venv/typecheck:hack exec .venv/bin/mypy -p railyard.topology -p railyard.operator -p railyard.worker \
+  -p tests.support -p bench "$@"

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.node_rules import template_eligible
-from railyard.topology.preemption import RunningGang, search, sufficient_prefix
+from railyard.topology.preemption import Decide, RunningGang, search, sufficient_prefix
 from railyard.topology.preemption import plan_in_domain as preemption_in_domain
 from railyard.topology.replace import RankSlot, Replacement, solve_replacement
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement
+from railyard.topology.solver import Placement, solve
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,10 @@ def _rehome(outside: Snapshot, movers: Sequence[Mover], nodes: frozenset[str],
 
 
 def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
-                   movers: Sequence[Mover]) -> tuple[tuple[Move, ...], Placement, float] | None:
+                   movers: Sequence[Mover], decide: Decide = solve) -> tuple[tuple[Move, ...], Placement, float] | None:
     """The fewest, cheapest movers out of `nodes` after which the gang fits there (chosen as preemption
     chooses victims), their moves, where it lands, the work they lose; None if one cannot be re-homed."""
-    found = preemption_in_domain(snapshot, request, nodes, [m.gang for m in movers])
+    found = preemption_in_domain(snapshot, request, nodes, [m.gang for m in movers], decide)
     if found is None:
         return None
     by_key = {m.gang.key: m for m in movers}
@@ -96,7 +96,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
 
 
 def plan_migration(snapshot: Snapshot, request: GangRequest, movers: Sequence[Mover],
-                   max_domains: int = 4) -> MigrationPlan | None:
+                   max_domains: int = 4, decide: Decide = solve) -> MigrationPlan | None:
     """The cheapest migration that lets the gang land in one domain, or None."""
     if not movers or not fits_by_gpus(snapshot, request):
         return None
@@ -107,7 +107,7 @@ def plan_migration(snapshot: Snapshot, request: GangRequest, movers: Sequence[Mo
         return (len(prefix), sum(g.lost_gpu_seconds for g in prefix)) if prefix is not None else None
 
     def plan_at(level: str, domain: str, nodes: frozenset[str]) -> MigrationPlan | None:
-        found = plan_in_domain(snapshot, request, nodes, movers)
+        found = plan_in_domain(snapshot, request, nodes, movers, decide)
         return MigrationPlan(level, domain, nodes, *found) if found is not None else None
 
     return search(snapshot, request, estimate, plan_at, lambda plan: plan.cost, max_domains)

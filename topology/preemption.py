@@ -23,9 +23,12 @@ from railyard.topology.levels import NODE
 from railyard.topology.model import Snapshot
 from railyard.topology.node_rules import template_eligible
 from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve
+from railyard.topology.solver import Decision, Placement, solve
 
 WHOLE_CLUSTER = ""  # the domain id of a plan that is not inside one domain of any level
+# Where a gang goes on a snapshot: solve() itself, or the operator's decision function with the pods
+# that inter-pod rules read (topology/decision.decide): one rule for every solve.
+Decide = Callable[[Snapshot, GangRequest], Decision]
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,8 @@ def _freed(snapshot: Snapshot, victims: Sequence[RunningGang]) -> Snapshot:
     return snapshot
 
 
-def _fits(domain: Snapshot, request: GangRequest, victims: Sequence[RunningGang]) -> Placement | None:
-    return solve(_freed(domain, victims), request).placement
+def _fits(domain: Snapshot, request: GangRequest, victims: Sequence[RunningGang], decide: Decide) -> Placement | None:
+    return decide(_freed(domain, victims), request).placement
 
 
 def enough(domain: Snapshot, request: GangRequest, nodes: frozenset[str], victims: Sequence[RunningGang]) -> bool:
@@ -125,7 +128,8 @@ def sufficient_prefix(snapshot: Snapshot, request: GangRequest, nodes: frozenset
 
 
 def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str],
-                   candidates: Sequence[RunningGang]) -> tuple[tuple[RunningGang, ...], Placement] | None:
+                   candidates: Sequence[RunningGang], decide: Decide = solve
+                   ) -> tuple[tuple[RunningGang, ...], Placement] | None:
     """The fewest, cheapest victims among `candidates` whose leaving lets the gang fit on `nodes`."""
     domain = snapshot.only_nodes(nodes)
     chosen: list[RunningGang] = []
@@ -134,7 +138,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
         chosen = _add(chosen, victim)
         if not enough(domain, request, nodes, chosen):
             continue
-        placement = _fits(domain, request, chosen)
+        placement = _fits(domain, request, chosen, decide)
         if placement is not None:
             break
     if placement is None:
@@ -143,7 +147,7 @@ def plan_in_domain(snapshot: Snapshot, request: GangRequest, nodes: frozenset[st
         rest = [v for v in chosen if v is not victim]
         if not rest or not enough(domain, request, nodes, rest):
             continue
-        without = _fits(domain, request, rest)
+        without = _fits(domain, request, rest, decide)
         if without is not None:
             chosen, placement = rest, without
     return tuple(sorted(chosen, key=victim_order)), placement
@@ -204,7 +208,7 @@ def search(snapshot: Snapshot, request: GangRequest, estimate: Callable[[frozens
 
 
 def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequence[RunningGang],
-                    max_domains: int = 4) -> PreemptionPlan | None:
+                    max_domains: int = 4, decide: Decide = solve) -> PreemptionPlan | None:
     """The cheapest plan that clears room for the gang inside one domain, or None (no set of these
     candidates would make room, e.g. the blockers are of higher priority or not preemptible).
     Per level, domains are tried in the order of their estimated cost (the cheapest victims that free
@@ -219,7 +223,7 @@ def plan_preemption(snapshot: Snapshot, request: GangRequest, candidates: Sequen
         return cost_of(prefix) if prefix is not None else None
 
     def plan_at(level: str, domain: str, nodes: frozenset[str]) -> PreemptionPlan | None:
-        found = plan_in_domain(snapshot, request, nodes, candidates)
+        found = plan_in_domain(snapshot, request, nodes, candidates, decide)
         return PreemptionPlan(level, domain, nodes, *found) if found is not None else None
 
     return search(snapshot, request, estimate, plan_at, lambda plan: plan.cost, max_domains,

@@ -24,15 +24,15 @@ from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.lifecycle import Lifecycle
 from railyard.operator.act.materialiser import Materialiser
-from railyard.operator.act.migration import Migrations
+from railyard.operator.act.moves import Moves
 from railyard.operator.act.observe import Observer
-from railyard.operator.act.placing import QueuePass, queued
 from railyard.operator.act.pods import PodDeleter
-from railyard.operator.act.preemption import Preemptions
 from railyard.operator.act.progress import ReportFlusher
 from railyard.operator.act.quarantine import Quarantine
+from railyard.operator.act.queue_pass import QueuePass
 from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.resize import Resizer
+from railyard.operator.act.victims import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import Clock
@@ -46,6 +46,7 @@ from railyard.operator.decide.actions import (
     Action,
     Cleanup,
     Done,
+    Evict,
     Finish,
     Invalid,
     MarkRunning,
@@ -60,7 +61,7 @@ from railyard.operator.decide.actions import (
 from railyard.operator.decide.assess import Seen, assess, steady
 from railyard.operator.decide.claims import claim_name
 from railyard.operator.decide.priority import missing_message, resolve
-from railyard.operator.decide.queue import QueuedJob
+from railyard.operator.decide.queue import QueuedJob, queued
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
 
@@ -88,17 +89,17 @@ class PlacementLoop:
         self.writer.on_error = self.errors.report
         self.materialiser = Materialiser(ctx, self.writer, self.events, self.pods)
         self.checkpoints = Checkpoints(ctx)
-        self.quarantine = Quarantine(ctx, self.breaker)
+        self.quarantine = Quarantine(ctx)
         self.attempts = Attempts(ctx, self.writer, self.checkpoints, self.pods, self.materialiser)
         self.lifecycle = Lifecycle(ctx, self.writer, self.events, self.pods, self.materialiser, self.quarantine)
-        self.preemptions = Preemptions(ctx, self.writer, self.events, self.pods, self.checkpoints, self.attempts)
-        self.migrations = Migrations(ctx, self.writer, self.events, self.preemptions, self.checkpoints)
+        self.victims = Victims(ctx, self.writer, self.events, self.pods, self.checkpoints, self.attempts)
+        self.moves = Moves(ctx, self.writer, self.events, self.checkpoints)
         self.recovery = Recovery(ctx, self.writer, self.events, self.pods, self.attempts, self.quarantine,
-                                 self.breaker, self.checkpoints, self.preemptions, self.migrations)
+                                 self.breaker, self.checkpoints, self.victims, self.moves)
         self.resizer = Resizer(ctx, self.writer, self.events, self.checkpoints, self.attempts, self.recovery)
-        self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints, self.recovery)
-        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.preemptions,
-                               self.migrations)
+        self.reports = ReportFlusher(ctx, self.writer, self.events, self.checkpoints)
+        self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
+                               self.moves)
         self.observer = Observer(ctx)
         self.budgets = Budgets(ctx)
         self.endpoints = EndpointsWriter(ctx)
@@ -185,7 +186,7 @@ class PlacementLoop:
         state = ctx.state
         snapshot = state.snapshot()
         ctx.memories.retain(state.jobs.values())
-        await self.migrations.prune()
+        await self.moves.prune()
         waiting: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement
@@ -205,7 +206,7 @@ class PlacementLoop:
                 work.append(names)
             steady_key = (state.job_version(job), state.node_epoch)
             memory = ctx.memories.peek(job)
-            if memory is not None and memory.steady == steady_key and not self.migrations.active:
+            if memory is not None and memory.steady == steady_key and not self.moves.active:
                 action: Action = Wait()  # a steady gang, nothing changed since it was last assessed Wait
                 pods = []
             else:
@@ -219,9 +220,6 @@ class PlacementLoop:
                     continue
                 if isinstance(action, Wait) and steady(job, pods, state.health):
                     ctx.memories.recall(job).steady = steady_key
-            if self.preemptions.marked(job) and not isinstance(action, Finish | Cleanup | Done | Invalid):
-                work.append(self._evict(job))
-                continue
             if isinstance(action, Queue):
                 priority = resolve(job.priority_class_name, state.priority_classes)
                 if priority is None:
@@ -256,9 +254,6 @@ class PlacementLoop:
         return memory is not None and not memory.errors and memory.done is not None and \
             memory.done == self.state.job_version(job)
 
-    async def _evict(self, job: Job) -> None:
-        await self.writer.guard(job.key, self.preemptions.evict(job))
-
     async def _step(self, job: Job, action: Action) -> None:
         if await self.writer.guard(job.key, self.dispatch(job, action)):
             await self.errors.cleared(job)
@@ -278,10 +273,12 @@ class PlacementLoop:
         if memory.terminating_seen - terminating.keys():  # one of them is gone: bind progress (assess)
             memory.terminating_left = mono
         memory.terminating_seen = frozenset(terminating)
-        leaving, leaving_for = self.migrations.leaving(job)
+        leaving, leaving_for = self.moves.leaving(job)
+        straggler = memory.straggler[1] if memory.straggler is not None and \
+            memory.straggler[0] == job.restart_count else None
         return Seen(mono, released, bound, terminating, self.ctx.evictions.requested(job.namespace, mono),
                     leaving, leaving_for, self._blocked(job) if released is not None else {},
-                    memory.terminating_left)
+                    memory.terminating_left, straggler)
 
     def _blocked(self, job: Job) -> dict[str, str]:
         """Unbound, released pods whose ResourceClaim a known device stands in the way of (DRA)."""
@@ -321,6 +318,8 @@ class PlacementLoop:
                 await self.lifecycle.record_release(job, action)
             case Finish():
                 await self.lifecycle.finish(job, action)
+            case Evict():
+                await self.victims.evict(job)
             case Queue() | Wait() | Done():
                 pass
             case _:

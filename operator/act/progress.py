@@ -1,7 +1,7 @@
 """Writes what the ranks' reports add up to — a newly committed checkpoint, the step time, the
 stragglers and the Straggling condition — at most once per job per flush period (never a status write
-per report), and evicts a straggler when the job's policy says so: checkpoint first, then a restart
-through the fault path without the node."""
+per report), and, when the job's policy says so, marks a straggler for eviction (checkpoint first): the
+job's next assessment answers a restart without the node, carried out like any other (act/recovery.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.goodput import GoodputMeter
-from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
@@ -41,13 +40,11 @@ def straggler_restart(job: Job, straggler: Straggler) -> Restart:
 
 
 class ReportFlusher:
-    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, checkpoints: Checkpoints,
-                 recovery: Recovery) -> None:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, checkpoints: Checkpoints) -> None:
         self.ctx = ctx
         self.writer = writer
         self.events = events
         self.checkpoints = checkpoints
-        self.recovery = recovery
         self.goodput = GoodputMeter(ctx)
 
     async def flush(self) -> None:
@@ -84,7 +81,7 @@ class ReportFlusher:
                                                    f"{f.node}: score {f.score:.2f}",
                                                    key=f"{job.restart_count}/{f.node}") for f in slow]
             if eviction is not None:
-                writes.append(self.writer.guard(key, self._evict(job, memory, eviction, now)))
+                self._evict(job, memory, eviction, now)
             elif fields:
                 memory.flushed_at = mono
                 writes.append(self.writer.guard(key, self._write(job, TrainingJobStatus(**fields))))
@@ -165,13 +162,16 @@ class ReportFlusher:
             return None
         return straggler_restart(job, flag)
 
-    async def _evict(self, job: Job, memory: JobMemory, action: Restart, now: float) -> None:
-        """Restart the gang without the straggler (the fault path: replacement next to it, quarantine)."""
+    def _evict(self, job: Job, memory: JobMemory, action: Restart, now: float) -> None:
+        """The gang restarts without the straggler (the fault path: replacement next to it, quarantine): the
+        loop's next look at the job sees the loss."""
         tracker = memory.tracker(job.restart_count)
         if tracker is not None:
             tracker.evicted(now)
         memory.evicting = None
+        memory.straggler = (job.restart_count, action.losses[0])
+        memory.steady = None  # a steady gang is not assessed again until something changes: this has
         self.checkpoints.end(job, memory)
         metrics.STRAGGLER_EVICTIONS.inc()
-        await self.recovery.restart_now(job, action)
+        self.writer.wake()
 

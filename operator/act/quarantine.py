@@ -4,8 +4,8 @@ taint (the solver excludes such a node whatever a job tolerates) with the time i
 straggler's stragglerPolicy.quarantineSeconds, never past RAILYARD_QUARANTINE_MAX_SECONDS) and when it
 began in `railyard.dev/quarantined-at`. The operator lifts both when the time has passed — a
 GPU-fault quarantine only once no GPU fault condition is True any more; an admin may lift it earlier
-(`kubectl taint node NODE railyard.dev/unhealthy-`). The operator's limits (decide/quarantine_limits)
-bound how many nodes it quarantines; a quarantine it skips is logged and an Event on the job says
+(`kubectl taint node NODE railyard.dev/unhealthy-`). Which nodes, within the operator's limits, a restart
+decides (decide/restart_plan.plan_quarantine); a quarantine it skips is logged and an Event on the job says
 why (the job still moves off the node). Quarantines are part of a restart's write-ahead record
 (lastRestart.quarantine), so a successor applies what its predecessor decided."""
 
@@ -14,80 +14,38 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.base.objects import Job
-from railyard.operator.decide.policy import quarantines
-from railyard.operator.decide.quarantine_limits import (
-    Limits,
-    in_last_hour,
-    lasting,
-    room,
-    straggler_quarantine_allowed,
-)
-from railyard.topology.api import QuarantineRecord, StragglerPolicy, rfc3339
-from railyard.topology.faults import LossReason, NodeLoss
+from railyard.operator.decide.quarantine_limits import in_last_hour
+from railyard.topology.api import QuarantineRecord, rfc3339
+from railyard.topology.faults import LossReason
 from railyard.topology.timestamps import epoch
 
 log = logging.getLogger("railyard.quarantine")
 
 
 class Quarantine:
-    def __init__(self, ctx: Context, breaker: Breaker) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.breaker = breaker
         self._straggler_at: dict[str, float] = {}  # node -> when this operator planned its straggler quarantine
 
-    def plan(self, job: Job, losses: Sequence[NodeLoss], straggling: StragglerPolicy | None = None
-             ) -> tuple[list[QuarantineRecord], list[str]]:
-        """The quarantines these losses call for and the limits allow, to record; and why each other
-        loss that calls for one gets none."""
-        settings = self.ctx.settings.placement
-        if not settings.quarantine or self.breaker.tripped:
-            return [], []
-        state, limits = self.ctx.state, Limits.of(settings)
+    def planned(self, records: Sequence[QuarantineRecord]) -> None:
+        """Straggler quarantines just decided count against the hourly cap before their annotations are seen."""
         now = self.ctx.clock.time()
-        quarantined = sum(1 for h in state.health.values() if h.quarantined)
-        left = room(quarantined, len(state.last_model), limits)
-        records: list[QuarantineRecord] = []
-        skipped: list[str] = []
-        for loss in losses:
-            if not quarantines(loss.reason) or loss.node not in state.health:
-                continue
-            seconds = lasting(None, settings.quarantine_seconds, limits)
-            if loss.reason == LossReason.STRAGGLER:
-                why = straggler_quarantine_allowed(self._holds_whole(job, loss.node),
-                                                   self._corroborating(job, loss.node),
-                                                   len(self._straggler_quarantines(now)), limits)
-                if why is not None:
-                    skipped.append(f"{loss.node} not quarantined: {why}")
-                    continue
-                seconds = lasting(straggling.quarantine_seconds if straggling else None, settings.quarantine_seconds,
-                                  limits)
-            if left <= 0:
-                skipped.append(f"{loss.node} not quarantined: {quarantined + len(records)} nodes are already "
-                               "(RAILYARD_QUARANTINE_MAX_SHARE / RAILYARD_QUARANTINE_MAX_NODES)")
-                continue
-            left -= 1
-            if loss.reason == LossReason.STRAGGLER:
-                self._straggler_at[loss.node] = now
-            records.append(QuarantineRecord(node=loss.node, reason=loss.reason, until=utc(now + seconds)))
-        for why in skipped:
-            log.info("job %s/%s: %s", job.namespace, job.name, why)
-        return records, skipped
+        for record in records:
+            if record.reason == LossReason.STRAGGLER:
+                self._straggler_at[record.node] = now
 
-    def _holds_whole(self, job: Job, node: str) -> bool:
-        model = self.ctx.state.nodes.get(node) or self.ctx.state.last_model.get(node)
-        placement = job.placement
-        held = sum(len(r.gpus) for r in placement.ranks if r.node == node) if placement is not None else 0
-        return model is not None and held >= model.gpu_count
-
-    def _corroborating(self, job: Job, node: str) -> int:
+    def corroborating(self, job: Job, node: str) -> int:
         """Other jobs that find the node slow too (their own reports, their own status)."""
         return sum(1 for other in self.ctx.state.jobs.values()
                    if other.uid != job.uid and any(s.node == node for s in other.status.stragglers or []))
+
+    def straggler_quarantines(self, now: float) -> int:
+        """Straggler quarantines begun in the last hour, cluster-wide."""
+        return len(self._straggler_quarantines(now))
 
     def _straggler_quarantines(self, now: float) -> list[float]:
         """When each node's straggler quarantine in the last hour began: the nodes' own annotations (an

@@ -1,14 +1,11 @@
-"""Resizes a running elastic gang whose size differs from spec.replicas. A shrink drops replicas from
-the least dense domain; a grow is a delta solve next to the job (current ranks keep their nodes);
-either way the gang restarts as a new attempt, from a checkpoint taken for it when ranks report.
-Growing back by itself (after a shrink) waits its cooldown and grows by at least minGrowth
-(decide/policy.grow_rule)."""
+"""Resizes a running elastic gang whose size differs from spec.replicas, as decide/resize_plan.py says: once
+the ranks saved a step (when they report and the elastic policy asks for it), the gang restarts as a new
+attempt of the new size; a grow that found no room says so (BelowDesired)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.checkpoints import Checkpoints
@@ -20,14 +17,11 @@ from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, RestartReason
-from railyard.operator.cache.memory import GrowAttempt
+from railyard.operator.cache.memory import holds
 from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Resize
-from railyard.operator.decide.policy import grow_rule
-from railyard.topology.api import TrainingJobSpec
-from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth, valid_size
-from railyard.topology.replace import RankSlot, Replacement
-from railyard.topology.request import GangRequest
+from railyard.operator.decide.holds import held_for_others
+from railyard.operator.decide.resize_plan import GrowAttempt, ResizeKind, plan_resize
 
 
 class Resizer:
@@ -45,73 +39,37 @@ class Resizer:
             await self._resize(job, action)
 
     async def _resize(self, job: Job, action: Resize) -> None:
-        spec, placement = job.spec, job.placement
-        assert spec is not None and placement is not None
-        policy = spec.elastic_policy
-        ranks = sorted(placement.ranks, key=lambda r: r.rank)
-        current, desired = len(ranks), spec.replicas
-        slots = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks]
-        models = self.recovery.models(s.node for s in slots)
-        if models is None:
-            return  # a node of the gang is unknown: the fault path comes first
-        user = (placement.desired_replicas or current) != desired  # kubectl scale / an edit
-        now = self.ctx.clock.time()
+        state = self.ctx.state
         memory = self.ctx.memories.recall(job)
+        now, mono = self.ctx.clock.time(), self.ctx.clock.monotonic()
         started = time.perf_counter()
-        if desired < current:
-            size = largest_valid(desired, 1, spec.gpus_per_replica, spec.parallelism) or desired
-            kept = choose_shrink(slots, models, current - size)
-            replicas = [(models[s.node], s.gpus) for s in kept]
-            moved = sum(1 for i, s in enumerate(kept) if s.rank != i)
-        else:
-            rule = grow_rule(user, now - self._attempt_began(job, now), policy)
-            if not rule.allowed:
-                return
-            attempt = memory.grow
-            if attempt is not None and attempt.freed == self.ctx.state.usage.freed and \
-                    self.ctx.clock.monotonic() - attempt.at < self.ctx.settings.placement.retry_seconds:
-                return  # nothing was freed since the last attempt found no room (nodes back: the retry period)
-            grown = self._grow(action.request, spec, slots, desired, rule.min_growth)
-            if grown is None:
-                memory.grow = GrowAttempt(self.ctx.state.usage.freed, self.ctx.clock.monotonic())
-                patch = transitions.no_room_to_grow(job, f"{current} of {desired} replicas: no room to grow next to "
-                                                    "the job", utc(now))
-                if patch is not None:
-                    await self.writer.patch(job, patch)
-                return
+        plan = plan_resize(job, action, state.snapshot(), self.recovery.models(),
+                           held_for_others(holds(self.ctx.memories, state.jobs), job.key), memory.grow,
+                           state.usage.freed, mono, now, self._attempt_began(job, now),
+                           self.ctx.settings.placement.retry_seconds)
+        if plan.kind is ResizeKind.NO_ROOM:
+            memory.grow = GrowAttempt(state.usage.freed, mono)
+            patch = transitions.no_room_to_grow(job, plan.message, utc(now))
+            if patch is not None:
+                await self.writer.patch(job, patch)
+            return
+        if plan.kind is ResizeKind.NONE:
+            return
+        if plan.reason == RestartReason.SCALE_UP:
             memory.grow = None
-            snapshot = self.ctx.state.snapshot()
-            replicas = [(models[s.node], s.gpus) for s in slots] + [(snapshot.node(r.new), r.gpus) for r in grown]
-            moved = 0
         metrics.RESIZE_SECONDS.observe(time.perf_counter() - started)
-        if len(replicas) == current or not self._checkpoint_first(job, policy.checkpoint_before_resize,
-                                                                  policy.checkpoint_timeout_seconds):
+        policy = job.spec.elastic_policy if job.spec is not None else None
+        if policy is not None and not self._checkpoint_first(job, policy.checkpoint_before_resize,
+                                                             policy.checkpoint_timeout_seconds):
             return
-        restart_count = job.restart_count + 1
-        reason = RestartReason.SCALE_UP if len(replicas) > current else RestartReason.SCALE_DOWN
-        message = f"restart {restart_count}: resized from {current} to {len(replicas)} replicas ({reason})"
-        if await self.attempts.record(job, reason, message, replicas, {"moved_ranks": moved}) is None:
+        assert plan.reason is not None
+        moved: dict[str, object] = {"moved_ranks": plan.moved}
+        if await self.attempts.record(job, plan.reason, plan.message, plan.replicas, moved) is None:
             return
-        metrics.RESTARTS.labels(reason).inc()
-        await self.events.normal(job, EventReason.RESIZED, message, key=str(restart_count))
-        old = tuple(p.name for p in self.ctx.state.job_pods(job.key) if not p.terminating)
+        metrics.RESTARTS.labels(plan.reason).inc()
+        await self.events.normal(job, EventReason.RESIZED, plan.message, key=str(job.restart_count + 1))
+        old = tuple(p.name for p in state.job_pods(job.key) if not p.terminating)
         await self.attempts.replace_pods(job, old)
-
-    def _grow(self, request: GangRequest, spec: TrainingJobSpec, slots: Sequence[RankSlot], desired: int,
-              min_growth: int) -> list[Replacement] | None:
-        """The largest valid growth towards `desired` that fits next to the job (never onto nodes held for
-        another gang: a preemptor's, or one being defragmented for), or None."""
-        snapshot = self.ctx.state.snapshot()
-        held = self.recovery.preemptions.held_for_others((request.namespace, request.name))
-        for size in range(desired, len(slots), -1):
-            if size - len(slots) < min_growth:
-                break
-            if not valid_size(size, spec.gpus_per_replica, spec.parallelism):
-                continue
-            decision = solve_growth(snapshot, request, list(slots), size - len(slots), avoid=held)
-            if decision.found:
-                return list(decision.replacements)
-        return None
 
     @staticmethod
     def _attempt_began(job: Job, now: float) -> float:

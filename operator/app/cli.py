@@ -5,7 +5,6 @@
     railyard jobs     [-n NS | -A]         placement summary
     railyard topology                      TORs x nodes, each GPU in rail order marked by the job holding it
     railyard explain JOB [-n NS]           why a job waits, and what to do
-    railyard bench [--quick]               placement benchmark (JSON)
     railyard operator                      run the operator
 
 Live commands take kubectl's --kubeconfig, --context, -n/--namespace (default: the context's) and -A, and
@@ -221,13 +220,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from railyard.operator.bench.run import run_bench
-
-    print(json.dumps(run_bench(quick=args.quick), indent=2))
-    return ExitCode.OK
-
-
 def cmd_operator(args: argparse.Namespace) -> int:
     from railyard.operator.app.main import run_operator
 
@@ -291,9 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
         _reading_flags(c, labels=name != "jobs")
         _cluster_flags(c, namespaced=name != "topology", all_namespaces=all_ns, lease=name != "jobs")
         c.set_defaults(func=func)
-    b = sub.add_parser("bench", help="placement benchmark; prints JSON")
-    b.add_argument("--quick", action="store_true", help="fewer samples (for smoke tests)")
-    b.set_defaults(func=cmd_bench)
     o = sub.add_parser("operator", help="run the operator (all namespaces; leader-elected)")
     o.add_argument("--verbose", "-v", action="store_true")
     o.set_defaults(func=cmd_operator)

@@ -7,14 +7,18 @@ records of jobs that are gone are dropped in one place (`Memories.retain`, once 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.decide.endpoints import Addresses
 from railyard.operator.decide.goodput import Ledger
+from railyard.operator.decide.holds import Hold, PendingMove
+from railyard.operator.decide.pass_plan import QueueMemory
 from railyard.operator.decide.queue import Failure
+from railyard.operator.decide.resize_plan import GrowAttempt
 from railyard.operator.decide.stragglers import StragglerTracker
+from railyard.topology.faults import NodeLoss
 from railyard.topology.solver import Decision
 
 
@@ -27,14 +31,6 @@ class CheckpointRequest:
     deadline: float
 
 
-@dataclass(frozen=True)
-class GrowAttempt:
-    """A grow found no room: nothing is tried again until capacity is freed or the retry period ends."""
-
-    freed: int  # the state's capacity-freed counter then
-    at: float  # monotonic seconds
-
-
 @dataclass
 class JobMemory:
     uid: str
@@ -43,6 +39,7 @@ class JobMemory:
     flushed_at: float = float("-inf")  # monotonic: report-derived status last written
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
+    straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
     budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
     goodput: Ledger | None = None  # decide/goodput: accounted up to now, written to status now and then
     goodput_written: float = float("-inf")  # monotonic: status.goodput last written
@@ -57,6 +54,9 @@ class JobMemory:
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
+    hold: Hold | None = None  # nodes held for it while others make room (decide/holds.py)
+    cooling_until: float = float("-inf")  # monotonic: its last hold timed out; it plans no new room before
+    move: PendingMove | None = None  # it is asked to leave nodes so a waiting gang fits (defragmentation)
     endpoints: Addresses | None = None  # what its EndpointSlice was last written with (decide/endpoints)
     endpoints_partial_since: float | None = None  # monotonic: since when some of its ranks have an IP
     # (pods_changed, job resourceVersion) when its addresses last called for no write: unchanged since,
@@ -73,6 +73,13 @@ class JobMemory:
     # How long each node has been slow, for the current attempt only (restart count, tracker).
     stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
 
+    def queue_memory(self) -> QueueMemory:
+        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty)
+
+    def remember_queue(self, value: QueueMemory) -> None:
+        self.failure, self.reserved_at = value.failure, value.reserved_at
+        self.reservation_ended, self.fits_empty = value.reservation_ended, value.fits_empty
+
     def tracker(self, restart_count: int) -> StragglerTracker | None:
         if self.stragglers is None or self.stragglers[0] != restart_count:
             return None
@@ -82,6 +89,8 @@ class JobMemory:
 class Memories:
     def __init__(self) -> None:
         self._by_uid: dict[str, JobMemory] = {}
+        # Cluster-wide, not any one job's: when the defragmentation moves of the last hour started (monotonic).
+        self.moves_started: list[float] = []
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -100,3 +109,20 @@ class Memories:
         alive = {job.uid for job in jobs}
         for uid in [u for u in self._by_uid if u not in alive]:
             del self._by_uid[uid]
+
+
+def holds(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, Hold]:
+    """Every job's hold, by job."""
+    return {key: memory.hold for key, job in jobs.items() if (memory := memories.peek(job)) is not None
+            and memory.hold is not None}
+
+
+def moves(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, PendingMove]:
+    """Every move under way, by mover."""
+    return {key: memory.move for key, job in jobs.items() if (memory := memories.peek(job)) is not None
+            and memory.move is not None}
+
+
+def cooling(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, float]:
+    return {key: memory.cooling_until for key, job in jobs.items() if (memory := memories.peek(job)) is not None
+            and memory.cooling_until > float("-inf")}

@@ -104,5 +104,11 @@ class Resize:
     request: GangRequest
 
 
+@dataclass(frozen=True)
+class Evict:
+    """A victim of a higher-priority gang (marked, saving a step): requeue it once it saved (or its grace ran
+    out), shrink it, or let it go on if its preemptor no longer needs the room."""
+
+
 Action = (Done | Wait | Queue | Invalid | Resume | Rollback | Cleanup | MarkRunning | RecordRelease | Finish
-          | Restart | Resize)
+          | Restart | Resize | Evict)

@@ -23,6 +23,7 @@ from railyard.operator.decide.actions import (
     Action,
     Cleanup,
     Done,
+    Evict,
     Finish,
     Invalid,
     MarkRunning,
@@ -34,6 +35,7 @@ from railyard.operator.decide.actions import (
     Rollback,
     Wait,
 )
+from railyard.operator.decide.conditions import saving_for_preemption
 from railyard.topology.api import PlacementStatus
 from railyard.topology.faults import LossReason, NodeHealth, NodeLoss, node_loss
 from railyard.topology.levels import LevelError
@@ -56,6 +58,7 @@ class Seen:
     leaving_for: str = ""  # that gang (namespace/name)
     blocked: Mapping[str, str] = field(default_factory=dict)  # unbound pod -> why its ResourceClaim cannot be allocated
     terminating_left: float | None = None  # when a Terminating pod of the job was last seen gone
+    straggler: NodeLoss | None = None  # a slow node to evict it from (its reports said so: act/progress.py)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:
@@ -163,7 +166,9 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
     if unrecorded and isinstance(action, Restart | Finish | Rollback | Resize):
         # The release goes into the status first (the next pass decides again): a restart's backoff
         # and a finished job's conditions read it there.
-        return RecordRelease()
+        action = RecordRelease()
+    if saving_for_preemption(job) and not isinstance(action, Finish | Cleanup | Done | Invalid):
+        return Evict()  # a marked victim: whatever else it needs waits for its eviction (or its reprieve)
     return action
 
 
@@ -264,6 +269,8 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
         why = f"moved off {', '.join(moving)} so {seen.leaving_for} fits in one domain"
         return Restart(LossReason.MIGRATION, why, request,
                        tuple(NodeLoss(n, LossReason.MIGRATION, why, None) for n in moving))
+    if seen is not None and seen.straggler is not None and any(r.node == seen.straggler.node for r in placement.ranks):
+        return Restart(LossReason.STRAGGLER, seen.straggler.message, request, (seen.straggler,))
     unbound = [p for p in wanted if not mine[p].node_name]
     blocked = {p: seen.blocked[p] for p in unbound if p in seen.blocked} if seen is not None else {}
     if blocked and not any(mine[p].gated for p in wanted):

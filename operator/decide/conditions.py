@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from railyard.operator.base.reasons import ConditionStatus, ConditionType, Reason
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import ConditionStatus, ConditionType, PreemptedReason, Reason
 from railyard.topology.api import Condition
 
 MESSAGE_LIMIT = 32000
@@ -21,6 +22,13 @@ def get(conditions: list[Condition], type_: ConditionType) -> Condition | None:
 def is_true(conditions: list[Condition], type_: ConditionType) -> bool:
     c = get(conditions, type_)
     return c is not None and c.status == ConditionStatus.TRUE
+
+
+def saving_for_preemption(job: Job) -> bool:
+    """A victim whose ranks save a step before it is evicted (Preempted=True, SavingCheckpoint)."""
+    condition = job.condition(ConditionType.PREEMPTED)
+    return condition is not None and condition.status == ConditionStatus.TRUE and \
+        condition.reason == PreemptedReason.SAVING
 
 
 def unchanged(conditions: list[Condition], type_: ConditionType, reason: Reason, message: str) -> bool:

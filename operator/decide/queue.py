@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from railyard.operator.base.objects import Key
+from railyard.operator.base.objects import Job, Key
 from railyard.topology.model import Snapshot
 from railyard.topology.request import GangRequest
 from railyard.topology.reservation import reserved_nodes as nodes_to_reserve
@@ -31,6 +31,14 @@ class QueuedJob:
     queued_since: float  # epoch seconds
     request: GangRequest
     avoid: frozenset[str] = frozenset()  # nodes this job may not use for now (bind failures)
+
+
+def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJob:
+    """A job as the queue sees it. `priority`: its PriorityClass's value (decide/priority.resolve); the nodes
+    it avoids: those of a bind failure, until the time its status says."""
+    avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
+    since = job.queued_since
+    return QueuedJob(job.key, priority, since.timestamp() if since is not None else now, request, avoid)
 
 
 @dataclass(frozen=True)

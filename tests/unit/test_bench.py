@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from railyard.operator.app.cli import main
-from railyard.operator.bench.run import run_bench
+from bench.core.placement import run_bench
 
 
 def test_quick_bench_quality_checks_hold():
@@ -25,7 +24,3 @@ def test_quick_bench_quality_checks_hold():
         assert {"p50_ms", "p99_ms", "samples"} <= set(gang)
 
 
-def test_bench_command_prints_json(capsys, monkeypatch):
-    monkeypatch.setattr("railyard.operator.bench.run.run_bench", lambda quick: {"quick": quick})
-    assert main(["bench", "--quick"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"quick": True}

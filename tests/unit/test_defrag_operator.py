@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.operator.cache.memory import holds
+from railyard.operator.decide.room import movers
+
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
 
@@ -82,7 +85,8 @@ def test_a_job_is_moved_at_most_once_per_interval():
     r.step()
 
     def movable() -> set[str]:
-        return {m.gang.key for m in r.loop.migrations._movers(0, ("default", "nobody"), r.clock.time())}
+        view = r.loop.queue.given([], r.state.snapshot(), r.clock.time()).room
+        return {m.gang.key for m in movers(view, 0, ("default", "nobody"))}
 
     assert f"default/{mover}" not in movable(), "moved a moment ago: not a mover again"
     assert movable(), "the others still are"
@@ -109,4 +113,4 @@ def test_a_move_no_longer_wanted_is_called_off_and_the_mover_stops_holding_for_i
     assert any(e["reason"] == "MigrationCancelled" for e in r.api.posted_events)
     r.step(2)
     assert not any(_moved(r, n) for n in left)
-    assert r.loop.preemptions.holding(("default", "wide")) is None
+    assert ("default", "wide") not in holds(r.loop.ctx.memories, r.state.jobs)

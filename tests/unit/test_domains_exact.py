@@ -4,9 +4,9 @@ only when fewer domains or no partly used node can do without."""
 
 from __future__ import annotations
 
+from bench.core.exact import optimum, weighted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.bench.exact import optimum, weighted
 from railyard.topology.domain_tree import build_tree, counts_of
 from railyard.topology.domains import objective_for, select_best
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from bench.core.exact import counts_weight, optimum
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.bench.exact import counts_weight, optimum
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.domain_tree import build_tree, counts_of
 from railyard.topology.domains import objective_for, select_best

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from railyard.operator.bench.living import (
+from bench.peers.living import (
     SIZE_CLASSES,
     arrival_rate,
     busy_gpus,
@@ -18,7 +16,9 @@ from railyard.operator.bench.living import (
     settled_percentile,
     size_class,
 )
-from railyard.operator.bench.peers import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
+from bench.peers.translators import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_the_stream_asks_the_load_it_is_given_in_steady_demand():

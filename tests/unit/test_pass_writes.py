@@ -1,6 +1,6 @@
 """A placement pass ends only once every write it started has returned, whatever one of them raised:
 a pass that ended with a status record still in flight would let the next pass solve onto the GPUs
-that record is about to hold (operator/act/placing.py)."""
+that record is about to hold (operator/act/queue_pass.py)."""
 
 from __future__ import annotations
 

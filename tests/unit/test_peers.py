@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from railyard.operator.bench.peers import (
+from bench.peers.translators import (
     INDEX_ANNOTATION,
     JOB_LABEL,
     PeerJob,

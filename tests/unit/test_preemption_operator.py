@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.operator.cache.memory import holds
 from railyard.operator.decide.reports import WorkerReport
 
 from tests.support.harness import Rig, rig
@@ -180,7 +181,7 @@ def test_a_job_that_fits_once_terminating_pods_go_waits_without_holding_or_evict
     r.step()
     assert r.reason("late") != "Preempting", "nothing was preempted for it: it holds nothing"
     assert not any(r.status(n).get("preemptedBy") == "default/late" for n in "abcd"), "room is coming: nobody new"
-    assert r.loop.preemptions.holding(("default", "late")) is None
+    assert ("default", "late") not in holds(r.loop.ctx.memories, r.state.jobs)
     r.pods_gone()
     r.step()
     assert r.status("late").get("placement"), "placed once the pods have gone"

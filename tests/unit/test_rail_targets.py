@@ -3,9 +3,9 @@ tiny clusters), including on partly used nodes whose free GPUs fit no empty-node
 
 from __future__ import annotations
 
+from bench.core.rails import EIGHT, aligned_placement_exists, rail_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.bench.rails import EIGHT, aligned_placement_exists, rail_node
 from railyard.topology.alignment import RailAlignment
 from railyard.topology.model import GpuNode, Snapshot
 from railyard.topology.request import GangRequest

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The operator live at 98k GPUs: superpod-12k (12,288 kwok nodes x 8 GPUs) on a fresh rig. Prints JSON.
+
+1. empty cluster: component RSS, a fresh operator's start-to-synced and RSS, 128 x 8 (twice) and
+   1,024 x 8 creation-to-all-bound, the placement iteration's p50/p99 (the operator's histogram);
+2. with BENCH_BACKGROUND_PODS (default 50,000) bound background pods added: the same for a fresh
+   operator, with three 128 x 8 gangs and a 1,024 x 8 one, then one node of the 1,024-replica gang lost
+   (a NoExecute taint) until every rank of its next attempt is bound.
+Restarts the local rig. The scale rig has a slow node lifecycle (hack/cluster.py SCALE_NODES).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import bench.rig.operator as ops
+from bench.common import arguments, cluster, fresh_cluster, rss_mib, wait
+from bench.rig.recovery import lose_nodes_and_recover, set_taint
+from railyard.operator.kube.client import KubeApi
+from railyard.topology.labels import LABEL_TOR
+
+BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "50000"))
+
+
+def component_rss(names: tuple[str, ...] = ("kube-apiserver", "etcd", "kwok", "kube-scheduler",
+                                            "kube-controller-manager")) -> dict[str, float]:
+    return {c: rss_mib(int((cluster.STATE / "pids" / f"{c}.pid").read_text())) for c in names}
+
+
+def node_tors(api: KubeApi) -> dict[str, str]:
+    return {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_TOR, "")
+            for n in api.list_all("/api/v1/nodes")}
+
+
+def with_operator(api: KubeApi, name: str, gangs: tuple[int, ...], recover_last: bool = False) -> dict:
+    """A fresh operator: start to synced, each gang created and bound in turn, and with `recover_last`
+    one node of the last gang lost (bench_recovery.lose_nodes_and_recover) before it stops."""
+    t0 = time.monotonic()
+    proc, port, _ = ops.start_operator(name)
+    out: dict = {}
+    try:
+        wait(lambda: ops.gauge(ops.scrape(port), "railyard_state_synced") == 1, 900, "synced", interval=0.5)
+        out["operator_start_to_synced_seconds"] = round(time.monotonic() - t0, 1)
+        out["operator_rss_mib_synced"] = rss_mib(proc.pid)
+        watcher = ops.PodWatch()
+        tors = node_tors(api)
+        bound = []
+        for run, size in enumerate(gangs):
+            job = f"{name}-{run}"
+            t0 = time.monotonic()
+            api.request("POST", ops.JOBS, ops.training_job(job, size))
+            mine = [f"{job}-{r}" for r in range(size)]
+            wait(lambda m=mine: all(p in watcher.bound for p in m), 900, f"{job} bound", interval=0.1)
+            bound.append({"replicas": size, "seconds": round(max(watcher.bound[p] for p in mine) - t0, 2),
+                          "tors": len({tors.get(watcher.node[p]) for p in mine})})
+            ops.progress(bound[-1])
+        out["create_to_all_bound"] = bound
+        ops.progress({"operator_start_to_synced_seconds": out["operator_start_to_synced_seconds"],
+                      "operator_rss_mib_synced": out["operator_rss_mib_synced"],
+                      "operator_rss_mib_now": rss_mib(proc.pid)})
+        if recover_last:
+            # kwok deletes the old attempt's pods slowly behind 50,000 others on 2 cores (613 s once).
+            out["recovery"] = lose_nodes_and_recover(api, watcher, f"{name}-{len(gangs) - 1}", gangs[-1], 1,
+                                                     bound_timeout=1200)
+            ops.progress(out["recovery"])
+            for node in out["recovery"]["victims"]:
+                set_taint(api, node, False)
+        watcher.stop()
+        out["operator_peak_rss_mib"] = rss_mib(proc.pid, "VmHWM")
+        text = ops.scrape(port)
+        iterations = ops.gauge(text, "railyard_placement_iteration_seconds_count")
+        out["iterations"] = int(iterations)
+        out["iteration_seconds_mean"] = round(
+            ops.gauge(text, "railyard_placement_iteration_seconds_sum") / max(1.0, iterations), 4)
+        out["iteration_seconds_le"] = {
+            "p50": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.5),
+            "p99": ops.histogram_quantile(text, "railyard_placement_iteration_seconds", 0.99)}
+    finally:
+        proc.stop(timeout=60)
+    return out
+
+
+def main() -> None:
+    arguments(__doc__)
+    figures: dict = {"machine": {"cpus": os.cpu_count()}, "rig": fresh_cluster("superpod-12k")}
+    api = KubeApi(workers=32)
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": ops.NS}})
+    ops.apply_crds()
+    figures["empty"] = {"rss_mib": component_rss(), **with_operator(api, "scale-empty", (128, 128, 1024))}
+    ops.progress(figures)
+    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "background"}})
+    nodes = sorted(n["metadata"]["name"] for n in api.list_all("/api/v1/nodes"))
+    loaded: dict = {"background_pods": BACKGROUND_PODS,
+                    "background_create_seconds": ops.create_background_pods(api, BACKGROUND_PODS, nodes)}
+    loaded["rss_mib"] = component_rss()
+    loaded.update(with_operator(api, "scale-loaded", (128, 128, 128, 1024), recover_last=True))
+    loaded["kube_apiserver_rss_mib_end"] = component_rss(("kube-apiserver",))["kube-apiserver"]
+    figures["with_background_pods"] = loaded
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

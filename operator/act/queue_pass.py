@@ -1,0 +1,201 @@
+"""Carries one queue pass out: gathers what decide/pass_plan.plan_pass reads (the snapshot, the waiting jobs,
+the memories, the holds and moves under way), runs it, then acts on its plan — records each placement in
+status and sends that gang to the release line as soon as its write returns (the writes of smaller gangs
+sent first, so they mostly join first: their capacity is taken already, so the order only decides who binds
+first), marks victims and tells movers for the gangs room is made for, and writes Placed=False with the
+binding constraint for the rest (only when that constraint changes)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+
+from railyard.operator.act.context import Context
+from railyard.operator.act.errors import JobErrors
+from railyard.operator.act.events import Events
+from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.moves import Moves
+from railyard.operator.act.victims import Victims
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base import metrics
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import ConditionType, PlacedReason
+from railyard.operator.cache.memory import cooling, holds, moves
+from railyard.operator.decide import status as transitions
+from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
+from railyard.operator.decide.queue import QueuedJob
+from railyard.operator.decide.room import RoomView
+from railyard.operator.decide.spares import tors_short
+from railyard.operator.kube.client import Fenced
+from railyard.topology.model import Snapshot
+from railyard.topology.solver import Decision
+
+log = logging.getLogger(__name__)
+
+
+def stable_key(message: str) -> str:
+    """The binding constraint of an Unschedulable message without its live counts and without the
+    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
+    condition and its Event change when the constraint changes, not every time a count moves."""
+    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
+
+
+class QueuePass:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
+                 errors: JobErrors, victims: Victims, moves: Moves) -> None:
+        self.ctx = ctx
+        self.victims = victims
+        self.moves = moves
+        self.writer = writer
+        self.events = events
+        self.materialiser = materialiser
+        self.errors = errors
+
+    def given(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> PassInput:
+        """What the pass decides on: the state's values now (the jobs' mapping copied: watch events land
+        between solves)."""
+        state, memories = self.ctx.state, self.ctx.memories
+        jobs = dict(state.jobs)
+        mono = self.ctx.clock.monotonic()
+        settings = self.ctx.settings.placement
+        saved: dict[tuple[str, str], float | None] = {}
+
+        def last_saved(job: Job) -> float | None:
+            if job.key not in saved:
+                saved[job.key] = self.victims.last_saved(job)
+            return saved[job.key]
+
+        room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),
+                        moves(memories, jobs), list(memories.moves_started), state.leaving, last_saved, settings,
+                        now, mono, decide=lambda s, r: Decision(r, None, "no decision function"))
+        memory = {key: m.queue_memory() for key, job in jobs.items() if (m := memories.peek(job)) is not None}
+        reserving = frozenset(key for key, job in jobs.items()
+                              if (placed := job.condition(ConditionType.PLACED)) is not None
+                              and placed.reason == PlacedReason.RESERVING)
+        deadline = time.perf_counter() + settings.solve_budget_seconds
+        return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, state.pod_infos, state.usage.freed,
+                         state.node_epoch, now, mono, settings, over_budget=lambda: time.perf_counter() > deadline)
+
+    async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
+        """Place what fits; the number of gangs placed."""
+        given = self.given(waiting, snapshot, now)
+        began = time.perf_counter()
+        planning = plan_pass(given, time.perf_counter)
+        while True:
+            try:
+                next(planning)
+            except StopIteration as done:
+                plan: PassPlan = done.value
+                break
+            await asyncio.sleep(0)  # yield between solves: watch events and probes keep flowing
+        solved = time.perf_counter()
+        for seconds in plan.solves:
+            metrics.SOLVE_SECONDS.observe(seconds)
+        if plan.budget_spent:
+            self.writer.wake()
+        await self._remember(plan)
+        for failed in plan.failed:
+            job = self.ctx.state.jobs.get(failed.key)
+            if job is not None:
+                await self.errors.report(job, failed.stage, failed.error)
+        placed = [(job, decision) for key, decision in plan.placed if (job := self.ctx.state.jobs.get(key)) is not None]
+        unplaced = [(job, entry) for entry in plan.unplaced if (job := self.ctx.state.jobs.get(entry.key)) is not None]
+        making = [self._make_room(job, entry) for job, entry in unplaced if entry.room is not None]
+        said = dict(zip([entry.key for _, entry in unplaced if entry.room is not None], await asyncio.gather(*making),
+                        strict=True))
+        # Each placement is recorded (the next pass's snapshot holds it) and joins the release line as soon
+        # as its own write returns, smaller gangs first: the first gangs are being created while the pass's
+        # later writes are in flight (a burst's 137 records took 1.7 s, all waited for before). The unplaced
+        # jobs' conditions are written behind them. Every write is waited for before the pass ends, whatever
+        # one of them raised: a pass that ended with a record still in flight would let the next one solve
+        # onto GPUs it is about to hold.
+        by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
+        outcomes = await asyncio.gather(
+            *(self._record_and_release(j, d) for j, d in by_size),
+            *(self.writer.guard(j.key, self._mark_unplaced(j, e, said.get(e.key))) for j, e in unplaced),
+            return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
+            raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
+        metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
+        if placed:
+            log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
+                     solved - began, time.perf_counter() - solved)
+        settings = self.ctx.settings.placement
+        metrics.TORS_WITHOUT_SPARE.set(tors_short(plan.after or snapshot, settings.spares_per_tor, self._backfilled()))
+        return len(placed)
+
+    async def _remember(self, plan: PassPlan) -> None:
+        """The plan's values into the jobs' memories: the queue's, every hold and the moves started."""
+        memories, jobs = self.ctx.memories, self.ctx.state.jobs
+        for key, value in plan.memory.items():
+            if (job := jobs.get(key)) is not None:
+                memories.recall(job).remember_queue(value)
+        for key, job in jobs.items():
+            memory = memories.peek(job)
+            hold = plan.holds.get(key)
+            if memory is not None and memory.hold is not None and hold is None:
+                memory.hold = None
+            elif hold is not None:
+                memories.recall(job).hold = hold
+        for key, move in plan.moves.items():
+            if (job := jobs.get(key)) is not None:
+                memories.recall(job).move = move
+        memories.moves_started = plan.moves_started
+        await self.victims.timed_out(plan.expired)
+
+    def _backfilled(self) -> set[str]:
+        """Nodes lent to jobs that backfill the hot spares (they give them back on demand)."""
+        if self.ctx.settings.placement.spares_per_tor <= 0:
+            return set()
+        return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
+                and job.spec.preemption.backfill_spares for r in job.placement.ranks}
+
+    async def _make_room(self, job: Job, entry: Unplaced) -> str:
+        """Start what making room for the gang needs (victims marked, movers told); its Placed message's tail."""
+        making = entry.room
+        assert making is not None
+        try:
+            if making.preemption is not None:
+                return await self.victims.start(job, making.preemption)
+            if making.migration is not None:
+                await self.moves.start(job, making.migration, making.message)
+        except Fenced:
+            raise
+        except Exception as e:  # one job's trouble is that job's: the pass goes on
+            await self.errors.report(job, "preempt", e)
+        return making.message
+
+    async def _record_and_release(self, job: Job, decision: Decision) -> None:
+        """Record the placement; once it is stored, the gang joins the release line."""
+        await self.writer.guard(job.key, self._record(job, decision))
+        recorded = self.ctx.state.jobs.get(job.key)
+        if recorded is not None and recorded.placement is not None:
+            self.materialiser.enqueue(recorded)
+            await self.writer.guard(job.key, self.errors.cleared(recorded))
+
+    async def _record(self, job: Job, decision: Decision) -> None:
+        assert decision.placement is not None
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
+        await self.writer.patch(job, patch)
+
+    async def _mark_unplaced(self, job: Job, entry: Unplaced, room: str | None) -> None:
+        reason = entry.reason
+        message = entry.decision.reason or "no placement"
+        if room is not None:
+            message = f"{message}; {room}"
+        if reason == PlacedReason.RESERVING:
+            message += "; waited past the starvation limit: the nodes it waits for are reserved"
+        previous = job.condition(ConditionType.PLACED)
+        if previous is not None and previous.reason == reason and \
+                stable_key(previous.message) == stable_key(message):
+            return  # same binding constraint, only counts moved: no write, no Event
+        metrics.PLACEMENT_FAILURES.labels(reason).inc()
+        if await self.writer.patch(job, transitions.unplaced(job, reason, message,
+                                                             utc(self.ctx.clock.time()))) is not None:
+            await self.events.warning(job, reason, message, key=stable_key(message))
+
