@@ -92,7 +92,7 @@ def after_gc_discovery(applied_at: float) -> None:
 
 def superpod_snapshot() -> Any:
     """The superpod-2k profile (2,048 nodes x 8 GPUs) as the solver's empty snapshot."""
-    from railyard.topology.nodes import build_snapshot
+    from railyard.topology.cluster.nodes import build_snapshot
 
     return build_snapshot(cluster.load_profile_nodes("superpod-2k"))
 

@@ -25,10 +25,10 @@ from railyard.operator.decide.priority import PriorityClassView, resolve
 from railyard.operator.decide.queue import QueuedJob, queued
 from railyard.operator.decide.restart_plan import RestartInput, RestartKind, RestartPlan, plan_restart
 from railyard.operator.decide.room import RoomView
-from railyard.topology.decision import decide
-from railyard.topology.faults import LossReason, NodeLoss
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.solver import Placement
+from railyard.topology.cluster.faults import LossReason, NodeLoss
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.decision import decide
+from railyard.topology.solver.placement import Placement
 
 Slots = tuple[tuple[str, tuple[int, ...]], ...]
 EPOCH = 1_800_000_000.0  # simulated second 0 as wall time (status timestamps; durations are what they are)

@@ -18,9 +18,9 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import Cause
 from railyard.operator.decide import status as transitions
-from railyard.topology.api import Condition, UnhealthyNode
-from railyard.topology.model import GpuNode
-from railyard.topology.solver import Placement
+from railyard.topology.api.job import Condition, UnhealthyNode
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.solver.placement import Placement
 
 
 class Attempts:

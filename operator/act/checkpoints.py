@@ -10,7 +10,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.cache.memory import CheckpointRequest, JobMemory
 from railyard.operator.decide.policy import checkpoint_step
-from railyard.topology.api import CheckpointRecord
+from railyard.topology.api.job import CheckpointRecord
 
 
 class Checkpoints:

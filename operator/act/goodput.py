@@ -12,7 +12,7 @@ from railyard.operator.base.reasons import ConditionType
 from railyard.operator.cache.memory import JobMemory
 from railyard.operator.decide import goodput
 from railyard.operator.decide.goodput import Activity, Ledger
-from railyard.topology.api import GoodputStatus
+from railyard.topology.api.job import GoodputStatus
 
 START_ACCOUNTED_SECONDS = 600.0
 

@@ -33,7 +33,7 @@ from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
 from railyard.operator.decide.claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
-from railyard.topology.devices import NodeDevices, rail_order
+from railyard.topology.cluster.dra_devices import NodeDevices, rail_order
 
 log = logging.getLogger("railyard.materialiser")
 QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)

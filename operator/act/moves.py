@@ -22,7 +22,7 @@ from railyard.operator.base.reasons import EventReason, PlacedReason
 from railyard.operator.cache.memory import moves
 from railyard.operator.decide.holds import waiting_for
 from railyard.operator.decide.preemption import parse_key
-from railyard.topology.defrag import MigrationPlan
+from railyard.topology.solver.defrag import MigrationPlan
 
 log = logging.getLogger("railyard.migration")
 

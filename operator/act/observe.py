@@ -10,7 +10,7 @@ from railyard.operator.act.context import Context
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason, RecoveryReason
-from railyard.topology.model import Snapshot
+from railyard.topology.cluster.model import Snapshot
 
 
 class Observer:

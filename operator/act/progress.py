@@ -23,9 +23,9 @@ from railyard.operator.decide import status as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.quarantine_limits import Limits, may_evict
 from railyard.operator.decide.stragglers import Straggler, StragglerTracker, score
-from railyard.topology.api import StragglerAction, StragglerPolicy, StragglerRecord, TrainingJobStatus, rfc3339
-from railyard.topology.faults import LossReason, NodeLoss
-from railyard.topology.rank_order import pipeline_stage
+from railyard.topology.api.job import StragglerAction, StragglerPolicy, StragglerRecord, TrainingJobStatus, rfc3339
+from railyard.topology.cluster.faults import LossReason, NodeLoss
+from railyard.topology.solver.rank_order import pipeline_stage
 
 STRAGGLERS_KEPT = 16  # status.stragglers: the slowest nodes (the CRD allows 64)
 

@@ -19,9 +19,9 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.base.objects import Job
 from railyard.operator.decide.quarantine_limits import in_last_hour
-from railyard.topology.api import QuarantineRecord, rfc3339
-from railyard.topology.faults import LossReason
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.job import QuarantineRecord, rfc3339
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.cluster.faults import LossReason
 
 log = logging.getLogger("railyard.quarantine")
 

@@ -31,8 +31,8 @@ from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import RoomView
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
-from railyard.topology.model import Snapshot
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.placement import Decision
 
 log = logging.getLogger(__name__)
 

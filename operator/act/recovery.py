@@ -42,8 +42,8 @@ from railyard.operator.decide.restart_plan import (
     restart_gate,
     saves_first,
 )
-from railyard.topology.faults import LossReason
-from railyard.topology.model import GpuNode
+from railyard.topology.cluster.faults import LossReason
+from railyard.topology.cluster.model import GpuNode
 
 log = logging.getLogger("railyard.recovery")
 

@@ -30,8 +30,8 @@ from railyard.operator.decide.preemption import (
     parse_key,
     victim_message,
 )
-from railyard.topology.preemption import PreemptionPlan
-from railyard.topology.replace import RankSlot
+from railyard.topology.solver.replace import RankSlot
+from railyard.topology.solver.victims import PreemptionPlan
 
 log = logging.getLogger("railyard.preemption")
 _NO_HOLD = JobMemory("")

@@ -11,7 +11,7 @@ from typing import Any
 from railyard.operator.act.context import Context
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.kube.client import ApiException, Fenced
-from railyard.topology.api import TrainingJobStatus
+from railyard.topology.api.job import TrainingJobStatus
 
 log = logging.getLogger("railyard.writer")
 

@@ -27,7 +27,7 @@ from railyard.operator.kube.leader import LeaderElector
 from railyard.operator.kube.leader_label import LeaderLabel
 from railyard.operator.kube.reflector import PATHS, Reflector, reflector_sink
 from railyard.operator.kube.report_server import ReportServer
-from railyard.topology.labels import scheme_for
+from railyard.topology.cluster.labels import scheme_for
 
 log = logging.getLogger("railyard.operator")
 

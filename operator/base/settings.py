@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
-from railyard.topology.devices import DeviceNames
+from railyard.topology.cluster.dra_devices import DeviceNames
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """The devices DRA publishes and the claims that hold them, kept incrementally for the operator's
-state: per node the GPUs and rail NICs ResourceSlices publish (topology/devices.py reads them), per
+state: per node the GPUs and rail NICs ResourceSlices publish (topology/cluster/dra_devices.py reads them), per
 ResourceClaim the devices its allocation holds, and who holds each device (so a claim that cannot be
 allocated is explained by name)."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from railyard.operator.base.objects import Key, resource_version
-from railyard.topology.devices import (
+from railyard.topology.cluster.dra_devices import (
     DeviceKey,
     DeviceNames,
     NodeDevices,
@@ -21,8 +21,8 @@ from railyard.topology.devices import (
     read_slice,
     unpinnable,
 )
-from railyard.topology.model import GpuNode
-from railyard.topology.nodes import PodUsage
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.cluster.nodes import PodUsage
 
 SLICES = "resourceslices"
 CLAIMS = "resourceclaims"

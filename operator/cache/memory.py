@@ -18,8 +18,8 @@ from railyard.operator.decide.pass_plan import QueueMemory
 from railyard.operator.decide.queue import Failure
 from railyard.operator.decide.resize_plan import GrowAttempt
 from railyard.operator.decide.stragglers import StragglerTracker
-from railyard.topology.faults import NodeLoss
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.faults import NodeLoss
+from railyard.topology.solver.placement import Decision
 
 
 @dataclass(frozen=True)

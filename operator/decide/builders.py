@@ -18,11 +18,11 @@ from railyard.operator.base.keys import (
 )
 from railyard.operator.base.objects import Job
 from railyard.operator.decide.claims import device_env, use_claim
-from railyard.topology.api import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
-from railyard.topology.claims import pod_name
-from railyard.topology.devices import NodeDevices
-from railyard.topology.request import job_pod_labels
-from railyard.topology.solver import Placement
+from railyard.topology.api.job import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
+from railyard.topology.cluster.dra_devices import NodeDevices
+from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.solver.placement import Placement
+from railyard.topology.solver.request import job_pod_labels
 
 MAX_NAME = 63
 TOKEN_VOLUME = "railyard-token"

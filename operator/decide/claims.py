@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from railyard.operator.base.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID, LABEL_JOB
-from railyard.topology.devices import PCIE_ROOT, DeviceNames, NodeDevices
-from railyard.topology.labels import GPU_RESOURCE
+from railyard.topology.cluster.dra_devices import PCIE_ROOT, DeviceNames, NodeDevices
+from railyard.topology.cluster.labels import GPU_RESOURCE
 
 CLAIM_REF = "railyard-devices"  # the pod's name for its claim (spec.resourceClaims[].name)
 _ROOT_DOMAIN, _ROOT_NAME = PCIE_ROOT.split("/")

@@ -20,8 +20,8 @@ from typing import Any
 from railyard.operator.base.keys import LABEL_JOB
 from railyard.operator.base.objects import Job, Key, PodView
 from railyard.operator.decide.builders import RENDEZVOUS_PORT, owner_reference, service_name
-from railyard.topology.api import PlacementStatus
-from railyard.topology.claims import pod_name
+from railyard.topology.api.job import PlacementStatus
+from railyard.topology.cluster.pod_trust import pod_name
 
 PARTIAL_WRITE_SECONDS = 5.0
 MANAGED_BY = "operator.railyard.dev"  # endpointslice.kubernetes.io/managed-by (a label value: no slash)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from railyard.topology.api import GoodputStatus, LostSeconds
+from railyard.topology.api.job import GoodputStatus, LostSeconds
 
 
 class LossCause(StrEnum):

@@ -23,12 +23,12 @@ from railyard.operator.decide.preemption import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
 from railyard.operator.decide.spares import spare_nodes
-from railyard.topology.affinity import PodInfo, has_inter_pod_rules
-from railyard.topology.decision import decide, never_fits, placed_pods, taken
-from railyard.topology.defrag import fits_by_gpus
-from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.affinity import PodInfo, has_inter_pod_rules
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.decision import decide, never_fits, placed_pods, taken
+from railyard.topology.solver.defrag import fits_by_gpus
+from railyard.topology.solver.placement import Decision
+from railyard.topology.solver.request import GangRequest
 
 Fits = tuple[int, Decision | None]  # (the nodes' epoch, why the gang never fits this cluster, or None)
 

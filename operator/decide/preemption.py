@@ -1,4 +1,4 @@
-"""Pure rules of gang preemption around the victim chooser (topology/preemption.py): what evicting a
+"""Pure rules of gang preemption around the victim chooser (topology/solver/victims.py): what evicting a
 gang costs, the hourly cap, and the words its conditions and Events use."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from railyard.operator.base.objects import Key
-from railyard.topology.preemption import WHOLE_CLUSTER, PreemptionPlan
+from railyard.topology.solver.victims import WHOLE_CLUSTER, PreemptionPlan
 
 HOUR = 3600.0
 

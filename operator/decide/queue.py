@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from railyard.operator.base.objects import Job, Key
-from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.reservation import reserved_nodes as nodes_to_reserve
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.reservation import reserved_nodes as nodes_to_reserve
 
 
 @dataclass(frozen=True)
@@ -100,5 +100,5 @@ def has_room(snapshot: Snapshot, request: GangRequest, held: frozenset[str] = fr
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:
-    """The nodes a starving job waits for (topology/reservation.py)."""
+    """The nodes a starving job waits for (topology/solver/reservation.py)."""
     return nodes_to_reserve(snapshot, job.request)

@@ -32,14 +32,14 @@ from railyard.operator.decide.policy import (
 from railyard.operator.decide.preemption import lost_gpu_seconds, recent_preemptions
 from railyard.operator.decide.priority import PriorityClassView, resolve
 from railyard.operator.decide.quarantine_limits import HOUR, Limits, lasting, room, straggler_quarantine_allowed
-from railyard.topology.affinity import PodInfo
-from railyard.topology.api import QuarantineRecord, StragglerPolicy, UnhealthyNode
-from railyard.topology.decision import inter_pod_limits
-from railyard.topology.elastic import choose_shrink, largest_valid
-from railyard.topology.faults import LossReason, NodeHealth, NodeLoss
-from railyard.topology.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.replace import RankSlot, solve_replacement
-from railyard.topology.timestamps import parse_time
+from railyard.topology.api.job import QuarantineRecord, StragglerPolicy, UnhealthyNode
+from railyard.topology.api.timestamps import parse_time
+from railyard.topology.cluster.affinity import PodInfo
+from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss
+from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
+from railyard.topology.solver.decision import inter_pod_limits
+from railyard.topology.solver.elastic import choose_shrink, largest_valid
+from railyard.topology.solver.replace import RankSlot, solve_replacement
 
 PLANNED = (LossReason.MAINTENANCE, LossReason.MIGRATION)  # save a step first; no back-off, no cap
 EVICTIONS_KEPT = 16  # status.stragglerEvictions: enough for any hourly cap an admin sets sensibly

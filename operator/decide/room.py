@@ -21,13 +21,13 @@ from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.preemption import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
 from railyard.operator.decide.priority import PriorityClassView, may_preempt, resolve
 from railyard.operator.decide.queue import QueuedJob
-from railyard.topology.api import Parallelism
-from railyard.topology.defrag import MigrationPlan, Mover, fits_by_gpus, plan_migration
-from railyard.topology.elastic import valid_size
-from railyard.topology.model import Snapshot
-from railyard.topology.preemption import PreemptionPlan, RunningGang, plan_preemption
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision
+from railyard.topology.api.job import Parallelism
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.defrag import MigrationPlan, Mover, fits_by_gpus, plan_migration
+from railyard.topology.solver.elastic import valid_size
+from railyard.topology.solver.placement import Decision
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.victims import PreemptionPlan, RunningGang, plan_preemption
 
 Slots = list[tuple[str, tuple[int, ...], Mapping[str, int]]]  # (node, GPUs, requests) on their way out
 Decide = Callable[[Snapshot, GangRequest], Decision]

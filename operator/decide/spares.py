@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from railyard.topology.model import Snapshot
+from railyard.topology.cluster.model import Snapshot
 
 
 def spare_nodes(snapshot: Snapshot, per_tor: int) -> frozenset[str]:

@@ -25,7 +25,7 @@ from railyard.operator.base.reasons import (
 )
 from railyard.operator.decide.builders import placement_status, selector
 from railyard.operator.decide.conditions import is_true, set_condition, unchanged
-from railyard.topology.api import (
+from railyard.topology.api.job import (
     AvoidNode,
     CheckpointRecord,
     Condition,
@@ -36,8 +36,8 @@ from railyard.topology.api import (
     TrainingJobStatus,
     UnhealthyNode,
 )
-from railyard.topology.faults import LossReason
-from railyard.topology.solver import Placement
+from railyard.topology.cluster.faults import LossReason
+from railyard.topology.solver.placement import Placement
 
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 AVOID_KEPT = 32  # status.avoidNodes (the CRD allows 64)

@@ -40,7 +40,7 @@ from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide import eviction_review
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
-from railyard.topology.documents import format_validation
+from railyard.topology.planner.documents import format_validation
 
 log = logging.getLogger("railyard.reports")
 

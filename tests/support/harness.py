@@ -12,8 +12,8 @@ from typing import Any
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.settings import MetricsSettings, PlacementSettings, Settings
 from railyard.operator.cache.state import ClusterState
-from railyard.topology.devices import STANDARD
-from railyard.topology.nodes import node_from_object
+from railyard.topology.cluster.dra_devices import STANDARD
+from railyard.topology.cluster.nodes import node_from_object
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock

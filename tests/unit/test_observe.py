@@ -11,7 +11,7 @@ from railyard.operator.act.observe import Observer
 from railyard.operator.base.reasons import WAITING_REASONS, JobState, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import ClusterState
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.timestamps import epoch
 
 from tests.support.clock import ManualClock
 from tests.support.fakeapi import FakeApi

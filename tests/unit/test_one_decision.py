@@ -1,7 +1,7 @@
 """One decision, one place: the offline planner (`railyard plan`) and the operator place the same jobs
 on the same cluster identically — inter-pod rules against existing pods and against gangs placed
 before them, other resources of gangs placed before them — because both call
-railyard.topology.decision.decide. (Before, the planner ignored inter-pod rules and the requests of
+railyard.topology.solver.decision.decide. (Before, the planner ignored inter-pod rules and the requests of
 earlier gangs: it put a job with TOR anti-affinity next to a matching pod.)"""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import KINDS, ClusterState
-from railyard.topology.api import TrainingJob
-from railyard.topology.decision import pod_infos
-from railyard.topology.labels import LABEL_TOR
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.planner import plan
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.labels import LABEL_TOR
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.plan import plan
+from railyard.topology.solver.decision import pod_infos
 
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi

@@ -10,7 +10,7 @@ from railyard.operator.act.progress import straggler_restart
 from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.quarantine_limits import Limits, lasting, room, straggler_quarantine_allowed
 from railyard.operator.decide.stragglers import Straggler
-from railyard.topology.api import StragglerRecord
+from railyard.topology.api.job import StragglerRecord
 
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
@@ -89,7 +89,7 @@ def test_a_shared_node_another_job_finds_slow_too_is_quarantined_for_at_most_the
     until = r.api.objects["nodes"][("", shared)]["metadata"]["annotations"]["railyard.dev/quarantined-until"]
     record = r.status("second")["lastRestart"]["quarantine"][0]
     assert record["until"] == until
-    from railyard.topology.timestamps import epoch
+    from railyard.topology.api.timestamps import epoch
 
     assert epoch(until, 0) - r.clock.time() <= 7200 + 1, "quarantineSeconds 0 gets the operator's longest"
 

@@ -15,10 +15,10 @@ from railyard.operator.base.settings import ApiSettings, PlacementSettings, Sett
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.operator.decide.actions import Cleanup
 from railyard.operator.decide.assess import assess
-from railyard.topology.labels import parse_levels
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
-from railyard.topology.timestamps import epoch, iso
+from railyard.topology.api.timestamps import epoch, iso
+from railyard.topology.cluster.labels import parse_levels
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock
@@ -239,7 +239,7 @@ def test_cpu_memory_pods_and_extended_resources_bound_the_placement():
     job = make_job("t", 2, gpus=1)
     job["metadata"]["namespace"] = "d"
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "rdma/ib": "1"}
-    from railyard.topology.api import TrainingJob
+    from railyard.topology.api.job import TrainingJob
 
     request = GangRequest.from_job(TrainingJob.model_validate(job))
     decision = solve(snap, request)
@@ -599,7 +599,7 @@ def test_heartbeat_losses_wait_longer_than_other_signals():
 
 def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
     from railyard.operator.decide.actions import Restart
-    from railyard.topology.faults import LossReason, NodeLoss
+    from railyard.topology.cluster.faults import LossReason, NodeLoss
 
     api, state, placer = operator_over(6)
     submit(api, state, make_job("race", 3))

@@ -24,7 +24,7 @@ from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
 from railyard.operator.base.settings import PlacementSettings, Settings
 from railyard.operator.cache.state import KINDS, ClusterState
-from railyard.topology.nodes import parse_gpu_annotation, pinned_node
+from railyard.topology.cluster.nodes import parse_gpu_annotation, pinned_node
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock

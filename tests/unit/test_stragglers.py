@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.decide.stragglers import StragglerTracker, score
-from railyard.topology.api import StragglerPolicy
+from railyard.topology.api.job import StragglerPolicy
 
 TORS = {f"n{i}": f"tor{i // 4}" for i in range(16)}  # 16 nodes, 4 per TOR, one rank per node
 RANKS = {i: f"n{i}" for i in range(16)}

@@ -24,7 +24,7 @@ from bench.common import emit, superpod_snapshot
 from bench.sim import SimCluster, training_job
 from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.restart_plan import RestartKind
-from railyard.topology.faults import LossReason, NodeLoss
+from railyard.topology.cluster.faults import LossReason, NodeLoss
 
 REPAIR_AFTER = 8  # failures before a failed node is back
 GANGS = 16  # 128 x 8 gangs offered: as many as the cluster holds are placed

@@ -1,6 +1,6 @@
 """The living-cluster run's pure half: a seeded stream of jobs that arrive over time (Poisson), run
 for a drawn lifetime and leave, and the figures read from when each pod was bound and finished.
-hack/compare_living.py submits the stream to each peer on its own fresh rig and records the times.
+hack/bench/peers/compare_living.py submits the stream to each peer on its own fresh rig and records the times.
 
 Demand: arrivals at rate load x cluster GPUs / (mean GPUs per job x mean lifetime), so the GPUs the
 jobs ask for in steady state are `load` times the cluster's (1.1: a queue that never quite drains,
