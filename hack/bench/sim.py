@@ -1,7 +1,7 @@
 """The operator's own decisions on simulated time, for the benchmarks that need hours of a cluster's life in
 seconds (core/reservation, core/defrag, core/spares): TrainingJobs parsed as the operator parses them, each pass
 decided by the operator's decide/pass_plan.plan_pass, each restart and move by decide/restart_plan.plan_restart,
-with the operator's settings model, and the status written through its own transitions (decide/status.py).
+with the operator's settings model, and the status written through its own transitions (decide/status_transitions.py).
 What the simulation replaces: the API server (a merge patch on a dict), kube-scheduler and the kubelets (a
 placed gang is bound and running at once, and ends exactly at its lifetime), the report endpoint (a move's
 checkpoint takes `move_seconds`), and the event loop (a pass is driven to its end)."""
@@ -17,7 +17,7 @@ from typing import Any
 from railyard.operator.base.objects import Job, Key, parse_job
 from railyard.operator.base.reasons import ConditionType
 from railyard.operator.base.settings import PlacementSettings
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, QueueMemory, drive, plan_pass

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.reasons import RecoveryReason
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.policy import Partition, partition
 
 log = logging.getLogger("railyard.breaker")

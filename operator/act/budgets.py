@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Job
 from railyard.operator.decide.builders import disruption_budget
 

@@ -1,11 +1,11 @@
 """Checkpoints from the ranks' reports: which step is committed (every rank of the attempt saved it),
 and the request that every rank save one step before an eviction or a resize. The request rides on
-the report answers (cache/progress.ProgressBook); it is answered once every rank reported that step
+the report answers (cache/progress_book.ProgressBook); it is answered once every rank reported that step
 saved, or at its timeout."""
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.cache.memory import CheckpointRequest, JobMemory

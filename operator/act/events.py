@@ -3,7 +3,7 @@ reason, stable key); a repeat bumps its count and lastTimestamp instead of creat
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventType, Reason

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, PlacedReason
 from railyard.operator.cache.memory import moves
 from railyard.operator.decide.holds import waiting_for
-from railyard.operator.decide.preemption import parse_key
+from railyard.operator.decide.preemption_rules import parse_key
 from railyard.topology.solver.defrag import MigrationPlan
 
 log = logging.getLogger("railyard.migration")

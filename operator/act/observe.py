@@ -6,7 +6,7 @@ series is set only when its figures changed."""
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason, RecoveryReason

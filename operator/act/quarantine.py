@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.base.objects import Job

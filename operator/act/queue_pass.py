@@ -13,19 +13,19 @@ import re
 import time
 import uuid
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.moves import Moves
-from railyard.operator.act.victims import Victims
+from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import RoomView

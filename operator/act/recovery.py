@@ -11,22 +11,22 @@ import asyncio
 import logging
 import time
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.moves import Moves
 from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.quarantine import Quarantine
-from railyard.operator.act.victims import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, FinishReason, RecoveryReason
 from railyard.operator.cache.memory import JobMemory, holds
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.restart_plan import (
     GateKind,

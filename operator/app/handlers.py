@@ -18,9 +18,9 @@ from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base import metrics
 from railyard.operator.base.keys import ANNOTATION_LABEL_PRESET, ANNOTATION_TOPOLOGY_LEVELS
 from railyard.operator.base.settings import DraMode, Settings
-from railyard.operator.cache.devices import SLICES
+from railyard.operator.cache.device_book import SLICES
 from railyard.operator.cache.evictions import EvictionBook
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.operator.kube.leader import LeaderElector

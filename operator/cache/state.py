@@ -27,8 +27,8 @@ from typing import Any
 from railyard.operator.base.clock import Clock, SystemClock
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
-from railyard.operator.cache import devices as dra
-from railyard.operator.cache.devices import ClaimView, Devices
+from railyard.operator.cache import device_book as dra
+from railyard.operator.cache.device_book import ClaimView, Devices
 from railyard.operator.cache.node_fingerprint import node_fingerprint
 from railyard.operator.cache.snapshot_usage import SnapshotUsage
 from railyard.operator.cache.usage import Holder, Usage

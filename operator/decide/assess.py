@@ -58,7 +58,7 @@ class Seen:
     leaving_for: str = ""  # that gang (namespace/name)
     blocked: Mapping[str, str] = field(default_factory=dict)  # unbound pod -> why its ResourceClaim cannot be allocated
     terminating_left: float | None = None  # when a Terminating pod of the job was last seen gone
-    straggler: NodeLoss | None = None  # a slow node to evict it from (its reports said so: act/progress.py)
+    straggler: NodeLoss | None = None  # a slow node to evict it from (its reports said so: act/report_flush.py)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:

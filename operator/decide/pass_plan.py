@@ -19,7 +19,7 @@ from railyard.operator.base.reasons import PlacedReason
 from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide import queue
 from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, held_for_others
-from railyard.operator.decide.preemption import parse_key
+from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
 from railyard.operator.decide.spares import spare_nodes

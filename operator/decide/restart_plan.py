@@ -29,7 +29,7 @@ from railyard.operator.decide.policy import (
     quarantines,
     restart_delay,
 )
-from railyard.operator.decide.preemption import lost_gpu_seconds, recent_preemptions
+from railyard.operator.decide.preemption_rules import lost_gpu_seconds, recent_preemptions
 from railyard.operator.decide.priority import PriorityClassView, resolve
 from railyard.operator.decide.quarantine_limits import HOUR, Limits, lasting, room, straggler_quarantine_allowed
 from railyard.topology.api.job import QuarantineRecord, StragglerPolicy, UnhealthyNode

@@ -1,7 +1,7 @@
 """Making room for a queued gang that does not fit: gangs moved out of one domain where it fits by free GPUs
 (defragmentation, `spec.preemption.migratable`), else whole lower-priority gangs evicted (preemption). Pure:
 a function of the pass's snapshot and the values in `RoomView`; what it decides (a hold to wait on, victims
-to mark, moves to start) the actors carry out (act/victims.py, act/moves.py).
+to mark, moves to start) the actors carry out (act/preemptions.py, act/moves.py).
 
 Planning looks past what is already leaving (Terminating pods, marked victims): a preemptor that fits once
 they have gone waits for them and chooses nobody new, so evictions are never wasted by switching domains
@@ -18,7 +18,7 @@ from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.conditions import saving_for_preemption as saving
 from railyard.operator.decide.holds import Hold, PendingMove
-from railyard.operator.decide.preemption import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
+from railyard.operator.decide.preemption_rules import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
 from railyard.operator.decide.priority import PriorityClassView, may_preempt, resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.topology.api.job import Parallelism

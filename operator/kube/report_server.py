@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from railyard.operator.base import metrics
 from railyard.operator.base.settings import ReportSettings
 from railyard.operator.cache.evictions import EvictionBook
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide import eviction_review
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report

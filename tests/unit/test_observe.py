@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import REGISTRY
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.observe import Observer
 from railyard.operator.base.reasons import WAITING_REASONS, JobState, PlacedReason
 from railyard.operator.base.settings import Settings

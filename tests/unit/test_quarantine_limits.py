@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from railyard.operator.act.progress import straggler_restart
+from railyard.operator.act.report_flush import straggler_restart
 from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.quarantine_limits import Limits, lasting, room, straggler_quarantine_allowed
 from railyard.operator.decide.stragglers import Straggler

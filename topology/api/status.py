@@ -163,7 +163,7 @@ class StepTime(_Model):
 
 
 class LostSeconds(_Model):
-    """Wall time the job did not make progress past its best step, by cause (decide/goodput.py)."""
+    """Wall time the job did not make progress past its best step, by cause (decide/goodput_ledger.py)."""
 
     detection: float = 0.0
     capacity: float = 0.0

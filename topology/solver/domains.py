@@ -50,10 +50,6 @@ class Objective:
     lowest_level: int = 0
     depth: int = 3
 
-    @property
-    def pack_nodes(self) -> bool:
-        return self.lowest_level == 0
-
     def __call__(self, counts: Counts) -> tuple[int, ...]:
         return tuple(counts[level] for level in range(self.depth, self.lowest_level - 1, -1))
 

@@ -14,7 +14,7 @@ from railyard.operator.base.clock import Clock
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.memory import Memories
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.protocol import ClusterApi
 

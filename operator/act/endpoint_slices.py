@@ -1,5 +1,5 @@
 """Writes each job's EndpointSlice (the addresses behind its ranks' DNS names) when
-decide/endpoints says the addresses are worth a write; remembers what it wrote per job."""
+decide/rank_addresses says the addresses are worth a write; remembers what it wrote per job."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Job
-from railyard.operator.decide.endpoints import (
+from railyard.operator.decide.rank_addresses import (
     Addresses,
     addresses,
     endpoint_slices,

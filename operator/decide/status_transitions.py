@@ -320,15 +320,6 @@ def stragglers_changed(before: list[StragglerRecord] | None, after: list[Straggl
     return shape(before or []) != shape(after)
 
 
-def unhealthy_record(job: Job, lost: set[str], losses: Sequence[tuple[str, str, str, datetime | None]],
-                     now: datetime) -> list[UnhealthyNode]:
-    """The job's unhealthy nodes with these losses (node, reason, message, since) recorded anew."""
-    kept = [u for u in job.status.unhealthy_nodes if u.name not in lost]
-    return kept + [UnhealthyNode(name=node, reason=reason, message=message[:1024], since=since or now)
-                   for node, reason, message, since in losses]
-
-
-
 def partitioned(job: Job, message: str, now: datetime) -> TrainingJobStatus:
     return TrainingJobStatus(conditions=_set(job, job.conditions, ConditionType.DEGRADED, TRUE,
                                              RecoveryReason.PARTITION, message, now))

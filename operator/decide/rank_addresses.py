@@ -1,6 +1,6 @@
 """A job's rank DNS names as the operator writes them: the addresses of its current placement's pods,
 when they are worth a write, and the EndpointSlice that carries them for the job's selectorless
-headless Service (builders.build_service). Pure: the actor is act/endpoints.py.
+headless Service (builders.build_service). Pure: the actor is act/endpoint_slices.py.
 
 Why the operator and not kube-controller-manager: with a selector, its Endpoints and EndpointSlice
 controllers re-wrote both objects as each pod of a gang was bound and got its IP (0.98 requests per

@@ -1,6 +1,6 @@
 """A job's goodput ledger: the wall time since the gang first ran, split into productive time (its ranks
 made progress past the best step any attempt reached) and time lost, by cause. Pure: the report
-flusher (act/progress) feeds it what it observes every flush and writes it to status.goodput.
+flusher (act/report_flush) feeds it what it observes every flush and writes it to status.goodput.
 
 Each interval between two observations is attributed by what the job did during it:
 - its step advanced: the part above the best previous step is productive, the rest is **recompute**

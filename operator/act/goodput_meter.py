@@ -1,17 +1,17 @@
-"""Per-job goodput (decide/goodput.py) kept by the report flusher: accounted on every flush from what
+"""Per-job goodput (decide/goodput_ledger.py) kept by the report flusher: accounted on every flush from what
 the ranks report and the state shows, written to status.goodput every RAILYARD_GOODPUT_WRITE_SECONDS,
 and exported as railyard_job_goodput_ratio and railyard_job_{productive,lost}_seconds_total. Only jobs
 whose ranks report through railyard.worker have it: without steps there is no progress to count."""
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import ConditionType
 from railyard.operator.cache.memory import JobMemory
-from railyard.operator.decide import goodput
-from railyard.operator.decide.goodput import Activity, Ledger
+from railyard.operator.decide import goodput_ledger as goodput
+from railyard.operator.decide.goodput_ledger import Activity, Ledger
 from railyard.topology.api.job import GoodputStatus
 
 START_ACCOUNTED_SECONDS = 600.0

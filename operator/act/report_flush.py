@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
-from railyard.operator.act.goodput import GoodputMeter
+from railyard.operator.act.goodput_meter import GoodputMeter
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
@@ -19,7 +19,7 @@ from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, StragglerMark
 from railyard.operator.cache.memory import JobMemory
 from railyard.operator.decide import policy as rules
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.quarantine_limits import Limits, may_evict
 from railyard.operator.decide.stragglers import Straggler, StragglerTracker, score

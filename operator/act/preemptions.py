@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.writer import StatusWriter
@@ -23,9 +23,9 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason, PreemptedReason, PreemptionOutcome, RestartReason
 from railyard.operator.cache.memory import JobMemory
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.holds import Expired, Hold
-from railyard.operator.decide.preemption import (
+from railyard.operator.decide.preemption_rules import (
     describe_plan,
     parse_key,
     victim_message,
