@@ -48,22 +48,25 @@ def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
 # --- the sections ----------------------------------------------------------------------------------------
 
 def settings() -> str:
+    """One table per concern (each model of base/settings.py), headed by what that model's docstring says."""
     from railyard.operator.base.settings import Settings
 
-    rows = []
-
-    def walk(model: Any) -> None:
+    def rows_of(model: Any) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = []
         for field in model.model_fields.values():
             extra = field.json_schema_extra
             if isinstance(extra, dict) and "env" in extra and not str(extra["env"]).startswith("RAILYARD_TEST_"):
                 default = str(extra.get("shown", ""))
                 rows.append((f"`{extra['env']}`", f"`{default}`" if default else "empty", field.description or ""))
-            annotation = field.annotation
-            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-                walk(annotation)
+        return rows
 
-    walk(Settings)
-    return _table(("variable", "default", "what it sets"), rows)
+    parts = []
+    for field in Settings.model_fields.values():
+        concern = field.annotation
+        if isinstance(concern, type) and hasattr(concern, "model_fields") and (rows := rows_of(concern)):
+            heading = f"**{(concern.__doc__ or '').strip()}**\n\n"
+            parts.append(heading + _table(("variable", "default", "what it sets"), rows))
+    return "\n".join(parts)
 
 
 def metrics() -> str:

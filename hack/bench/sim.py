@@ -16,7 +16,7 @@ from typing import Any
 
 from railyard.operator.base.objects import Job, Key, parse_job
 from railyard.operator.base.reasons import ConditionType
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.holds import Hold, PendingMove
@@ -73,7 +73,7 @@ class Running:
 @dataclass
 class SimCluster:
     snapshot: Snapshot  # the empty cluster to start from
-    settings: PlacementSettings
+    settings: Settings
     classes: dict[str, PriorityClassView] = field(default_factory=dict)
     move_seconds: float = 0.0  # a move's checkpoint: the mover keeps its nodes this long before it restarts
     restart_cost: float = 0.0  # the work a restart throws away: a moved gang runs this much longer
@@ -193,7 +193,7 @@ class SimCluster:
         self.memory.update(plan.memory)
         self.holds = dict(plan.holds)
         for expired in plan.expired:
-            self.cooling[expired.key] = self.now + self.settings.preemption_hold_seconds
+            self.cooling[expired.key] = self.now + self.settings.preemption.hold_seconds
         for key, move in plan.moves.items():
             self.moves[key] = move
             self.move_due[key] = self.now + self.move_seconds

@@ -191,7 +191,7 @@ class PlacementLoop:
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement
         # While the breaker holds, nothing is forced: pods on dark nodes may be running still.
-        force_after = float("inf") if self.breaker.evaluate().tripped else placement.force_delete_seconds
+        force_after = float("inf") if self.breaker.evaluate().tripped else ctx.settings.faults.force_delete_seconds
         for key, job in list(state.jobs.items()):
             if job.deleting or self.materialiser.pending(key):  # the latter: its gang's turn is pending
                 continue

@@ -62,7 +62,7 @@ class Victims:
         """Holds given up at their deadline (victims stuck terminating, checkpoints slow): the holder cools
         as long before it plans again, and says so."""
         mono = self.ctx.clock.monotonic()
-        seconds = self.ctx.settings.placement.preemption_hold_seconds
+        seconds = self.ctx.settings.preemption.hold_seconds
         for gone in expired:
             job = self.ctx.state.jobs.get(gone.key)
             if job is None:
@@ -83,7 +83,7 @@ class Victims:
             target = self.ctx.state.jobs.get(parse_key(victim.key))
             if target is None:
                 continue
-            message = victim_message(preemptor, summary, self.ctx.settings.placement.preemption_checkpoint_seconds,
+            message = victim_message(preemptor, summary, self.ctx.settings.preemption.checkpoint_seconds,
                                      victim.shrink_to)
             dropped = None
             if victim.shrink_to is not None and target.placement is not None:  # which ranks, as planned
@@ -140,7 +140,7 @@ class Victims:
                 metrics.PREEMPTIONS.labels(PreemptionOutcome.CANCELLED).inc()
                 await self.events.normal(job, PreemptedReason.CANCELLED, message)
             return
-        if not self.checkpoints.saved_first(job, self.ctx.settings.placement.preemption_checkpoint_seconds):
+        if not self.checkpoints.saved_first(job, self.ctx.settings.preemption.checkpoint_seconds):
             asyncio.get_running_loop().call_later(1.0, self.writer.wake)
             return
         checkpoint = self.checkpoints.committed(job)

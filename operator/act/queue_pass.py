@@ -61,7 +61,7 @@ class QueuePass:
         state, memories = self.ctx.state, self.ctx.memories
         jobs = dict(state.jobs)
         mono = self.ctx.clock.monotonic()
-        settings = self.ctx.settings.placement
+        settings = self.ctx.settings
         saved: dict[tuple[str, str], float | None] = {}
 
         def last_saved(job: Job) -> float | None:
@@ -76,7 +76,7 @@ class QueuePass:
         reserving = frozenset(key for key, job in jobs.items()
                               if (placed := job.condition(ConditionType.PLACED)) is not None
                               and placed.reason == PlacedReason.RESERVING)
-        deadline = time.perf_counter() + settings.solve_budget_seconds
+        deadline = time.perf_counter() + settings.placement.solve_budget_seconds
         return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, state.pod_infos, state.usage.freed,
                          state.node_epoch, now, mono, settings, over_budget=lambda: time.perf_counter() > deadline)
 
@@ -125,8 +125,8 @@ class QueuePass:
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
                      solved - began, time.perf_counter() - solved)
-        settings = self.ctx.settings.placement
-        metrics.TORS_WITHOUT_SPARE.set(tors_short(plan.after or snapshot, settings.spares_per_tor, self._backfilled()))
+        settings = self.ctx.settings
+        metrics.TORS_WITHOUT_SPARE.set(tors_short(plan.after or snapshot, settings.spares.per_tor, self._backfilled()))
         return len(placed)
 
     async def _remember(self, plan: PassPlan) -> None:
@@ -150,7 +150,7 @@ class QueuePass:
 
     def _backfilled(self) -> set[str]:
         """Nodes lent to jobs that backfill the hot spares (they give them back on demand)."""
-        if self.ctx.settings.placement.spares_per_tor <= 0:
+        if self.ctx.settings.spares.per_tor <= 0:
             return set()
         return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
                 and job.spec.preemption.backfill_spares for r in job.placement.ranks}

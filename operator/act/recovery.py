@@ -72,7 +72,7 @@ class Recovery:
         """Carry a restart through its gate: a planned move saves a step first; losses close together make
         one restart; a process failure waits its back-off; infrastructure restarts back off and stop at an
         hourly cap; while the circuit breaker holds, NotReady losses wait; reclaimed spares are waited for."""
-        settings = self.ctx.settings.placement
+        settings = self.ctx.settings
         if partitioned(action, self.breaker.tripped):
             return  # a partition, not a fault: the breaker marks the job and lifts the hold when it clears
         grace = saves_first(action, settings)
@@ -120,7 +120,7 @@ class Recovery:
 
     async def _spares(self, job: Job, action: Restart) -> bool:
         """True while the gang waits for hot spares lent to backfilling jobs (reclaimed now, or before)."""
-        state, settings = self.ctx.state, self.ctx.settings.placement
+        state, settings = self.ctx.state, self.ctx.settings
         memory = self.ctx.memories.recall(job)
         spares = plan_spares(job, [loss.node for loss in action.losses], state.jobs, state.priority_classes,
                              state.snapshot(), self.models(), state.job_pods, self.victims.last_saved, memory.hold,
@@ -145,7 +145,7 @@ class Recovery:
             state.job_pods(job.key), holds(self.ctx.memories, state.jobs), self.breaker.tripped,
             lambda node: self.quarantine.corroborating(job, node),
             self.quarantine.straggler_quarantines(self.ctx.clock.time()), state.pod_infos, self.ctx.clock.time(),
-            self.ctx.settings.placement))
+            self.ctx.settings))
         if plan.kind is RestartKind.NO_ROOM:
             await self.moves.no_room(job, plan.message)
             return False

@@ -145,7 +145,7 @@ class ReportFlusher:
         node = memory.evicting
         if node is None:
             evicted = [t.timestamp() for t in job.status.straggler_evictions] + list(tracker.evictions)
-            allowed = may_evict(evicted, now, policy.max_evictions_per_hour, Limits.of(self.ctx.settings.placement))
+            allowed = may_evict(evicted, now, policy.max_evictions_per_hour, Limits.of(self.ctx.settings.quarantine))
             worst = rules.eviction_choice(flagged, allowed)
             if worst is None:
                 return None

@@ -33,7 +33,7 @@ log = logging.getLogger("railyard.operator")
 
 
 def new_memo(settings: Settings | None = None) -> kopf.Memo:
-    return kopf.Memo(settings=settings or Settings())
+    return kopf.Memo(settings=settings or Settings.from_env())
 
 
 @kopf.on.startup()

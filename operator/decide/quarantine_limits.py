@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import QuarantineSettings
 
 HOUR = 3600.0
 
@@ -23,9 +23,9 @@ class Limits:
     evictions_per_hour: int  # per job, across its restarts
 
     @classmethod
-    def of(cls, p: PlacementSettings) -> Limits:
-        return cls(p.quarantine_max_share, p.quarantine_max_nodes, p.quarantine_max_seconds,
-                   p.straggler_quarantines_per_hour, p.straggler_evictions_per_hour)
+    def of(cls, settings: QuarantineSettings) -> Limits:
+        return cls(settings.max_share, settings.max_nodes, settings.max_seconds,
+                   settings.straggler_quarantines_per_hour, settings.straggler_evictions_per_hour)
 
 
 def room(quarantined: int, gpu_nodes: int, limits: Limits) -> int:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.topology.api.job import TrainingJob
 from railyard.topology.cluster.labels import LABEL_TOR
@@ -23,6 +22,7 @@ from railyard.topology.solver.decision import pod_infos
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.settings import settings as operator_settings
 
 
 def _anti_affinity(selector: dict[str, str], key: str = LABEL_TOR) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def _operated(nodes: list[dict], pods: list[dict], jobs: list[dict]) -> dict[str
     for kind in KINDS:
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
-    asyncio.run(PlacementLoop(state, api, Settings(), lambda: True).run_once())
+    asyncio.run(PlacementLoop(state, api, operator_settings(), lambda: True).run_once())
     out: dict[str, dict[int, str] | None] = {}
     for job in jobs:
         status = api.objects["trainingjobs"][("default", job["metadata"]["name"])].get("status") or {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 from railyard.operator.act.report_flush import straggler_restart
-from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.quarantine_limits import Limits, lasting, room, straggler_quarantine_allowed
 from railyard.operator.decide.stragglers import Straggler
 from railyard.topology.api.job import StragglerRecord
@@ -15,12 +14,13 @@ from railyard.topology.api.job import StragglerRecord
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
 from tests.support.nodes import taint, update_node
+from tests.support.settings import settings as operator_settings
 
 UNHEALTHY = "railyard.dev/unhealthy"
 
 
 def limits(**settings) -> Limits:
-    return Limits.of(PlacementSettings(**settings))
+    return Limits.of(operator_settings(**settings).quarantine)
 
 
 def test_room_is_a_share_of_the_gpu_nodes_at_least_one_and_at_most_the_cap():

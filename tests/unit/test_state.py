@@ -11,7 +11,6 @@ import time
 import pytest
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.objects import parse_job, pod_view
-from railyard.operator.base.settings import ApiSettings, PlacementSettings, Settings
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.operator.decide.actions import Cleanup
 from railyard.operator.decide.assess import assess
@@ -26,6 +25,7 @@ from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
 from tests.support.nodes import not_ready
+from tests.support.settings import settings as operator_settings
 
 
 def synced(api: FakeApi, state: ClusterState | None = None) -> ClusterState:
@@ -39,8 +39,7 @@ def synced(api: FakeApi, state: ClusterState | None = None) -> ClusterState:
 
 def placer_for(state: ClusterState, api: FakeApi, debounce: float = 0.0,
                clock: ManualClock | None = None) -> PlacementLoop:
-    settings = Settings(placement=PlacementSettings(loss_debounce_seconds=debounce,
-                                                    not_ready_debounce_seconds=debounce * 5))
+    settings = operator_settings(loss_debounce_seconds=debounce, not_ready_debounce_seconds=debounce * 5)
     return PlacementLoop(state, api, settings, lambda: True, clock=clock)
 
 
@@ -625,14 +624,13 @@ def test_a_node_lost_while_the_restart_is_being_decided_is_replaced_too():
 # --- stragglers ------------------------------------------------------------------------------------
 
 def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined():
-    from railyard.operator.base.settings import ReportSettings
     from railyard.operator.decide.reports import WorkerReport
 
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
     state = synced(api, ClusterState(clock=clock))
-    placer = PlacementLoop(state, api, Settings(placement=PlacementSettings(loss_debounce_seconds=0),
-                                                reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
+    placer = PlacementLoop(state, api, operator_settings(loss_debounce_seconds=0, report_flush_seconds=0), lambda: True,
+                           clock=clock)
     policy = {"action": "Evict", "threshold": 0.85, "minDurationSeconds": 60, "warmupSteps": 0,
               "window": {"steps": 20, "seconds": 0}}
     submit(api, state, make_job("slowpoke", 4, stragglerPolicy=policy))
@@ -694,13 +692,12 @@ def test_a_straggler_is_checkpointed_then_evicted_and_its_node_quarantined():
 
 
 def test_a_straggler_under_report_only_is_never_evicted():
-    from railyard.operator.base.settings import ReportSettings
     from railyard.operator.decide.reports import WorkerReport
 
     clock = ManualClock(wall=1_800_000_000.0)
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=6))
     state = synced(api, ClusterState(clock=clock))
-    placer = PlacementLoop(state, api, Settings(reports=ReportSettings(flush_seconds=0)), lambda: True, clock=clock)
+    placer = PlacementLoop(state, api, operator_settings(report_flush_seconds=0), lambda: True, clock=clock)
     submit(api, state, make_job("watched", 2, stragglerPolicy={"minDurationSeconds": 30, "warmupSteps": 0,
                                                                "window": {"seconds": 0}}))
     run(placer.run_once())
@@ -809,7 +806,7 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
     state = synced(api)
     # 2 request workers: at most 4 pods of placed gangs in flight; each gang here has 4.
-    placer = PlacementLoop(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)
+    placer = PlacementLoop(state, api, operator_settings(api_workers=2), lambda: True)
     for name in ("first", "second", "third"):
         submit(api, state, make_job(name, 4))
     run(placer.run_once())
@@ -823,7 +820,7 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
 def test_gangs_of_one_pass_go_smallest_first_and_none_overtakes_a_gang_of_an_earlier_pass():
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=14))
     state = synced(api)
-    placer = PlacementLoop(state, api, Settings(api=ApiSettings(workers=2)), lambda: True)
+    placer = PlacementLoop(state, api, operator_settings(api_workers=2), lambda: True)
     # Budget 4 pods in flight. One pass places 6 (> budget) and 3 replicas; the next pass places 1 and 4.
     for name, replicas in (("a-six", 6), ("b-three", 3)):
         submit(api, state, make_job(name, replicas))

@@ -19,7 +19,7 @@ from bench.common import emit, superpod_snapshot
 from bench.peers.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
 from bench.peers.translators import PeerJob
 from bench.sim import SimCluster, training_job
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 
 RUN_SECONDS = 600.0  # the living part's COMPARE_LIVING_SECONDS in docs/benchmarks.md
 LIFETIME_SECONDS = 150.0  # its COMPARE_LIFETIME_SECONDS
@@ -28,7 +28,7 @@ SAID = "the operator's queue pass (decide/pass_plan.plan_pass) with its settings
 
 
 def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict:
-    sim = SimCluster(superpod_snapshot(), PlacementSettings(starvation_seconds=starvation))
+    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_STARVATION_SECONDS": starvation}))
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrival)
     classes = {}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
 from bench.sim import SimCluster, training_job
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide.restart_plan import RestartKind
 from railyard.topology.cluster.faults import LossReason, NodeLoss
 
@@ -32,7 +32,7 @@ SAID = "the operator's queue pass (decide/pass_plan.plan_pass) and restarts (dec
 
 
 def run(spares: int, failures: int, seed: int) -> dict:
-    sim = SimCluster(superpod_snapshot(), PlacementSettings(spares_per_tor=spares))
+    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_SPARES_PER_TOR": spares}))
     for index in range(GANGS):
         sim.submit(training_job(f"g{index}", 128, 8), lifetime=float("inf"))
     sim.step(0.0)
