@@ -346,6 +346,16 @@ class Settings(_Settings):
             raise _error(e, (), given) from None
 
 
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """RAILYARD_* variables that set nothing (a typo an admin should hear of: from_env ignores them)."""
+    return sorted(name for name in environ if name.startswith("RAILYARD_") and name not in _VARIABLES
+                  and name not in _NOT_SETTINGS)
+
+
+# Read elsewhere: the CLI's traceback switch and the e2e suite's cluster opt-in.
+_NOT_SETTINGS = frozenset({"RAILYARD_DEBUG", "RAILYARD_E2E_CLUSTER", "RAILYARD_LOCAL_RIG", "RAILYARD_CLUSTER_DIR"})
+
+
 def _error(e: ValidationError, within: tuple[str, ...], values: Mapping[str, Any]) -> SettingsError:
     """The first error, naming its variable and the value given."""
     error = e.errors()[0]

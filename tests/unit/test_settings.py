@@ -69,3 +69,10 @@ def test_the_operator_stops_at_start_on_a_bad_setting_saying_which(tmp_path):
     done = subprocess.run([sys.executable, "-m", "railyard.operator.app.cli", "operator"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "RAILYARD_API_WORKERS='lots': expected int" in done.stderr
+
+
+def test_a_mistyped_variable_is_named_not_silently_dropped():
+    from railyard.operator.base.settings import unknown_variables
+
+    assert unknown_variables({"RAILYARD_SPARES_PER_RACK": "1", "RAILYARD_SPARES_PER_TOR": "1", "RAILYARD_DEBUG": "1",
+                              "HOME": "/"}) == ["RAILYARD_SPARES_PER_RACK"]
