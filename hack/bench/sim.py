@@ -207,8 +207,9 @@ class SimCluster:
             self._take(key, decision.placement)
             self.waits[key] = self.now - self.arrived[key]
         for entry in plan.unplaced:
-            self._write(entry.key, transitions.unplaced(self.jobs[entry.key], entry.reason,
-                                                        entry.decision.reason or "", stamp))
+            unplaced = transitions.unplaced(self.jobs[entry.key], entry.reason, entry.message(), stamp)
+            if unplaced is not None:
+                self._write(entry.key, unplaced)
 
     # --- restarts ----------------------------------------------------------------------------------
 

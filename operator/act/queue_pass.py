@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 
@@ -35,13 +34,6 @@ from railyard.topology.cluster.model import Snapshot
 from railyard.topology.solver.placement import Decision
 
 log = logging.getLogger(__name__)
-
-
-def stable_key(message: str) -> str:
-    """The binding constraint of an Unschedulable message without its live counts and without the
-    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
-    condition and its Event change when the constraint changes, not every time a count moves."""
-    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
 class QueuePass:
@@ -183,19 +175,12 @@ class QueuePass:
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
         await self.writer.patch(job, patch)
 
-    async def _mark_unplaced(self, job: Job, entry: Unplaced, room: str | None) -> None:
-        reason = entry.reason
-        message = entry.decision.reason or "no placement"
-        if room is not None:
-            message = f"{message}; {room}"
-        if reason == PlacedReason.RESERVING:
-            message += "; waited past the starvation limit: the nodes it waits for are reserved"
-        previous = job.condition(ConditionType.PLACED)
-        if previous is not None and previous.reason == reason and \
-                stable_key(previous.message) == stable_key(message):
-            return  # same binding constraint, only counts moved: no write, no Event
-        metrics.PLACEMENT_FAILURES.labels(reason).inc()
-        if await self.writer.patch(job, transitions.unplaced(job, reason, message,
-                                                             utc(self.ctx.clock.time()))) is not None:
-            await self.events.warning(job, reason, message, key=stable_key(message))
+    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | None) -> None:
+        message = entry.message(making_room)
+        patch = transitions.unplaced(job, entry.reason, message, utc(self.ctx.clock.time()))
+        if patch is None:
+            return
+        metrics.PLACEMENT_FAILURES.labels(entry.reason).inc()
+        if await self.writer.patch(job, patch) is not None:
+            await self.events.warning(job, entry.reason, message, key=transitions.constraint_key(message))
 

@@ -67,6 +67,16 @@ class Unplaced:
     reason: PlacedReason
     room: Room | None = None  # how room is being made for it (the actor starts what is new)
 
+    def message(self, making_room: str | None = None) -> str:
+        """What its Placed condition says: the binding constraint, how room is being made (as the actor
+        reports it), and why it waits when it waits for reserved nodes."""
+        message = self.decision.reason or "no placement"
+        if making_room is not None:
+            message = f"{message}; {making_room}"
+        if self.reason == PlacedReason.RESERVING:
+            message += "; waited past the starvation limit: the nodes it waits for are reserved"
+        return message
+
 
 @dataclass(frozen=True)
 class Failed:

@@ -4,6 +4,7 @@ to write, a `TrainingJobStatus` whose set fields are the merge patch (None delet
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -90,7 +91,20 @@ def placing(job: Job, placement: Placement, placement_id: str, now: datetime) ->
         queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 
 
-def unplaced(job: Job, reason: PlacedReason, message: str, now: datetime) -> TrainingJobStatus:
+def constraint_key(message: str) -> str:
+    """The binding constraint of an Unschedulable message without its live counts and without the
+    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
+    condition and its Event change when the constraint changes, not every time a count moves."""
+    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
+
+
+def unplaced(job: Job, reason: PlacedReason, message: str, now: datetime) -> TrainingJobStatus | None:
+    """Placed=False for `reason`; None when that reason is recorded already with the same binding constraint
+    (only counts moved: no write, no Event)."""
+    previous = job.condition(ConditionType.PLACED)
+    if previous is not None and previous.reason == reason and \
+            constraint_key(previous.message) == constraint_key(message):
+        return None
     return TrainingJobStatus(queued_since=job.queued_since,
                              conditions=_set(job, job.conditions, ConditionType.PLACED, FALSE, reason, message, now))
 
