@@ -26,11 +26,12 @@ from railyard.operator.cache.memory import JobMemory
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.holds import Expired, Hold
 from railyard.operator.decide.preemption_rules import (
+    cancelled,
     describe_plan,
     parse_key,
+    shrink_kept,
     victim_message,
 )
-from railyard.topology.solver.replace import RankSlot
 from railyard.topology.solver.victims import PreemptionPlan
 
 log = logging.getLogger("railyard.preemption")
@@ -46,17 +47,6 @@ class Victims:
         self.events = events
         self.pods = pods
         self.checkpoints = checkpoints
-
-    def last_saved(self, job: Job) -> float | None:
-        """When the work the gang would keep was saved: its last committed checkpoint, else the start
-        of its current attempt (everything since would be recomputed)."""
-        committed = self.checkpoints.committed(job)
-        if committed is not None and committed.time is not None and committed.restart_count == job.restart_count:
-            return committed.time.timestamp()
-        restart = job.status.last_restart
-        began = restart.released_at if restart is not None and restart.released_at is not None else \
-            job.status.start_time
-        return began.timestamp() if began is not None else None
 
     async def timed_out(self, expired: list[Expired]) -> None:
         """Holds given up at their deadline (victims stuck terminating, checkpoints slow): the holder cools
@@ -131,9 +121,8 @@ class Victims:
         now = self.ctx.clock.time()
         by = job.status.preempted_by or ""
         preemptor = self.ctx.state.jobs.get(parse_key(by)) if by else None
-        if preemptor is None or preemptor.deleting or preemptor.finished or (
-                preemptor.placement is not None and (self.ctx.memories.peek(preemptor) or _NO_HOLD).hold is None):
-            why = "it is gone" if preemptor is None or preemptor.deleting else "it was placed without this job's room"
+        holds = preemptor is not None and (self.ctx.memories.peek(preemptor) or _NO_HOLD).hold is not None
+        if (why := cancelled(preemptor, holds)) is not None:
             message = f"preemption for {by or 'an unknown job'} cancelled: {why}; the job runs on"
             self.checkpoints.end(job, self.ctx.memories.recall(job))
             if await self.writer.patch(job, transitions.preemption_cancelled(job, message, utc(now))) is not None:
@@ -162,18 +151,14 @@ class Victims:
         """An elastic victim keeps `size` replicas and runs on (a new attempt, as a resize), dropping the
         ranks the plan chose (inside the domain being cleared). False when that no longer makes sense (its
         placement changed, or a kept rank's node is gone or unusable): then it is evicted whole."""
-        if job.placement is None:
+        kept = shrink_kept(job, size, dropping, self.ctx.state.snapshot())
+        if kept is None or job.placement is None:
             return False
-        ranks = sorted(job.placement.ranks, key=lambda r: r.rank)
-        kept = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks if r.rank not in dropping]
-        usable = self.ctx.state.snapshot()
-        if len(kept) != size or not all(usable.has_node(s.node) for s in kept):
-            return False
-        models = {s.node: usable.node(s.node) for s in kept}
+        ranks = sorted(r.rank for r in job.placement.ranks)
+        moved = sum(1 for i, rank in enumerate(r for r in ranks if r not in dropping) if rank != i)
         message = f"shrunk from {len(ranks)} to {size} replicas for {by} (higher priority){resume}"
         now = utc(self.ctx.clock.time())
-        if await self.attempts.record(job, RestartReason.PREEMPTED, message, [(models[s.node], s.gpus) for s in kept],
-                                      {"moved_ranks": sum(1 for i, s in enumerate(kept) if s.rank != i)},
+        if await self.attempts.record(job, RestartReason.PREEMPTED, message, kept, {"moved_ranks": moved},
                                       conditions=transitions.shrunk_for_preemption(job, message, now),
                                       preemptions=transitions.recent_and_now(job.status.preemptions, now)) is None:
             return True

@@ -58,7 +58,7 @@ class QueuePass:
 
         def last_saved(job: Job) -> float | None:
             if job.key not in saved:
-                saved[job.key] = self.victims.last_saved(job)
+                saved[job.key] = self.victims.checkpoints.last_saved(job)
             return saved[job.key]
 
         room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),

@@ -123,7 +123,7 @@ class Recovery:
         state, settings = self.ctx.state, self.ctx.settings
         memory = self.ctx.memories.recall(job)
         spares = plan_spares(job, [loss.node for loss in action.losses], state.jobs, state.priority_classes,
-                             state.snapshot(), self.models(), state.job_pods, self.victims.last_saved, memory.hold,
+                             state.snapshot(), self.models(), state.job_pods, self.checkpoints.last_saved, memory.hold,
                              self.ctx.clock.monotonic(), self.ctx.clock.time(), settings)
         if spares.kind is SpareKind.RECLAIM:
             assert spares.hold is not None

@@ -1,12 +1,14 @@
 """Pure rules of gang preemption around the victim chooser (topology/solver/victims.py): what evicting a
-gang costs, the hourly cap, and the words its conditions and Events use."""
+gang costs, the hourly cap, when a marked victim is let go on, what an elastic victim keeps, and the words
+its conditions and Events use."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from railyard.operator.base.objects import Key
+from railyard.operator.base.objects import Job, Key
+from railyard.topology.cluster.model import GpuNode, Snapshot
 from railyard.topology.solver.victims import WHOLE_CLUSTER, PreemptionPlan
 
 HOUR = 3600.0
@@ -45,3 +47,27 @@ def shrink_sizes(current: int, at_least: int, valid: Callable[[int], bool]) -> t
     """The sizes below `current` an elastic gang may be shrunk to (>= minReplicas, valid for its
     parallelism); empty for a gang that is not elastic."""
     return tuple(n for n in range(at_least, current) if valid(n))
+
+
+def cancelled(preemptor: Job | None, preemptor_holds: bool) -> str | None:
+    """Why a marked victim is let go on — its preemptor no longer needs the room (gone, finished, or placed
+    without a hold on this room) — or None: the preemption goes on."""
+    if preemptor is None or preemptor.deleting:
+        return "it is gone"
+    if preemptor.finished or (preemptor.placement is not None and not preemptor_holds):
+        return "it was placed without this job's room"
+    return None
+
+
+def shrink_kept(job: Job, size: int, dropping: set[int], snapshot: Snapshot
+                ) -> list[tuple[GpuNode, tuple[int, ...]]] | None:
+    """What an elastic victim keeps when shrunk to `size` dropping the ranks the plan chose, in rank order;
+    None when that no longer makes sense (its placement changed, or a kept rank's node is gone or unusable):
+    then it is evicted whole."""
+    if job.placement is None:
+        return None
+    kept = [(r.node, tuple(r.gpus)) for r in sorted(job.placement.ranks, key=lambda r: r.rank)
+            if r.rank not in dropping]
+    if len(kept) != size or not all(snapshot.has_node(node) for node, _ in kept):
+        return None
+    return [(snapshot.node(node), gpus) for node, gpus in kept]
