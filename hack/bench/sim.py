@@ -21,8 +21,8 @@ from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, QueueMemory, drive, plan_pass
-from railyard.operator.decide.priority import PriorityClassView, resolve
-from railyard.operator.decide.queue import QueuedJob, queued
+from railyard.operator.decide.priority import PriorityClassView
+from railyard.operator.decide.queue import QueuedJob, admit
 from railyard.operator.decide.restart_plan import RestartInput, RestartKind, RestartPlan, plan_restart
 from railyard.operator.decide.room import RoomView
 from railyard.topology.cluster.faults import LossReason, NodeLoss
@@ -155,9 +155,9 @@ class SimCluster:
         for key, job in self.jobs.items():
             if key in self.running or job.request is None:
                 continue
-            priority = resolve(job.priority_class_name, self.classes)
-            if priority is not None:
-                out.append(queued(job, job.request, EPOCH + self.now, priority.value))
+            entry = admit(job, job.request, self.classes, EPOCH + self.now)
+            if isinstance(entry, QueuedJob):  # a job of a missing class waits out of the queue
+                out.append(entry)
         return out
 
     def given(self) -> PassInput:

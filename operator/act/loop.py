@@ -59,8 +59,7 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.operator.decide.assess import Seen, assess, steady
-from railyard.operator.decide.priority import missing_message, resolve
-from railyard.operator.decide.queue import QueuedJob, queued
+from railyard.operator.decide.queue import QueuedJob, admit
 from railyard.operator.decide.resource_claims import claim_name
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
@@ -221,12 +220,11 @@ class PlacementLoop:
                 if isinstance(action, Wait) and steady(job, pods, state.health):
                     ctx.memories.recall(job).steady = steady_key
             if isinstance(action, Queue):
-                priority = resolve(job.priority_class_name, state.priority_classes)
-                if priority is None:
-                    work.append(self._step(job, Invalid(PlacedReason.PRIORITY_CLASS_NOT_FOUND,
-                                                        missing_message(job.priority_class_name or ""))))
+                entry = admit(job, action.request, state.priority_classes, now)
+                if isinstance(entry, Invalid):
+                    work.append(self._step(job, entry))
                 else:
-                    waiting.append(queued(job, action.request, now, priority.value))
+                    waiting.append(entry)
             elif isinstance(action, Wait | Done):
                 if self.errors.failing(job):
                     work.append(self.errors.cleared(job))
