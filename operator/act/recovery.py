@@ -89,7 +89,7 @@ class Recovery:
         if gate.kind is GateKind.DEBOUNCE:
             self._again(gate.wait)
             return
-        if action.reason != LossReason.MIGRATION and await self._spares(job, action):
+        if await self._spares(job, action):
             self._again(1.0)  # backfilled spares are being freed
             return
         restarted = await self.carry_out(job, action)
@@ -122,7 +122,7 @@ class Recovery:
         """True while the gang waits for hot spares lent to backfilling jobs (reclaimed now, or before)."""
         state, settings = self.ctx.state, self.ctx.settings
         memory = self.ctx.memories.recall(job)
-        spares = plan_spares(job, [loss.node for loss in action.losses], state.jobs, state.priority_classes,
+        spares = plan_spares(job, action, state.jobs, state.priority_classes,
                              state.snapshot(), self.models(), state.job_pods, self.checkpoints.last_saved, memory.hold,
                              self.ctx.clock.monotonic(), self.ctx.clock.time(), settings)
         if spares.kind is SpareKind.RECLAIM:

@@ -14,29 +14,15 @@ from railyard.operator.act.events import Events
 from railyard.operator.act.goodput_meter import GoodputMeter
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
-from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, StragglerMark
 from railyard.operator.cache.memory import JobMemory
-from railyard.operator.decide import policy as rules
-from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
-from railyard.operator.decide.quarantine_limits import Limits, may_evict
+from railyard.operator.decide.quarantine_limits import Limits
+from railyard.operator.decide.straggler_status import eviction_restart, status_fields, to_evict
 from railyard.operator.decide.stragglers import Straggler, StragglerTracker, score
-from railyard.topology.api.job import StragglerAction, StragglerPolicy, StragglerRecord, TrainingJobStatus, rfc3339
-from railyard.topology.cluster.faults import LossReason, NodeLoss
+from railyard.topology.api.job import StragglerAction, StragglerPolicy, TrainingJobStatus
 from railyard.topology.solver.rank_order import pipeline_stage
-
-STRAGGLERS_KEPT = 16  # status.stragglers: the slowest nodes (the CRD allows 64)
-
-
-def straggler_restart(job: Job, straggler: Straggler) -> Restart:
-    assert job.request is not None
-    since = rfc3339(utc(straggler.since))
-    message = (f"node {straggler.node} (ranks {', '.join(map(str, straggler.ranks))}) computes at "
-               f"{straggler.score:.2f} of the fastest comparable node's speed since {since}")
-    return Restart(LossReason.STRAGGLER, message, job.request,
-                   losses=(NodeLoss(straggler.node, LossReason.STRAGGLER, message, since),))
 
 
 class ReportFlusher:
@@ -123,19 +109,7 @@ class ReportFlusher:
         eviction = None
         if policy.action == StragglerAction.EVICT:
             eviction = self._eviction(job, memory, policy, flagged, scores.step_p50, tracker, now, mark)
-        fields: dict[str, object] = {}
-        stamp = utc(now)
-        if scores.step_p50 is not None and rules.step_time_due(job.status.step_time, scores.step_p50, now):
-            fields["step_time"] = transitions.step_time(scores.step_p50, scores.step_p90, scores.samples, stamp)
-        worst = sorted(flagged, key=lambda f: (f.score, f.node))[:STRAGGLERS_KEPT]
-        stragglers = [StragglerRecord(node=f.node, ranks=list(f.ranks), score=round(f.score, 2), since=utc(f.since),
-                                      action=mark[f.node]) for f in sorted(worst, key=lambda f: f.node)]
-        if transitions.stragglers_changed(job.status.stragglers, stragglers):
-            fields["stragglers"] = stragglers
-        conditions = transitions.straggling_conditions(job, rules.straggling(slow, scores, policy), stamp)
-        if conditions is not None:
-            fields["conditions"] = conditions
-        return fields, eviction, slow
+        return status_fields(job, scores, flagged, slow, mark, policy, now), eviction, slow
 
     def _eviction(self, job: Job, memory: JobMemory, policy: StragglerPolicy, flagged: list[Straggler],
                   step_seconds: float | None, tracker: StragglerTracker, now: float,
@@ -144,13 +118,11 @@ class ReportFlusher:
         every rank was asked for (or its timeout)."""
         node = memory.evicting
         if node is None:
-            evicted = [t.timestamp() for t in job.status.straggler_evictions] + list(tracker.evictions)
-            allowed = may_evict(evicted, now, policy.max_evictions_per_hour, Limits.of(self.ctx.settings.quarantine))
-            worst = rules.eviction_choice(flagged, allowed)
+            worst = to_evict(job, flagged, tracker, policy, Limits.of(self.ctx.settings.quarantine), now)
             if worst is None:
                 return None
             if not policy.checkpoint_before_evict:
-                return straggler_restart(job, worst)
+                return eviction_restart(job, worst)
             node = memory.evicting = worst.node
         mark[node] = StragglerMark.CHECKPOINT_REQUESTED
         if not self.checkpoints.ready(job, memory, policy.checkpoint_timeout_seconds, step_seconds):
@@ -160,7 +132,7 @@ class ReportFlusher:
             memory.evicting = None
             self.checkpoints.end(job, memory)
             return None
-        return straggler_restart(job, flag)
+        return eviction_restart(job, flag)
 
     def _evict(self, job: Job, memory: JobMemory, action: Restart, now: float) -> None:
         """The gang restarts without the straggler (the fault path: replacement next to it, quarantine): the

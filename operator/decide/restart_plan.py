@@ -141,13 +141,15 @@ class Spares:
     message: str = ""
 
 
-def plan_spares(job: Job, lost: Sequence[str], jobs: Mapping[Key, Job], classes: Mapping[str, PriorityClassView],
+def plan_spares(job: Job, action: Restart, jobs: Mapping[Key, Job], classes: Mapping[str, PriorityClassView],
                 snapshot: Snapshot, models: Mapping[str, GpuNode], job_pods: Callable[[Key], Sequence[PodView]],
                 last_saved: Callable[[Job], float | None], hold: Hold | None, mono: float, now: float,
                 settings: Settings) -> Spares:
     """A running gang lost these nodes and its TORs' hot spares are lent to backfilling jobs: evict those
-    (the least work lost first) and hold their nodes for it; WAIT while the reclaimed ones are still there."""
-    if settings.spares.per_tor <= 0 or not lost:
+    (the least work lost first) and hold their nodes for it; WAIT while the reclaimed ones are still there.
+    A planned move (defragmentation) lands outside nodes held for its waiting gang, never on reclaimed spares."""
+    lost = [loss.node for loss in action.losses]
+    if settings.spares.per_tor <= 0 or not lost or action.reason == LossReason.MIGRATION:
         return Spares(SpareKind.NONE)
     if hold is not None and hold.spare:
         if mono >= hold.until:

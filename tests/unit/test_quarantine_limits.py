@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from railyard.operator.act.report_flush import straggler_restart
 from railyard.operator.decide.quarantine_limits import Limits, lasting, room, straggler_quarantine_allowed
+from railyard.operator.decide.straggler_status import eviction_restart
 from railyard.operator.decide.stragglers import Straggler
 from railyard.topology.api.job import StragglerRecord
 
@@ -49,7 +49,7 @@ def test_a_shared_node_needs_corroboration_and_the_hourly_cap_holds():
 def _evict(r: Rig, name: str, node: str) -> None:
     job = r.state.jobs[("default", name)]
     slow = Straggler(node, tuple(x.rank for x in job.placement.ranks if x.node == node), 0.5, 0.0, True)
-    asyncio.run(r.loop.recovery.carry_out(job, straggler_restart(job, slow)))
+    asyncio.run(r.loop.recovery.carry_out(job, eviction_restart(job, slow)))
     r.deliver()
 
 
