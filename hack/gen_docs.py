@@ -24,7 +24,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -174,7 +174,7 @@ def troubleshooting() -> str:
 # The benchmarks' current results (docs/results/NAME.json, copied there from `make NAME`'s bench-NAME.json) and
 # the figures of each the page shows. A key a result no longer has fails `--check`, naming the file and key.
 # A path's steps: a dict key, a list index, or {field: value, ...}: the one element of a list with those fields.
-Step = str | int | dict[str, object]
+Step = str | int | Mapping[str, object]
 
 
 class Figure(NamedTuple):
@@ -214,7 +214,7 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
              ("living", "jobs")),
         _fig(f"GPU utilisation, mean: {_BY_PEER}", *_peers("gpu_utilisation_mean"), unit="%"),
         _fig(f"1-replica jobs' wait p99 s: {_BY_PEER}", *_peers("waits_by_size", "1 replica", "wait_p99_seconds")),
-        _fig(f"2–16 replica jobs' wait p99 s: {_BY_PEER}",
+        _fig(f"2-16 replica jobs' wait p99 s: {_BY_PEER}",
              *_peers("waits_by_size", "2-16 replicas", "wait_p99_seconds")),
         _fig(f"32+ replica jobs' wait p99 s: {_BY_PEER}",
              *_peers("waits_by_size", "32+ replicas", "wait_p99_seconds")),
@@ -228,9 +228,11 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
              *(("railyard_seconds_by_signal", s) for s in ("gpu", "exit", "taint", "maintenance", "heartbeat"))),
         _fig("steps recomputed after a planned drain", ("planned_steps_recomputed", 0)),
         _fig("projected goodput, 16,384 GPUs, 10-minute checkpoints: Railyard / JobSet-style restart",
-             ("projection", _GOODPUT_10, "railyard_goodput"), ("projection", _GOODPUT_10, "baseline_goodput"), unit="%"),
+             ("projection", _GOODPUT_10, "railyard_goodput"), ("projection", _GOODPUT_10, "baseline_goodput"),
+             unit="%"),
         _fig("the same, 5-minute checkpoints",
-             ("projection", _GOODPUT_5, "railyard_goodput"), ("projection", _GOODPUT_5, "baseline_goodput"), unit="%"),
+             ("projection", _GOODPUT_5, "railyard_goodput"), ("projection", _GOODPUT_5, "baseline_goodput"),
+             unit="%"),
         _fig("time lost per interruption, Railyard over the baseline (10-minute checkpoints)",
              ("projection", _GOODPUT_10, "lost_time_ratio"), unit="x"),
     )),
@@ -262,7 +264,8 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
     "dra": ("DRA (`make dra-bench`)", None, (
         _fig("pods in the burst", ("pods",)),
         _fig("creation to all bound s: device plugin / DRA", *_both("device_plugin", "dra", "all_bound_seconds")),
-        _fig("API requests per pod: device plugin / DRA", *_both("device_plugin", "dra", "api_requests_per_pod", "total")),
+        _fig("API requests per pod: device plugin / DRA",
+             *_both("device_plugin", "dra", "api_requests_per_pod", "total")),
         _fig("DRA over device plugin: time / requests per pod / operator CPU / kube-scheduler CPU",
              *(("ratio_dra_to_device_plugin", k) for k in ("all_bound_seconds", "api_requests_per_pod",
                                                            "operator_cpu_seconds", "kube_scheduler_cpu_seconds")),
@@ -272,7 +275,8 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
     )),
     "preemption": ("force-fit preemption (`make preemption`)", None, (
         _fig("seeds", ("runs",), unit="count"),
-        _fig("victims, median: Railyard / evict the youngest", ("median", "railyard", "victims"), ("median", "naive_youngest", "victims")),
+        _fig("victims, median: Railyard / evict the youngest",
+             ("median", "railyard", "victims"), ("median", "naive_youngest", "victims")),
         _fig("GPU-hours lost, median: Railyard / evict the youngest",
              ("median", "railyard", "lost_gpu_hours"), ("median", "naive_youngest", "lost_gpu_hours")),
         _fig("GPU-hours lost, the youngest-first policy over Railyard", ("ratio_lost_gpu_hours_naive_over_railyard",),
@@ -327,7 +331,7 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
           for seed in (11, 13, 16)),
         _fig("seeds 11 / 13 / 16: that p99 at 90 s over 120 s",
              *(("runs", {"seed": seed}, "wait_p99_over_120s", "90") for seed in (11, 13, 16)), unit="x"),
-        _fig("seed 11: 2–16 replica jobs' wait p99 s at 60 / 90 / 120",
+        _fig("seed 11: 2-16 replica jobs' wait p99 s at 60 / 90 / 120",
              *(("runs", {"seed": 11}, "by_starvation_seconds", t, "wait_p99_by_size_seconds", "2-16 replicas")
                for t in _THRESHOLDS)),
     )),
@@ -337,7 +341,7 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
 def _step_text(path: tuple[Step, ...]) -> str:
     out = ""
     for step in path:
-        if isinstance(step, dict):
+        if isinstance(step, Mapping):
             out += "[" + ", ".join(f"{k}={v}" for k, v in step.items()) + "]"
         elif isinstance(step, int):
             out += f"[{step}]"
@@ -346,19 +350,23 @@ def _step_text(path: tuple[Step, ...]) -> str:
     return out
 
 
+def _has(node: Any, step: str | int) -> bool:
+    if isinstance(step, int):
+        return isinstance(node, list) and -len(node) <= step < len(node)
+    return isinstance(node, dict) and step in node
+
+
 def _lookup(data: Any, path: tuple[Step, ...], where: str) -> Any:
     node = data
     for i, step in enumerate(path):
-        if isinstance(step, dict):
+        if isinstance(step, Mapping):
             found = [e for e in node if isinstance(e, dict) and all(e.get(k) == v for k, v in step.items())] \
                 if isinstance(node, list) else []
             if len(found) != 1:
                 raise SystemExit(f"{where}: {len(found)} elements match {_step_text(path[:i + 1])} (one expected; "
                                  "hack/gen_docs.py HEADLINES)")
             node = found[0]
-        elif isinstance(step, int) and isinstance(node, list) and -len(node) <= step < len(node):
-            node = node[step]
-        elif isinstance(step, str) and isinstance(node, dict) and step in node:
+        elif _has(node, step):
             node = node[step]
         else:
             raise SystemExit(f"{where}: no key {_step_text(path[:i + 1])} (hack/gen_docs.py HEADLINES)")

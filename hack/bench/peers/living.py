@@ -159,7 +159,8 @@ def _holding(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], bound: 
     intervals = [(at, finished.get(p), gpus_of[p]) for p, at in running.items() if p in gpus_of]
     work = _working(by_name, gpus_of, running, finished, job_of, lifetime)
     # Also from the run's start: when demand stays below the cluster, a scheduler that delays the work queued at
-    # the warm-up's end moves it into the window and scores higher by being slower (seed 12, docs/benchmarks.md).
+    # the warm-up's end moves it into the window and scores higher by being slower (seed 12,
+    # docs/records/benchmarks-2026-11-to-2026-12-05.md).
     return {"pod_bound_to_running_seconds": _spread(to_running),
             "pod_running_past_lifetime_seconds": _spread(past),
             "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus),
