@@ -391,7 +391,9 @@ def _value(value: Any, unit: str, where: str) -> str:
 
 def _measured(data: dict[str, Any], where: tuple[Step, ...] | None, name: str) -> str:
     """The run's date or commit, if its JSON says: `date`, `commit` or `code` at the top, or the path named."""
-    said = [str(data[k]) for k in ("date", "commit", "code") if k in data]
+    stamp = data.get("measured") or {}  # bench.common.emit's
+    said = [str(v) for v in (stamp.get("date"), stamp.get("commit")) if v]
+    said += [str(data[k]) for k in ("date", "commit", "code") if k in data]
     if where is not None:
         said.append(str(_lookup(data, where, name))[:10])
     return ", ".join(said) or "not recorded"
