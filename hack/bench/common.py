@@ -113,7 +113,7 @@ def measured() -> dict[str, str]:
             return ""
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"):  # results are outputs
         commit += "+dirty"
     return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"), "commit": commit}
 
