@@ -311,8 +311,8 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
              ("without", "gangs"), ("without", "gpus_idle_after_placement")),
         _fig("gangs placed / GPUs idle after placement: one spare per TOR",
              ("with_one_spare_per_tor", "gangs"), ("with_one_spare_per_tor", "gpus_idle_after_placement")),
-        _fig("replacement solve p50 ms: no spares / one spare per TOR",
-             *_both("without", "with_one_spare_per_tor", "replacement_solve_ms_p50")),
+        _fig("restart plan p50 ms: no spares / one spare per TOR",
+             *_both("without", "with_one_spare_per_tor", "restart_plan_ms_p50")),
     )),
     "spares-live": ("hot spares, live (`python -m bench recovery`)", None, (
         _fig("128 x 8 gang losing 8 nodes, replacements in the lost node's TOR: no spares / one spare per TOR",
