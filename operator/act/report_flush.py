@@ -115,7 +115,11 @@ class ReportFlusher:
                   step_seconds: float | None, tracker: StragglerTracker, now: float,
                   mark: dict[str, StragglerMark]) -> Restart | None:
         """Evict the slowest persistent straggler; with checkpointBeforeEvict, after the checkpoint
-        every rank was asked for (or its timeout)."""
+        every rank was asked for (or its timeout). One eviction at a time: while the one decided waits for its
+        restart (the loop carries it out), no other is chosen and no second checkpoint asked for."""
+        if memory.straggler is not None and memory.straggler[0] == job.restart_count:
+            mark[memory.straggler[1].node] = StragglerMark.EVICTED
+            return None
         node = memory.evicting
         if node is None:
             worst = to_evict(job, flagged, tracker, policy, Limits.of(self.ctx.settings.quarantine), now)
