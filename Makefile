@@ -14,6 +14,7 @@ help:
 	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
 	@echo "make defrag / make spares - a fragmenting stream, and replacements with full TORs (JSON)"
 	@echo "make reservation-bench - starvationSeconds on the living stream, simulated (JSON)"
+	@echo "  (each writes bench-NAME.json here; docs/benchmarks.md shows docs/results/, see the Makefile to refresh)"
 
 deps:
 	@hack/deps.sh
@@ -56,6 +57,11 @@ train-torch:
 	python3 hack/train_torch.py
 
 # The benchmarks (hack/bench): one entry point, `python -m bench NAME` (`python -m bench` lists them).
+# Each target writes its JSON to bench-NAME.json here (git-ignored). The figures docs/benchmarks.md shows are
+# docs/results/NAME.json: to refresh one, run the target, copy its JSON over the result (RESULT= below says
+# where), then run hack/gen_docs.py, which rewrites the page's table from docs/results/ (its --check fails
+# when a headline figure's key is gone: hack/gen_docs.py HEADLINES). A target without RESULT= has no result
+# kept in docs/results/.
 BENCH := PYTHONPATH=hack .venv/bin/python -m bench
 
 bench: deps
@@ -64,25 +70,32 @@ bench: deps
 # Goodput under Llama 3's failure mix on a fresh superpod-2k rig (restarts the local rig; ~15 min), and
 # the 30-minute soak (a fault a minute; exits 1 on a double-booked GPU, a partial gang or a restart of
 # a job no fault touched). Neither is part of `make test`.
+# RESULT=docs/results/goodput.json (make goodput), RESULT=docs/results/soak.json (make soak)
 goodput: deps build
 	$(BENCH) goodput | tee bench-goodput.json
 
 soak: deps build
 	$(BENCH) goodput --soak | tee bench-soak.json
 
+# RESULT=docs/results/preemption.json
 preemption: deps
 	$(BENCH) preemption | tee bench-preemption.json
 
+# RESULT=docs/results/defrag.json
 defrag: deps
 	$(BENCH) defrag | tee bench-defrag.json
 
 # The starvation threshold on the living stream, simulated on the pure core (docs/placement.md, why 90 s)
+# RESULT=docs/results/reservation.json
 reservation-bench: deps
 	$(BENCH) reservation | tee bench-reservation.json
 
+# 12,288 kwok nodes, empty then with 50,000 pods (restarts the local rig). RESULT=docs/results/scale.json
 scale-bench: deps build
 	$(BENCH) scale | tee bench-scale.json
 
+# The operator's burst with the device plugin, then with DRA claims (restarts the local rig twice).
+# RESULT=docs/results/dra.json
 dra-bench: deps build
 	$(BENCH) dra | tee bench-dra.json
 
@@ -91,6 +104,9 @@ dra-bench: deps build
 client-bench: deps
 	$(BENCH) client | tee bench-client.json
 
+# RESULT=docs/results/spares.json. Its live half, docs/results/spares-live.json, has no target: the recovery
+# benchmark run twice on fresh rigs, `$(BENCH) recovery` then `RAILYARD_SPARES_PER_TOR=1 $(BENCH) recovery`,
+# their final JSON's "cases" as "without_spares" and "with_one_spare_per_tor".
 spares: deps
 	$(BENCH) spares | tee bench-spares.json
 
@@ -98,8 +114,10 @@ spares: deps
 # baseline, each on a fresh superpod-2k rig (restarts the local rig): the burst (~15 min), then the
 # living cluster (COMPARE_LIVING_SECONDS per peer, default 1200, then up to COMPARE_LIVING_SETTLE_SECONDS,
 # default 300, until the run's jobs' p99 wait is decided: ~2.5 h for five). COMPARE_MODE=burst|living
-# runs one. JSON here, the tables in compare.md and compare-living.md.
+# runs one. JSON here, the tables in compare.md and compare-living.md, the plots in docs/results/.
+# RESULT=docs/results/compare-living.json: the JSON of `COMPARE_MODE=living make compare` without its "# "
+# progress lines (`grep -v '^#' bench-compare.json`); the burst's JSON is not kept in docs/results/.
 compare: deps build
 	.venv/bin/python -m pip install -q -e '.[compare]'
-	COMPARE_OUT=compare.md COMPARE_PLOT=docs/compare.png COMPARE_LIVING_OUT=compare-living.md \
-		COMPARE_LIVING_PLOT=docs/compare-living.png $(BENCH) compare | tee bench-compare.json
+	COMPARE_OUT=compare.md COMPARE_PLOT=docs/results/compare.png COMPARE_LIVING_OUT=compare-living.md \
+		COMPARE_LIVING_PLOT=docs/results/compare-living.png $(BENCH) compare | tee bench-compare.json

@@ -48,7 +48,7 @@ PORTS = {"etcd": 23790, "etcd-peer": 23800, "kube-apiserver": 16443, "kube-contr
          "kube-scheduler": 17259, "kwok": 17247}
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.128.0.0/12"  # kwok hands out fake pod IPs from here; nothing routes to them
-KWOK_LABEL = "type=kwok"  # nodes kwok simulates; railyard.topology.profile.KWOK_LABEL
+KWOK_LABEL = "type=kwok"  # nodes kwok simulates; railyard.topology.planner.profile.KWOK_LABEL
 REAL_NODE_IP = "10.88.0.1"  # the real node's bridge (hack/realnode.py)
 
 
@@ -617,7 +617,7 @@ def wait_for_default_service_account() -> None:
 def load_profile_nodes(profile: str) -> list[dict]:
     import yaml
     from pydantic import ValidationError
-    from railyard.topology.profile import ClusterProfile, node_objects
+    from railyard.topology.planner.profile import ClusterProfile, node_objects
 
     path = Path(profile)
     if not path.exists():
@@ -710,7 +710,7 @@ def status() -> int:
 
 def show_nodes() -> None:
     from kubernetes import client
-    from railyard.topology.nodes import build_snapshot
+    from railyard.topology.cluster.nodes import build_snapshot
 
     core = client.CoreV1Api(api())
     objects = api().sanitize_for_serialization(core.list_node().items)

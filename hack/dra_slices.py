@@ -6,7 +6,7 @@ default since 1.34) allocates from these slices, which is what the tests exercis
     hack/dra_slices.py publish [--selector type=kwok]   slices for every matching node, DeviceClasses
     hack/dra_slices.py remove                           every slice and DeviceClass this script made
 
-Per node, as NVIDIA's GPU driver and DraNet name things (railyard.topology.devices):
+Per node, as NVIDIA's GPU driver and DraNet name things (railyard.topology.cluster.dra_devices):
 - driver gpu.nvidia.com, pool = node name, devices gpu-<i> with index, uuid, minor, productName, type,
   resource.kubernetes.io/pcieRoot (one root per rail: pci<rail>:00), resource.kubernetes.io/numaNode and
   nvlinkIsland (the rig's own attribute, from the gpu-nvlink label);
@@ -27,9 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cluster
-from railyard.topology.devices import NUMA_NODE, PCIE_ROOT, STANDARD
-from railyard.topology.model import GpuNode
-from railyard.topology.nodes import NodeError, node_from_object
+from railyard.topology.cluster.dra_devices import NUMA_NODE, PCIE_ROOT, STANDARD
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.cluster.nodes import NodeError, node_from_object
 
 RIG_LABEL = "railyard.dev/rig-dra"
 NAMES = STANDARD

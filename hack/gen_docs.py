@@ -15,6 +15,7 @@ in the page that shows it. `hack/gen_docs.py` rewrites them; `--check` lists the
     columns       crds/ additionalPrinterColumns                                          -> docs/trainingjob.md
     cli           operator/app/cli.py's parser and exit codes                             -> docs/cli.md
     troubleshooting  operator/app/troubleshooting.py                                      -> docs/troubleshooting.md
+    results       docs/results/*.json (the headline figures HEADLINES names)               -> docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -48,22 +49,25 @@ def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
 # --- the sections ----------------------------------------------------------------------------------------
 
 def settings() -> str:
+    """One table per concern (each model of base/settings.py), headed by what that model's docstring says."""
     from railyard.operator.base.settings import Settings
 
-    rows = []
-
-    def walk(model: Any) -> None:
+    def rows_of(model: Any) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = []
         for field in model.model_fields.values():
             extra = field.json_schema_extra
             if isinstance(extra, dict) and "env" in extra and not str(extra["env"]).startswith("RAILYARD_TEST_"):
                 default = str(extra.get("shown", ""))
                 rows.append((f"`{extra['env']}`", f"`{default}`" if default else "empty", field.description or ""))
-            annotation = field.annotation
-            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-                walk(annotation)
+        return rows
 
-    walk(Settings)
-    return _table(("variable", "default", "what it sets"), rows)
+    parts = []
+    for field in Settings.model_fields.values():
+        concern = field.annotation
+        if isinstance(concern, type) and hasattr(concern, "model_fields") and (rows := rows_of(concern)):
+            heading = f"**{(concern.__doc__ or '').strip()}**\n\n"
+            parts.append(heading + _table(("variable", "default", "what it sets"), rows))
+    return "\n".join(parts)
 
 
 def metrics() -> str:
@@ -167,6 +171,255 @@ def troubleshooting() -> str:
     return "\n".join(out)
 
 
+# The benchmarks' current results (docs/results/NAME.json, copied there from `make NAME`'s bench-NAME.json) and
+# the figures of each the page shows. A key a result no longer has fails `--check`, naming the file and key.
+# A path's steps: a dict key, a list index, or {field: value, ...}: the one element of a list with those fields.
+Step = str | int | Mapping[str, object]
+
+
+class Figure(NamedTuple):
+    label: str
+    paths: tuple[tuple[Step, ...], ...]  # several values are shown as "a / b", in the label's order
+    unit: str = ""  # "%": a fraction shown as a percentage; "x": a ratio; "count": the length of a list
+
+
+def _fig(label: str, *paths: tuple[Step, ...], unit: str = "") -> Figure:
+    return Figure(label, paths, unit)
+
+
+_PEERS = ("railyard", "kueue-tas", "volcano", "kube-scheduler-gang")
+_BY_PEER = "Railyard / Kueue TAS / Volcano / kube-scheduler's gang"
+
+
+def _peers(*tail: Step) -> tuple[tuple[Step, ...], ...]:
+    return tuple(("living", "peers", peer, *tail) for peer in _PEERS)
+
+
+def _both(first: str, second: str, *tail: Step) -> tuple[tuple[Step, ...], ...]:
+    return ((first, *tail), (second, *tail))
+
+
+_THRESHOLDS = ("60", "90", "120")
+_GOODPUT_10 = {"gpus": 16384, "checkpoint_minutes": 10}
+_GOODPUT_5 = {"gpus": 16384, "checkpoint_minutes": 5}
+_CASE_1024_8 = {"replicas": 1024, "lost_nodes": 8}
+_CASE_128_8 = {"replicas": 128, "lost_nodes": 8}
+
+# result file (docs/results/NAME.json) -> (the benchmark as the page names it, where its date is if not at
+# the top level as date/commit/code, its headline figures)
+HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = {
+    "compare-living": ("living cluster (`make compare`)", None, (
+        _fig("run: seconds / mean pod lifetime s / load / seed / jobs",
+             ("living", "seconds"), ("living", "mean_lifetime_seconds"), ("living", "load"), ("living", "seed"),
+             ("living", "jobs")),
+        _fig(f"GPU utilisation, mean: {_BY_PEER}", *_peers("gpu_utilisation_mean"), unit="%"),
+        _fig(f"1-replica jobs' wait p99 s: {_BY_PEER}", *_peers("waits_by_size", "1 replica", "wait_p99_seconds")),
+        _fig(f"2-16 replica jobs' wait p99 s: {_BY_PEER}",
+             *_peers("waits_by_size", "2-16 replicas", "wait_p99_seconds")),
+        _fig(f"32+ replica jobs' wait p99 s: {_BY_PEER}",
+             *_peers("waits_by_size", "32+ replicas", "wait_p99_seconds")),
+        _fig(f"TORs per multi-replica job: {_BY_PEER}", *_peers("mean_tors_spanned")),
+        _fig(f"scheduler CPU ms per bound pod: {_BY_PEER}", *_peers("scheduler_cpu_ms_per_bound_pod")),
+        _fig(f"gangs partly bound at the end: {_BY_PEER}", *_peers("gangs_partly_bound_at_end")),
+    )),
+    "goodput": ("goodput (`make goodput`)", ("operator_goodput_status", "updatedAt"), (
+        _fig("faults injected", ("faults",), unit="count"),
+        _fig("fault to the new attempt's first step s: GPU / process exit / taint / planned drain / heartbeat",
+             *(("railyard_seconds_by_signal", s) for s in ("gpu", "exit", "taint", "maintenance", "heartbeat"))),
+        _fig("steps recomputed after a planned drain", ("planned_steps_recomputed", 0)),
+        _fig("projected goodput, 16,384 GPUs, 10-minute checkpoints: Railyard / JobSet-style restart",
+             ("projection", _GOODPUT_10, "railyard_goodput"), ("projection", _GOODPUT_10, "baseline_goodput"),
+             unit="%"),
+        _fig("the same, 5-minute checkpoints",
+             ("projection", _GOODPUT_5, "railyard_goodput"), ("projection", _GOODPUT_5, "baseline_goodput"),
+             unit="%"),
+        _fig("time lost per interruption, Railyard over the baseline (10-minute checkpoints)",
+             ("projection", _GOODPUT_10, "lost_time_ratio"), unit="x"),
+    )),
+    "soak": ("soak (`make soak`)", None, (
+        _fig("minutes / faults / recovered", ("soak", "minutes"), ("soak", "faults"), ("soak", "recovered")),
+        _fig("mean fault to first step s", ("soak", "mean_recovery_seconds")),
+        _fig("violations / partial gangs / other jobs restarted, at the end",
+             ("soak", "violations"), ("soak", "final", "partial_gangs"), ("soak", "final", "other_jobs_restarted"),
+             unit="count"),
+        _fig("GPUs double-booked at the end", ("soak", "final", "gpus_double_booked")),
+    )),
+    "scale": ("scale (`make scale-bench`)", None, (
+        _fig("background pods", ("with_background_pods", "background_pods")),
+        _fig("fresh operator, start to synced s: empty / with the background pods",
+             *_both("empty", "with_background_pods", "operator_start_to_synced_seconds")),
+        _fig("operator peak RSS MiB: empty / with the background pods",
+             *_both("empty", "with_background_pods", "operator_peak_rss_mib")),
+        _fig("1,024 x 8 gang, creation to all bound s: empty / with the background pods",
+             *_both("empty", "with_background_pods", "create_to_all_bound", {"replicas": 1024}, "seconds")),
+        _fig("TORs the 1,024 x 8 gang spans: empty / with the background pods",
+             *_both("empty", "with_background_pods", "create_to_all_bound", {"replicas": 1024}, "tors")),
+        _fig("a node of the 1,024-replica gang lost: signal to every rank released s / to every rank bound s",
+             ("with_background_pods", "recovery", "signal_to_all_released_seconds"),
+             ("with_background_pods", "recovery", "signal_to_all_bound_seconds")),
+        _fig("healthy ranks moved by that restart", ("with_background_pods", "recovery", "healthy_ranks_moved")),
+        _fig("placement iteration p99, histogram bucket (upper bound) s, with the background pods",
+             ("with_background_pods", "iteration_seconds_le", "p99")),
+    )),
+    "dra": ("DRA (`make dra-bench`)", None, (
+        _fig("pods in the burst", ("pods",)),
+        _fig("creation to all bound s: device plugin / DRA", *_both("device_plugin", "dra", "all_bound_seconds")),
+        _fig("API requests per pod: device plugin / DRA",
+             *_both("device_plugin", "dra", "api_requests_per_pod", "total")),
+        _fig("DRA over device plugin: time / requests per pod / operator CPU / kube-scheduler CPU",
+             *(("ratio_dra_to_device_plugin", k) for k in ("all_bound_seconds", "api_requests_per_pod",
+                                                           "operator_cpu_seconds", "kube_scheduler_cpu_seconds")),
+             unit="x"),
+        _fig("claims not holding exactly their pod's GPUs", ("dra", "allocation_check", "mismatched")),
+        _fig("GPUs double-booked: device plugin / DRA", *_both("device_plugin", "dra", "double_booked_gpus")),
+    )),
+    "preemption": ("force-fit preemption (`make preemption`)", None, (
+        _fig("seeds", ("runs",), unit="count"),
+        _fig("victims, median: Railyard / evict the youngest",
+             ("median", "railyard", "victims"), ("median", "naive_youngest", "victims")),
+        _fig("GPU-hours lost, median: Railyard / evict the youngest",
+             ("median", "railyard", "lost_gpu_hours"), ("median", "naive_youngest", "lost_gpu_hours")),
+        _fig("GPU-hours lost, the youngest-first policy over Railyard", ("ratio_lost_gpu_hours_naive_over_railyard",),
+             unit="x"),
+        _fig("planning ms, median: Railyard / evict the youngest",
+             ("median", "railyard", "plan_ms"), ("median", "naive_youngest", "plan_ms")),
+        _fig("Railyard's plan over one solve of the gang on the emptied cluster", ("ratio_plan_over_one_empty_solve",),
+             unit="x"),
+    )),
+    "defrag": ("defragmentation (`make defrag`)", None, (
+        _fig("seeds (24 simulated hours each)", ("runs",), unit="count"),
+        _fig("large gangs' wait p90 min, median: without / with defragmentation",
+             ("median", "without", "large_wait_p90_minutes"), ("median", "with_defrag", "large_wait_p90_minutes")),
+        _fig("large gangs' wait p50 min, median: without / with",
+             ("median", "without", "large_wait_p50_minutes"), ("median", "with_defrag", "large_wait_p50_minutes")),
+        _fig("GPU-hours the large gangs kept waiting, median: without / with",
+             ("median", "without", "large_wait_gpu_hours"), ("median", "with_defrag", "large_wait_gpu_hours")),
+        _fig("moves / GPU-hours they cost, median, with defragmentation",
+             ("median", "with_defrag", "moves"), ("median", "with_defrag", "move_gpu_hours")),
+        _fig("GPU utilisation, median: without / with",
+             ("median", "without", "gpu_utilisation_mean"), ("median", "with_defrag", "gpu_utilisation_mean"),
+             unit="%"),
+        _fig("large gangs' wait p90, with over without", ("ratio_large_wait_p90_with_over_without",), unit="x"),
+    )),
+    "spares": ("hot spares, simulated (`make spares`)", None, (
+        _fig("node failures", ("without", "failures")),
+        _fig("replacements in the lost node's TOR: no spares / one spare per TOR",
+             *_both("without", "with_one_spare_per_tor", "same_tor_share"), unit="%"),
+        _fig("failures with no replacement at all: no spares / one spare per TOR",
+             *_both("without", "with_one_spare_per_tor", "no_replacement")),
+        _fig("gangs placed / GPUs idle after placement: no spares",
+             ("without", "gangs"), ("without", "gpus_idle_after_placement")),
+        _fig("gangs placed / GPUs idle after placement: one spare per TOR",
+             ("with_one_spare_per_tor", "gangs"), ("with_one_spare_per_tor", "gpus_idle_after_placement")),
+        _fig("restart plan p50 ms: no spares / one spare per TOR",
+             *_both("without", "with_one_spare_per_tor", "restart_plan_ms_p50")),
+    )),
+    "spares-live": ("hot spares, live (`python -m bench recovery`)", None, (
+        _fig("128 x 8 gang losing 8 nodes, replacements in the lost node's TOR: no spares / one spare per TOR",
+             *_both("without_spares", "with_one_spare_per_tor", _CASE_128_8, "replacements_same_tor")),
+        _fig("1,024 x 8 gang losing 8 nodes, the same",
+             *_both("without_spares", "with_one_spare_per_tor", _CASE_1024_8, "replacements_same_tor")),
+        _fig("1,024 x 8 gang losing 8 nodes, signal to every rank released s: no spares / one spare per TOR",
+             *_both("without_spares", "with_one_spare_per_tor", _CASE_1024_8, "signal_to_all_released_seconds")),
+        _fig("healthy ranks moved, that case: no spares / one spare per TOR",
+             *_both("without_spares", "with_one_spare_per_tor", _CASE_1024_8, "healthy_ranks_moved")),
+    )),
+    "reservation": ("starvation threshold (`make reservation-bench`)", None, (
+        _fig("seeds", ("runs",), unit="count"),
+        *(_fig(f"seed {seed}: every job's wait p99 s at starvationSeconds 60 / 90 / 120",
+               *(("runs", {"seed": seed}, "by_starvation_seconds", t, "wait_p99_seconds") for t in _THRESHOLDS))
+          for seed in (11, 13, 16)),
+        _fig("seeds 11 / 13 / 16: that p99 at 90 s over 120 s",
+             *(("runs", {"seed": seed}, "wait_p99_over_120s", "90") for seed in (11, 13, 16)), unit="x"),
+        _fig("seed 11: 2-16 replica jobs' wait p99 s at 60 / 90 / 120",
+             *(("runs", {"seed": 11}, "by_starvation_seconds", t, "wait_p99_by_size_seconds", "2-16 replicas")
+               for t in _THRESHOLDS)),
+    )),
+}
+
+
+def _step_text(path: tuple[Step, ...]) -> str:
+    out = ""
+    for step in path:
+        if isinstance(step, Mapping):
+            out += "[" + ", ".join(f"{k}={v}" for k, v in step.items()) + "]"
+        elif isinstance(step, int):
+            out += f"[{step}]"
+        else:
+            out += f".{step}" if out else step
+    return out
+
+
+def _has(node: Any, step: str | int) -> bool:
+    if isinstance(step, int):
+        return isinstance(node, list) and -len(node) <= step < len(node)
+    return isinstance(node, dict) and step in node
+
+
+def _lookup(data: Any, path: tuple[Step, ...], where: str) -> Any:
+    node = data
+    for i, step in enumerate(path):
+        if isinstance(step, Mapping):
+            found = [e for e in node if isinstance(e, dict) and all(e.get(k) == v for k, v in step.items())] \
+                if isinstance(node, list) else []
+            if len(found) != 1:
+                raise SystemExit(f"{where}: {len(found)} elements match {_step_text(path[:i + 1])} (one expected; "
+                                 "hack/gen_docs.py HEADLINES)")
+            node = found[0]
+        elif _has(node, step):
+            node = node[step]
+        else:
+            raise SystemExit(f"{where}: no key {_step_text(path[:i + 1])} (hack/gen_docs.py HEADLINES)")
+    return node
+
+
+def _value(value: Any, unit: str, where: str) -> str:
+    if unit == "count":
+        if not isinstance(value, list):
+            raise SystemExit(f"{where}: a count of {value!r}, not of a list (hack/gen_docs.py HEADLINES)")
+        return str(len(value))
+    if value is None:
+        return "not measured"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SystemExit(f"{where}: {value!r} is not a number (hack/gen_docs.py HEADLINES)")
+    if unit == "%":
+        return f"{value * 100:.1f} %"
+    if unit == "x":
+        return f"{value}x"
+    return f"{value:,}"
+
+
+def _measured(data: dict[str, Any], where: tuple[Step, ...] | None, name: str) -> str:
+    """The run's date or commit, if its JSON says: `date`, `commit` or `code` at the top, or the path named."""
+    stamp = data.get("measured") or {}  # bench.common.emit's
+    said = [str(v) for v in (stamp.get("date"), stamp.get("commit")) if v]
+    said += [str(data[k]) for k in ("date", "commit", "code") if k in data]
+    if where is not None:
+        said.append(str(_lookup(data, where, name))[:10])
+    return ", ".join(said) or "not recorded"
+
+
+def results() -> str:
+    """One group of rows per docs/results/NAME.json: its headline figures (HEADLINES) and when it was measured."""
+    folder = REPO / "docs" / "results"
+    files = {p.stem: p for p in sorted(folder.glob("*.json"))}
+    if unlisted := sorted(set(files) - set(HEADLINES)):
+        raise SystemExit(f"docs/results/{unlisted[0]}.json: no headline figures in hack/gen_docs.py HEADLINES")
+    rows: list[tuple[object, ...]] = []
+    for stem, (benchmark, date_path, figures) in HEADLINES.items():
+        name = f"docs/results/{stem}.json"
+        if stem not in files:
+            raise SystemExit(f"{name}: named in hack/gen_docs.py HEADLINES, but there is no such file")
+        data = json.loads(files[stem].read_text())
+        for i, figure in enumerate(figures):
+            value = " / ".join(_value(_lookup(data, path, name), figure.unit, f"{name}: {_step_text(path)}")
+                               for path in figure.paths)
+            first = i == 0
+            rows.append((f"[{benchmark}](results/{stem}.json)" if first else "", figure.label, value,
+                         _measured(data, date_path, name) if first else ""))
+    return _table(("benchmark", "figure", "value", "measured"), rows)
+
+
 SECTIONS: dict[str, tuple[Path, Callable[[], str]]] = {
     "settings": (REPO / "docs" / "operations.md", settings),
     "metrics": (REPO / "docs" / "operations.md", metrics),
@@ -175,6 +428,7 @@ SECTIONS: dict[str, tuple[Path, Callable[[], str]]] = {
     "columns": (REPO / "docs" / "trainingjob.md", columns),
     "cli": (REPO / "docs" / "cli.md", cli),
     "troubleshooting": (REPO / "docs" / "troubleshooting.md", troubleshooting),
+    "results": (REPO / "docs" / "benchmarks.md", results),
 }
 
 

@@ -106,7 +106,7 @@ def host_state() -> dict[str, Any]:
 # --- configuration ----------------------------------------------------------------------------------
 
 def node_labels() -> dict[str, str]:
-    from railyard.topology import labels as L
+    from railyard.topology.cluster import labels as L
 
     return {L.LABEL_SPINE: "spine-real", L.LABEL_LEAF: "leaf-real", L.LABEL_TOR: "tor-real",
             L.LABEL_GPU_RAIL: ".".join(str(i) for i in range(GPUS)),

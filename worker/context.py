@@ -1,4 +1,4 @@
-"""The environment contract between the operator (operator/builders.py) and a rank."""
+"""The environment contract between the operator (operator/decide/builders.py) and a rank."""
 
 from __future__ import annotations
 

@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""A/B of `railyard bench` between two installs in the same run: A B A B ... (the machine is shared
+"""A/B of the placement benchmark between two checkouts in the same run: A B A B ... (the machine is shared
 and noisy, so the two sides take turns), then per timing figure the median of each side and B/A.
-Prints JSON.
+Prints JSON. Each checkout runs its own benchmark with its own venv (`make deps` there first).
 
-    hack/ab_bench.py --a /path/to/old/.venv/bin/railyard --b .venv/bin/railyard [--runs 3] [--quick]
+    python -m bench ab --a /path/to/old/checkout --b . [--runs 3] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -29,16 +31,19 @@ def timings(figures: Any, path: str = "") -> Iterator[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--a", required=True, help="the baseline's railyard executable")
-    parser.add_argument("--b", required=True, help="the candidate's railyard executable")
+    parser.add_argument("--a", required=True, help="the baseline's checkout")
+    parser.add_argument("--b", required=True, help="the candidate's checkout")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     sides: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
     for _ in range(args.runs):
         for side in ("a", "b"):
-            command = [getattr(args, side), "bench", *(["--quick"] if args.quick else [])]
-            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            checkout = Path(getattr(args, side)).resolve()
+            command = [str(checkout / ".venv" / "bin" / "python"), "-m", "bench", "placement",
+                       *(["--quick"] if args.quick else [])]
+            env = {**os.environ, "PYTHONPATH": str(checkout / "hack")}
+            out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, cwd=checkout).stdout
             sides[side].append(dict(timings(json.loads(out))))
     figures = {}
     for name in sorted(set(sides["a"][0]) & set(sides["b"][0])):

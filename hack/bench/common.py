@@ -92,14 +92,36 @@ def after_gc_discovery(applied_at: float) -> None:
 
 def superpod_snapshot() -> Any:
     """The superpod-2k profile (2,048 nodes x 8 GPUs) as the solver's empty snapshot."""
-    from railyard.topology.nodes import build_snapshot
+    from railyard.topology.cluster.nodes import build_snapshot
 
     return build_snapshot(cluster.load_profile_nodes("superpod-2k"))
 
 
+def measured() -> dict[str, str]:
+    """When and on what code a result was measured (docs/benchmarks.md shows it): the UTC date and the commit
+    (`+dirty` when the tree has changes)."""
+    import datetime
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"):  # results are outputs
+        commit += "+dirty"
+    return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"), "commit": commit}
+
+
 def emit(figures: dict[str, Any], out: Path | None) -> None:
-    """Print the figures as JSON, and write them to `out` when given."""
-    text = json.dumps(figures, indent=2)
+    """Print the figures as JSON (with when and on what code they were measured), and write them to `out`
+    when given."""
+    text = json.dumps({"measured": measured(), **figures}, indent=2)
     print(text)
     if out is not None:
         out.write_text(text + "\n")

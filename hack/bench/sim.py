@@ -1,7 +1,7 @@
 """The operator's own decisions on simulated time, for the benchmarks that need hours of a cluster's life in
 seconds (core/reservation, core/defrag, core/spares): TrainingJobs parsed as the operator parses them, each pass
 decided by the operator's decide/pass_plan.plan_pass, each restart and move by decide/restart_plan.plan_restart,
-with the operator's settings model, and the status written through its own transitions (decide/status.py).
+with the operator's settings model, and the status written through its own transitions (decide/status_transitions.py).
 What the simulation replaces: the API server (a merge patch on a dict), kube-scheduler and the kubelets (a
 placed gang is bound and running at once, and ends exactly at its lifetime), the report endpoint (a move's
 checkpoint takes `move_seconds`), and the event loop (a pass is driven to its end)."""
@@ -16,19 +16,19 @@ from typing import Any
 
 from railyard.operator.base.objects import Job, Key, parse_job
 from railyard.operator.base.reasons import ConditionType
-from railyard.operator.base.settings import PlacementSettings
-from railyard.operator.decide import status as transitions
+from railyard.operator.base.settings import Settings
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, QueueMemory, drive, plan_pass
-from railyard.operator.decide.priority import PriorityClassView, resolve
-from railyard.operator.decide.queue import QueuedJob, queued
+from railyard.operator.decide.priority import PriorityClassView
+from railyard.operator.decide.queue import QueuedJob, admit
 from railyard.operator.decide.restart_plan import RestartInput, RestartKind, RestartPlan, plan_restart
 from railyard.operator.decide.room import RoomView
-from railyard.topology.decision import decide
-from railyard.topology.faults import LossReason, NodeLoss
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.solver import Placement
+from railyard.topology.cluster.faults import LossReason, NodeLoss
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.decision import decide
+from railyard.topology.solver.placement import Placement
 
 Slots = tuple[tuple[str, tuple[int, ...]], ...]
 EPOCH = 1_800_000_000.0  # simulated second 0 as wall time (status timestamps; durations are what they are)
@@ -73,7 +73,7 @@ class Running:
 @dataclass
 class SimCluster:
     snapshot: Snapshot  # the empty cluster to start from
-    settings: PlacementSettings
+    settings: Settings
     classes: dict[str, PriorityClassView] = field(default_factory=dict)
     move_seconds: float = 0.0  # a move's checkpoint: the mover keeps its nodes this long before it restarts
     restart_cost: float = 0.0  # the work a restart throws away: a moved gang runs this much longer
@@ -155,9 +155,9 @@ class SimCluster:
         for key, job in self.jobs.items():
             if key in self.running or job.request is None:
                 continue
-            priority = resolve(job.priority_class_name, self.classes)
-            if priority is not None:
-                out.append(queued(job, job.request, EPOCH + self.now, priority.value))
+            entry = admit(job, job.request, self.classes, EPOCH + self.now)
+            if isinstance(entry, QueuedJob):  # a job of a missing class waits out of the queue
+                out.append(entry)
         return out
 
     def given(self) -> PassInput:
@@ -193,7 +193,7 @@ class SimCluster:
         self.memory.update(plan.memory)
         self.holds = dict(plan.holds)
         for expired in plan.expired:
-            self.cooling[expired.key] = self.now + self.settings.preemption_hold_seconds
+            self.cooling[expired.key] = self.now + self.settings.preemption.hold_seconds
         for key, move in plan.moves.items():
             self.moves[key] = move
             self.move_due[key] = self.now + self.move_seconds
@@ -207,8 +207,9 @@ class SimCluster:
             self._take(key, decision.placement)
             self.waits[key] = self.now - self.arrived[key]
         for entry in plan.unplaced:
-            self._write(entry.key, transitions.unplaced(self.jobs[entry.key], entry.reason,
-                                                        entry.decision.reason or "", stamp))
+            unplaced = transitions.unplaced(self.jobs[entry.key], entry.reason, entry.message(), stamp)
+            if unplaced is not None:
+                self._write(entry.key, unplaced)
 
     # --- restarts ----------------------------------------------------------------------------------
 

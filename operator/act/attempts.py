@@ -9,18 +9,18 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import Cause
-from railyard.operator.decide import status as transitions
-from railyard.topology.api import Condition, UnhealthyNode
-from railyard.topology.model import GpuNode
-from railyard.topology.solver import Placement
+from railyard.operator.decide import status_transitions as transitions
+from railyard.topology.api.job import Condition, UnhealthyNode
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.solver.placement import Placement
 
 
 class Attempts:

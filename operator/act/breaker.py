@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.reasons import RecoveryReason
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.policy import Partition, partition
 
 log = logging.getLogger("railyard.breaker")
@@ -29,7 +29,7 @@ class Breaker:
         return self.state.tripped
 
     def evaluate(self) -> Partition:
-        state, settings = self.ctx.state, self.ctx.settings.placement
+        state, settings = self.ctx.state, self.ctx.settings
         if not self.state.tripped and all(h.ready for h in state.health.values()):
             # Every pass on a healthy cluster: nothing can count, so the nodes holding ranks are not
             # gathered (their number is read only when the breaker flips).
@@ -43,8 +43,9 @@ class Breaker:
                 ranked.update(r.node for r in job.placement.ranks)
         leaf_of = {n: m.leaf for n in ranked if (m := state.last_model.get(n)) is not None}
         was = self.state.tripped
+        faults = settings.faults
         self.state = partition(state.health, ranked, leaf_of, self.ctx.clock.monotonic(), was,
-                               settings.breaker_window_seconds, settings.breaker_share, settings.breaker_min_nodes)
+                               faults.breaker_window_seconds, faults.breaker_share, faults.breaker_min_nodes)
         if self.state.tripped != was:
             log.warning("circuit breaker %s: %s", "tripped" if self.state.tripped else "cleared",
                         self.state.message or f"{len(self.state.unready)} of {self.state.ranked} nodes NotReady")

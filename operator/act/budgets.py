@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Job
 from railyard.operator.decide.builders import disruption_budget
 
@@ -21,7 +21,7 @@ class Budgets:
     def done(self, job: Job) -> bool:
         """Nothing for `ensure` to do (asked every pass for every running job, before making it a task)."""
         memory = self.ctx.memories.peek(job)
-        return (memory is not None and memory.budgeted) or not self.ctx.settings.placement.disruption_budgets
+        return (memory is not None and memory.budgeted) or not self.ctx.settings.maintenance.disruption_budgets
 
     async def ensure(self, job: Job) -> None:
         if self.done(job):

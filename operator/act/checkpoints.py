@@ -1,16 +1,17 @@
 """Checkpoints from the ranks' reports: which step is committed (every rank of the attempt saved it),
 and the request that every rank save one step before an eviction or a resize. The request rides on
-the report answers (cache/progress.ProgressBook); it is answered once every rank reported that step
+the report answers (cache/progress_book.ProgressBook); it is answered once every rank reported that step
 saved, or at its timeout."""
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.cache.memory import CheckpointRequest, JobMemory
+from railyard.operator.decide.checkpoint_wait import committed, last_saved, request_answered
 from railyard.operator.decide.policy import checkpoint_step
-from railyard.topology.api import CheckpointRecord
+from railyard.topology.api.job import CheckpointRecord
 
 
 class Checkpoints:
@@ -19,13 +20,13 @@ class Checkpoints:
 
     def committed(self, job: Job) -> CheckpointRecord | None:
         """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports."""
-        recorded = job.status.last_checkpoint
         world = len(job.placement.ranks) if job.placement is not None else 0
-        found = self.ctx.book.committed(job.key, job.restart_count, world)
-        if found is None or (recorded is not None and recorded.step >= found[0]):
-            return recorded
-        return CheckpointRecord(step=found[0], path=found[1], time=utc(self.ctx.clock.time()),
-                                restart_count=job.restart_count)
+        return committed(job, self.ctx.book.committed(job.key, job.restart_count, world),
+                         utc(self.ctx.clock.time()))
+
+    def last_saved(self, job: Job) -> float | None:
+        """When the work the gang would keep was saved (decide/checkpoint_wait.last_saved)."""
+        return last_saved(job, self.committed(job))
 
     def ready(self, job: Job, memory: JobMemory, timeout: float, step_seconds: float | None) -> bool:
         """Ask every rank to save one step (a pending request is reused); True once every rank of the
@@ -40,7 +41,8 @@ class Checkpoints:
             return False
         world = len(job.placement.ranks) if job.placement is not None else 0
         saved = self.ctx.book.committed(job.key, job.restart_count, world)
-        return (saved is not None and saved[0] >= memory.checkpoint.step) or now >= memory.checkpoint.deadline
+        return request_answered(memory.checkpoint.step, memory.checkpoint.deadline,
+                                saved[0] if saved is not None else None, now)
 
     def saved_first(self, job: Job, timeout: float) -> bool:
         """True when the gang may be restarted now: nobody of this attempt reports, or the step every

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 
 log = logging.getLogger("railyard.errors")
 BACKOFF_SECONDS, BACKOFF_MAX_SECONDS = 5.0, 300.0

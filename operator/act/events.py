@@ -3,12 +3,12 @@ reason, stable key); a repeat bumps its count and lastTimestamp instead of creat
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventType, Reason
 from railyard.operator.decide.builders import build_event, event_name
-from railyard.topology.api import rfc3339
+from railyard.topology.api.job import rfc3339
 
 REMEMBERED = 10_000  # event names whose count is known; beyond that the oldest half is forgotten
 

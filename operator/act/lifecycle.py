@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.pods import PodDeleter
@@ -15,7 +15,7 @@ from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventType, PlacedReason
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Cleanup, Finish, Invalid, MarkRunning, RecordRelease, Resume, Rollback
 
 

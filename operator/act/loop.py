@@ -14,12 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import assert_never
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.budgets import Budgets
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
-from railyard.operator.act.endpoints import EndpointsWriter
+from railyard.operator.act.endpoint_slices import EndpointsWriter
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.lifecycle import Lifecycle
@@ -27,12 +27,12 @@ from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.moves import Moves
 from railyard.operator.act.observe import Observer
 from railyard.operator.act.pods import PodDeleter
-from railyard.operator.act.progress import ReportFlusher
+from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.quarantine import Quarantine
 from railyard.operator.act.queue_pass import QueuePass
 from railyard.operator.act.recovery import Recovery
+from railyard.operator.act.report_flush import ReportFlusher
 from railyard.operator.act.resize import Resizer
-from railyard.operator.act.victims import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import Clock
@@ -40,7 +40,7 @@ from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.evictions import EvictionBook
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide.actions import (
     Action,
@@ -59,9 +59,8 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.operator.decide.assess import Seen, assess, steady
-from railyard.operator.decide.claims import claim_name
-from railyard.operator.decide.priority import missing_message, resolve
-from railyard.operator.decide.queue import QueuedJob, queued
+from railyard.operator.decide.queue import QueuedJob, admit
+from railyard.operator.decide.resource_claims import claim_name
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
 
@@ -191,7 +190,7 @@ class PlacementLoop:
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement
         # While the breaker holds, nothing is forced: pods on dark nodes may be running still.
-        force_after = float("inf") if self.breaker.evaluate().tripped else placement.force_delete_seconds
+        force_after = float("inf") if self.breaker.evaluate().tripped else ctx.settings.faults.force_delete_seconds
         for key, job in list(state.jobs.items()):
             if job.deleting or self.materialiser.pending(key):  # the latter: its gang's turn is pending
                 continue
@@ -221,12 +220,11 @@ class PlacementLoop:
                 if isinstance(action, Wait) and steady(job, pods, state.health):
                     ctx.memories.recall(job).steady = steady_key
             if isinstance(action, Queue):
-                priority = resolve(job.priority_class_name, state.priority_classes)
-                if priority is None:
-                    work.append(self._step(job, Invalid(PlacedReason.PRIORITY_CLASS_NOT_FOUND,
-                                                        missing_message(job.priority_class_name or ""))))
+                entry = admit(job, action.request, state.priority_classes, now)
+                if isinstance(entry, Invalid):
+                    work.append(self._step(job, entry))
                 else:
-                    waiting.append(queued(job, action.request, now, priority.value))
+                    waiting.append(entry)
             elif isinstance(action, Wait | Done):
                 if self.errors.failing(job):
                     work.append(self.errors.cleared(job))

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.pods import PodDeleter
 from railyard.operator.act.release_line import ReleaseLine
@@ -28,12 +28,12 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
-from railyard.operator.decide.claims import build_claim, claim_name
+from railyard.operator.decide.resource_claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
-from railyard.topology.devices import NodeDevices, rail_order
+from railyard.topology.cluster.dra_devices import NodeDevices, rail_order
 
 log = logging.getLogger("railyard.materialiser")
 QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, PlacedReason
 from railyard.operator.cache.memory import moves
-from railyard.operator.decide.holds import waiting_for
-from railyard.operator.decide.preemption import parse_key
-from railyard.topology.defrag import MigrationPlan
+from railyard.operator.decide.holds import settle_moves, waiting_for
+from railyard.operator.decide.preemption_rules import parse_key
+from railyard.topology.solver.defrag import MigrationPlan
 
 log = logging.getLogger("railyard.migration")
 
@@ -51,22 +51,13 @@ class Moves:
         """Moves done (the mover restarted) are forgotten; moves no longer wanted (the waiting gang was
         placed, deleted, or its time ran out) are called off: the mover's ranks stop holding for the
         step they were asked to save, and an Event says so."""
-        mono = self.ctx.clock.monotonic()
-        for key, move in moves(self.ctx.memories, self.ctx.state.jobs).items():
-            job = self.ctx.state.jobs[key]
-            if job.restart_count != move.restart_count:
-                self.ctx.memories.recall(job).move = None
-                continue
-            waiting = self.ctx.state.jobs.get(move.waiting)
-            if waiting is None or waiting.deleting:
-                why = "the gang it made room for is gone"
-            elif waiting.placement is not None:
-                why = "the gang it made room for was placed"
-            elif mono > move.until:
-                why = "its time ran out (RAILYARD_PREEMPTION_HOLD_SECONDS)"
-            else:
-                continue
-            await self.no_room(job, why)
+        jobs = self.ctx.state.jobs
+        done, off = settle_moves(moves(self.ctx.memories, jobs), jobs, self.ctx.clock.monotonic())
+        for key in done:
+            if key in jobs:
+                self.ctx.memories.recall(jobs[key]).move = None
+        for key, why in off:
+            await self.no_room(jobs[key], why)
 
     async def no_room(self, job: Job, why: str) -> None:
         """The move is off (no room outside the held nodes when it came to it, or no longer wanted): the

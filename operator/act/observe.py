@@ -6,11 +6,11 @@ series is set only when its figures changed."""
 
 from __future__ import annotations
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import WAITING_REASONS, ConditionType, JobState, PlacedReason, RecoveryReason
-from railyard.topology.model import Snapshot
+from railyard.topology.cluster.model import Snapshot
 
 
 class Observer:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_AT, ANNOTATION_QUARANTINED_UNTIL, QUARANTINE_TAINT
 from railyard.operator.base.objects import Job
-from railyard.operator.decide.quarantine_limits import in_last_hour
-from railyard.topology.api import QuarantineRecord, rfc3339
-from railyard.topology.faults import LossReason
-from railyard.topology.timestamps import epoch
+from railyard.operator.decide.quarantine_limits import in_last_hour, quarantines_over
+from railyard.topology.api.job import QuarantineRecord, rfc3339
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.cluster.faults import LossReason
 
 log = logging.getLogger("railyard.quarantine")
 
@@ -69,12 +69,7 @@ class Quarantine:
                                                ANNOTATION_QUARANTINED_AT: rfc3339(utc(self.ctx.clock.time()))})
 
     async def lift_expired(self, now: float) -> None:
-        for name, health in list(self.ctx.state.health.items()):
-            until = health.quarantined_until
-            if not until or epoch(until, now) > now or not health.quarantined:
-                continue
-            if health.faults:
-                continue  # a GPU fault quarantine stays while the fault condition is True
+        for name, until in quarantines_over(self.ctx.state.health, now):
             log.info("node %s: quarantine ended (%s); lifting the %s taint", name, until, QUARANTINE_TAINT)
             await self.ctx.api.lift_quarantine(name, QUARANTINE_TAINT,
                                                (ANNOTATION_QUARANTINED_UNTIL, ANNOTATION_QUARANTINED_AT))

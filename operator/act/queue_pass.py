@@ -9,39 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
 from railyard.operator.act.materialiser import Materialiser
 from railyard.operator.act.moves import Moves
-from railyard.operator.act.victims import Victims
+from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import RoomView
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
-from railyard.topology.model import Snapshot
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.placement import Decision
 
 log = logging.getLogger(__name__)
-
-
-def stable_key(message: str) -> str:
-    """The binding constraint of an Unschedulable message without its live counts and without the
-    tally of excluded nodes (context, which churns while nodes join or heartbeats lag): the
-    condition and its Event change when the constraint changes, not every time a count moves."""
-    return re.sub(r"\d+", "#", message.split("; excluded nodes:")[0])
 
 
 class QueuePass:
@@ -61,12 +53,12 @@ class QueuePass:
         state, memories = self.ctx.state, self.ctx.memories
         jobs = dict(state.jobs)
         mono = self.ctx.clock.monotonic()
-        settings = self.ctx.settings.placement
+        settings = self.ctx.settings
         saved: dict[tuple[str, str], float | None] = {}
 
         def last_saved(job: Job) -> float | None:
             if job.key not in saved:
-                saved[job.key] = self.victims.last_saved(job)
+                saved[job.key] = self.victims.checkpoints.last_saved(job)
             return saved[job.key]
 
         room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),
@@ -76,7 +68,7 @@ class QueuePass:
         reserving = frozenset(key for key, job in jobs.items()
                               if (placed := job.condition(ConditionType.PLACED)) is not None
                               and placed.reason == PlacedReason.RESERVING)
-        deadline = time.perf_counter() + settings.solve_budget_seconds
+        deadline = time.perf_counter() + settings.placement.solve_budget_seconds
         return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, state.pod_infos, state.usage.freed,
                          state.node_epoch, now, mono, settings, over_budget=lambda: time.perf_counter() > deadline)
 
@@ -125,8 +117,8 @@ class QueuePass:
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
                      solved - began, time.perf_counter() - solved)
-        settings = self.ctx.settings.placement
-        metrics.TORS_WITHOUT_SPARE.set(tors_short(plan.after or snapshot, settings.spares_per_tor, self._backfilled()))
+        settings = self.ctx.settings
+        metrics.TORS_WITHOUT_SPARE.set(tors_short(plan.after or snapshot, settings.spares.per_tor, self._backfilled()))
         return len(placed)
 
     async def _remember(self, plan: PassPlan) -> None:
@@ -150,7 +142,7 @@ class QueuePass:
 
     def _backfilled(self) -> set[str]:
         """Nodes lent to jobs that backfill the hot spares (they give them back on demand)."""
-        if self.ctx.settings.placement.spares_per_tor <= 0:
+        if self.ctx.settings.spares.per_tor <= 0:
             return set()
         return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
                 and job.spec.preemption.backfill_spares for r in job.placement.ranks}
@@ -183,19 +175,12 @@ class QueuePass:
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
         await self.writer.patch(job, patch)
 
-    async def _mark_unplaced(self, job: Job, entry: Unplaced, room: str | None) -> None:
-        reason = entry.reason
-        message = entry.decision.reason or "no placement"
-        if room is not None:
-            message = f"{message}; {room}"
-        if reason == PlacedReason.RESERVING:
-            message += "; waited past the starvation limit: the nodes it waits for are reserved"
-        previous = job.condition(ConditionType.PLACED)
-        if previous is not None and previous.reason == reason and \
-                stable_key(previous.message) == stable_key(message):
-            return  # same binding constraint, only counts moved: no write, no Event
-        metrics.PLACEMENT_FAILURES.labels(reason).inc()
-        if await self.writer.patch(job, transitions.unplaced(job, reason, message,
-                                                             utc(self.ctx.clock.time()))) is not None:
-            await self.events.warning(job, reason, message, key=stable_key(message))
+    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | None) -> None:
+        message = entry.message(making_room)
+        patch = transitions.unplaced(job, entry.reason, message, utc(self.ctx.clock.time()))
+        if patch is None:
+            return
+        metrics.PLACEMENT_FAILURES.labels(entry.reason).inc()
+        if await self.writer.patch(job, patch) is not None:
+            await self.events.warning(job, entry.reason, message, key=transitions.constraint_key(message))
 

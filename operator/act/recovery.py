@@ -11,22 +11,22 @@ import asyncio
 import logging
 import time
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.moves import Moves
 from railyard.operator.act.pods import PodDeleter
+from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.quarantine import Quarantine
-from railyard.operator.act.victims import Victims
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, FinishReason, RecoveryReason
 from railyard.operator.cache.memory import JobMemory, holds
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.restart_plan import (
     GateKind,
@@ -42,8 +42,8 @@ from railyard.operator.decide.restart_plan import (
     restart_gate,
     saves_first,
 )
-from railyard.topology.faults import LossReason
-from railyard.topology.model import GpuNode
+from railyard.topology.cluster.faults import LossReason
+from railyard.topology.cluster.model import GpuNode
 
 log = logging.getLogger("railyard.recovery")
 
@@ -72,7 +72,7 @@ class Recovery:
         """Carry a restart through its gate: a planned move saves a step first; losses close together make
         one restart; a process failure waits its back-off; infrastructure restarts back off and stop at an
         hourly cap; while the circuit breaker holds, NotReady losses wait; reclaimed spares are waited for."""
-        settings = self.ctx.settings.placement
+        settings = self.ctx.settings
         if partitioned(action, self.breaker.tripped):
             return  # a partition, not a fault: the breaker marks the job and lifts the hold when it clears
         grace = saves_first(action, settings)
@@ -89,7 +89,7 @@ class Recovery:
         if gate.kind is GateKind.DEBOUNCE:
             self._again(gate.wait)
             return
-        if action.reason != LossReason.MIGRATION and await self._spares(job, action):
+        if await self._spares(job, action):
             self._again(1.0)  # backfilled spares are being freed
             return
         restarted = await self.carry_out(job, action)
@@ -120,10 +120,10 @@ class Recovery:
 
     async def _spares(self, job: Job, action: Restart) -> bool:
         """True while the gang waits for hot spares lent to backfilling jobs (reclaimed now, or before)."""
-        state, settings = self.ctx.state, self.ctx.settings.placement
+        state, settings = self.ctx.state, self.ctx.settings
         memory = self.ctx.memories.recall(job)
-        spares = plan_spares(job, [loss.node for loss in action.losses], state.jobs, state.priority_classes,
-                             state.snapshot(), self.models(), state.job_pods, self.victims.last_saved, memory.hold,
+        spares = plan_spares(job, action, state.jobs, state.priority_classes,
+                             state.snapshot(), self.models(), state.job_pods, self.checkpoints.last_saved, memory.hold,
                              self.ctx.clock.monotonic(), self.ctx.clock.time(), settings)
         if spares.kind is SpareKind.RECLAIM:
             assert spares.hold is not None
@@ -145,7 +145,7 @@ class Recovery:
             state.job_pods(job.key), holds(self.ctx.memories, state.jobs), self.breaker.tripped,
             lambda node: self.quarantine.corroborating(job, node),
             self.quarantine.straggler_quarantines(self.ctx.clock.time()), state.pod_infos, self.ctx.clock.time(),
-            self.ctx.settings.placement))
+            self.ctx.settings))
         if plan.kind is RestartKind.NO_ROOM:
             await self.moves.no_room(job, plan.message)
             return False

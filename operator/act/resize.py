@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.checkpoints import Checkpoints
-from railyard.operator.act.context import Context
 from railyard.operator.act.events import Events
 from railyard.operator.act.recovery import Recovery
 from railyard.operator.act.writer import StatusWriter
@@ -18,7 +18,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, RestartReason
 from railyard.operator.cache.memory import holds
-from railyard.operator.decide import status as transitions
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.holds import held_for_others
 from railyard.operator.decide.resize_plan import GrowAttempt, ResizeKind, plan_resize

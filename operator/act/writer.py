@@ -1,4 +1,4 @@
-"""Writes a job's status: a typed partial status (decide/status.py) sent as a conditional merge
+"""Writes a job's status: a typed partial status (decide/status_transitions.py) sent as a conditional merge
 patch (409 if the job changed since it was read); the answer is applied to the state at once, so
 the state never lags behind what this replica wrote. Also the guard every per-job step runs in."""
 
@@ -8,10 +8,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.kube.client import ApiException, Fenced
-from railyard.topology.api import TrainingJobStatus
+from railyard.topology.api.job import TrainingJobStatus
 
 log = logging.getLogger("railyard.writer")
 

@@ -31,10 +31,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from railyard.operator.app.terminal import Progress
-from railyard.topology.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
-from railyard.topology.labels import LabelScheme, scheme_for
-from railyard.topology.nodes import DEVICE_KINDS
-from railyard.topology.profile import PROFILE_KIND, ClusterProfile, node_objects
+from railyard.topology.cluster.labels import LabelScheme, scheme_for
+from railyard.topology.cluster.nodes import DEVICE_KINDS
+from railyard.topology.planner.documents import InputError, format_validation, load_objects, parse_jobs, require_kind
+from railyard.topology.planner.profile import PROFILE_KIND, ClusterProfile, node_objects
 
 
 class ExitCode:
@@ -137,8 +137,8 @@ def _namespace(args: argparse.Namespace, cluster: Any) -> str | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from railyard.operator.app.planning import plan_in_queue_order
-    from railyard.topology.planner import plan_json
-    from railyard.topology.render import render_table
+    from railyard.topology.planner.plan import plan_json
+    from railyard.topology.planner.render import render_table
 
     objects = [(obj, path) for path in _files(args.jobs) for obj in load_objects(_read(path), path)]
     classes = [o for o, _ in objects if o.get("kind") == "PriorityClass"]
@@ -153,7 +153,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         nodes, pods, trusted = list_nodes_and_pods(cluster)
         classes += priority_classes(cluster)
     elif args.nodes:
-        from railyard.topology.nodes import trust_all
+        from railyard.topology.cluster.nodes import trust_all
 
         nodes = read_nodes(args.nodes)
         pods = require_kind(load_objects(_read(args.pods), args.pods), ("Pod", *DEVICE_KINDS), args.pods) \
@@ -177,8 +177,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Where the cluster's TrainingJobs landed, read from their bound pods."""
     from railyard.operator.app.live import live_placements
-    from railyard.topology.planner import plan_json
-    from railyard.topology.render import render_table
+    from railyard.topology.planner.plan import plan_json
+    from railyard.topology.planner.render import render_table
 
     cluster = _cluster(args)
     result = live_placements(cluster, _scheme(args, cluster), _namespace(args, cluster))

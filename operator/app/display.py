@@ -12,9 +12,9 @@ from railyard.operator.app.troubleshooting import advice_for
 from railyard.operator.base.keys import LABEL_JOB
 from railyard.operator.base.objects import parse_job
 from railyard.operator.base.reasons import ConditionType
-from railyard.topology.model import Snapshot
-from railyard.topology.nodes import Trust, pod_usage, trust_all
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.nodes import Trust, pod_usage, trust_all
 
 _COLOURS = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
 _MARKS = string.ascii_uppercase + string.ascii_lowercase + string.digits

@@ -18,22 +18,22 @@ from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base import metrics
 from railyard.operator.base.keys import ANNOTATION_LABEL_PRESET, ANNOTATION_TOPOLOGY_LEVELS
 from railyard.operator.base.settings import DraMode, Settings
-from railyard.operator.cache.devices import SLICES
+from railyard.operator.cache.device_book import SLICES
 from railyard.operator.cache.evictions import EvictionBook
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.client import ApiException, KubeApi
 from railyard.operator.kube.leader import LeaderElector
 from railyard.operator.kube.leader_label import LeaderLabel
 from railyard.operator.kube.reflector import PATHS, Reflector, reflector_sink
 from railyard.operator.kube.report_server import ReportServer
-from railyard.topology.labels import scheme_for
+from railyard.topology.cluster.labels import scheme_for
 
 log = logging.getLogger("railyard.operator")
 
 
 def new_memo(settings: Settings | None = None) -> kopf.Memo:
-    return kopf.Memo(settings=settings or Settings())
+    return kopf.Memo(settings=settings or Settings.from_env())
 
 
 @kopf.on.startup()

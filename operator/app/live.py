@@ -20,15 +20,15 @@ from railyard.operator.base.keys import (
 from railyard.operator.base.objects import parse_job
 from railyard.operator.base.settings import LeaderSettings
 from railyard.operator.kube.client import ApiException, KubeApi, cli_connection
-from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
-from railyard.topology.claims import pod_name, trust_placements
-from railyard.topology.decision import decide, inter_pod_limits, pod_infos
-from railyard.topology.labels import LabelScheme
-from railyard.topology.node_rules import excluded_nodes
-from railyard.topology.nodes import Trust, build_snapshot, parse_gpu_annotation
-from railyard.topology.planner import PlanResult
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision, Placement
+from railyard.topology.api.job import GROUP, PLURAL, VERSION, TrainingJob
+from railyard.topology.cluster.labels import LabelScheme
+from railyard.topology.cluster.node_rules import excluded_nodes
+from railyard.topology.cluster.nodes import Trust, build_snapshot, parse_gpu_annotation
+from railyard.topology.cluster.pod_trust import pod_name, trust_placements
+from railyard.topology.planner.plan import PlanResult
+from railyard.topology.solver.decision import decide, inter_pod_limits, pod_infos
+from railyard.topology.solver.placement import Decision, Placement
+from railyard.topology.solver.request import GangRequest
 
 JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"  # pods that hold resources

@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from railyard.operator.decide.priority import PriorityClassView, missing_message, resolve
-from railyard.topology.api import TrainingJob
-from railyard.topology.decision import pod_infos
-from railyard.topology.labels import LabelScheme
-from railyard.topology.nodes import DEVICE_KINDS, Trust, build_snapshot
-from railyard.topology.planner import PlanResult, plan
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.labels import LabelScheme
+from railyard.topology.cluster.nodes import DEVICE_KINDS, Trust, build_snapshot
+from railyard.topology.planner.plan import PlanResult, plan
+from railyard.topology.solver.decision import pod_infos
+from railyard.topology.solver.placement import Decision
+from railyard.topology.solver.request import GangRequest
 
 _NEVER = datetime.max.replace(tzinfo=UTC)
 

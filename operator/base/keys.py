@@ -1,6 +1,6 @@
 """Keys Railyard writes on the objects it creates (those the pure core reads too are defined there)."""
 
-from railyard.topology.labels import (
+from railyard.topology.cluster.labels import (
     ANNOTATION_GPUS,
     ANNOTATION_MAINTENANCE,
     ANNOTATION_QUARANTINED_AT,

@@ -8,7 +8,7 @@ from collections import Counter as Tally
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
-from railyard.topology.model import Snapshot
+from railyard.topology.cluster.model import Snapshot
 
 JOBS = Gauge("railyard_jobs", "TrainingJobs by state", ["state"])
 QUEUE_LENGTH = Gauge("railyard_queue_length", "TrainingJobs waiting for placement")

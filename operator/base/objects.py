@@ -3,7 +3,7 @@
 - `PodView`: only what placement, accounting and job status need (20k pods must stay cheap: a slotted
   dataclass is a fraction of a nested dict). Built on the reflector's thread from the raw JSON.
 - `Job`: a TrainingJob with its spec validated (or the reason it is invalid), its placement request
-  and its status parsed into the pydantic models of `railyard.topology.api`. The raw body is kept for
+  and its status parsed into the pydantic models of `railyard.topology.api.job`. The raw body is kept for
   the pod template, which the builders copy as it is.
 """
 
@@ -17,8 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, LABEL_JOB, LABEL_RANK, SCHEDULING_GATE
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, JobState
-from railyard.topology.affinity import template_problem
-from railyard.topology.api import (
+from railyard.topology.api.job import (
     REMOVED_SPEC_FIELDS,
     Condition,
     FaultPolicy,
@@ -28,11 +27,12 @@ from railyard.topology.api import (
     TrainingJobSpec,
     TrainingJobStatus,
 )
-from railyard.topology.claims import pod_name
-from railyard.topology.documents import format_validation
-from railyard.topology.nodes import PodUsage, pod_usage
-from railyard.topology.request import GangRequest
-from railyard.topology.timestamps import parse_time
+from railyard.topology.api.timestamps import parse_time
+from railyard.topology.cluster.affinity import template_problem
+from railyard.topology.cluster.nodes import PodUsage, pod_usage
+from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.planner.documents import format_validation
+from railyard.topology.solver.request import GangRequest
 
 Key = tuple[str, str]
 

@@ -2,7 +2,7 @@
 them, so a new reason is covered everywhere by construction (a string literal once left a metric
 series stale: `railyard_queue_oldest_wait_seconds{reason="NoReplacement"}` was never reset).
 
-Loss reasons belong to the pure core (`railyard.topology.faults.LossReason`); a restart's reason is
+Loss reasons belong to the pure core (`railyard.topology.cluster.faults.LossReason`); a restart's reason is
 either one of those or one of `RestartReason`'s own.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from railyard.topology.faults import LossReason
+from railyard.topology.cluster.faults import LossReason
 
 
 class ConditionType(StrEnum):

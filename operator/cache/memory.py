@@ -11,15 +11,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from railyard.operator.base.objects import Job, Key
-from railyard.operator.decide.endpoints import Addresses
-from railyard.operator.decide.goodput import Ledger
+from railyard.operator.decide.goodput_ledger import Ledger
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import QueueMemory
 from railyard.operator.decide.queue import Failure
+from railyard.operator.decide.rank_addresses import Addresses
 from railyard.operator.decide.resize_plan import GrowAttempt
 from railyard.operator.decide.stragglers import StragglerTracker
-from railyard.topology.faults import NodeLoss
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.faults import NodeLoss
+from railyard.topology.solver.placement import Decision
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class JobMemory:
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
     budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
-    goodput: Ledger | None = None  # decide/goodput: accounted up to now, written to status now and then
+    goodput: Ledger | None = None  # decide/goodput_ledger: accounted up to now, written to status now and then
     goodput_written: float = float("-inf")  # monotonic: status.goodput last written
     goodput_restart: str | None = None  # lastRestart.decidedAt already accounted as detection
     grow: GrowAttempt | None = None
@@ -57,7 +57,7 @@ class JobMemory:
     hold: Hold | None = None  # nodes held for it while others make room (decide/holds.py)
     cooling_until: float = float("-inf")  # monotonic: its last hold timed out; it plans no new room before
     move: PendingMove | None = None  # it is asked to leave nodes so a waiting gang fits (defragmentation)
-    endpoints: Addresses | None = None  # what its EndpointSlice was last written with (decide/endpoints)
+    endpoints: Addresses | None = None  # what its EndpointSlice was last written with (decide/rank_addresses)
     endpoints_partial_since: float | None = None  # monotonic: since when some of its ranks have an IP
     # (pods_changed, job resourceVersion) when its addresses last called for no write: unchanged since,
     # they still call for none (a pass skips building them: ~10 % of the operator's CPU on a busy cluster)

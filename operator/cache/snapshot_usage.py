@@ -1,5 +1,5 @@
 """What a snapshot says is in use on each node — GPUs in use, resources requested, and both as the
-arrays the solver reads (topology/node_usage.py) — kept current from the nodes `Usage` reports
+arrays the solver reads (topology/cluster/node_usage.py) — kept current from the nodes `Usage` reports
 touched: a snapshot after a pod change rewrites that pod's node, not every node (on 12,288 nodes
 with 50,000 pods, rebuilding them all took 12 ms a snapshot)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from railyard.operator.cache.usage import Usage
-from railyard.topology.model import GpuNode
-from railyard.topology.node_usage import NodeUsage
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.cluster.node_usage import NodeUsage
 
 
 class SnapshotUsage:

@@ -27,19 +27,19 @@ from typing import Any
 from railyard.operator.base.clock import Clock, SystemClock
 from railyard.operator.base.keys import ANNOTATION_QUARANTINED_UNTIL
 from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_view, resource_version
-from railyard.operator.cache import devices as dra
-from railyard.operator.cache.devices import ClaimView, Devices
+from railyard.operator.cache import device_book as dra
+from railyard.operator.cache.device_book import ClaimView, Devices
 from railyard.operator.cache.node_fingerprint import node_fingerprint
 from railyard.operator.cache.snapshot_usage import SnapshotUsage
 from railyard.operator.cache.usage import Holder, Usage
 from railyard.operator.decide.priority import PriorityClassView
-from railyard.topology.affinity import PodInfo
-from railyard.topology.devices import DeviceNames
-from railyard.topology.faults import NodeHealth, read_health
-from railyard.topology.labels import GPU_RESOURCE, NATIVE, LabelScheme
-from railyard.topology.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.nodes import NodeError, PodUsage, ambiguous_domains, node_from_object
-from railyard.topology.resources import pod_requests
+from railyard.topology.cluster.affinity import PodInfo
+from railyard.topology.cluster.dra_devices import DeviceNames
+from railyard.topology.cluster.faults import NodeHealth, read_health
+from railyard.topology.cluster.labels import GPU_RESOURCE, NATIVE, LabelScheme
+from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
+from railyard.topology.cluster.nodes import NodeError, PodUsage, ambiguous_domains, node_from_object
+from railyard.topology.cluster.resources import pod_requests
 
 KINDS = ("nodes", "pods", "trainingjobs", "priorityclasses")  # what the reflectors list and watch
 CLUSTER_SCOPED = ("nodes", "priorityclasses")
@@ -65,7 +65,7 @@ class ClusterState:
         self.kinds = KINDS + (dra.KINDS if device_names is not None else ())
         self.nodes: dict[str, GpuNode] = {}
         self.excluded: dict[str, Exclusion] = {}
-        self.health: dict[str, NodeHealth] = {}  # per node, for the fault path (topology/faults.py)
+        self.health: dict[str, NodeHealth] = {}  # per node, for the fault path (topology/cluster/faults.py)
         self.last_model: dict[str, GpuNode] = {}  # last usable model per node: where a lost node was
         self.pods: dict[Key, PodView] = {}
         # pod -> (first seen bound, first seen Terminating), monotonic: timeouts run from what was observed

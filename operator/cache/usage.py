@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from collections.abc import Set as AbstractSet
 
-from railyard.topology.model import GpuNode
-from railyard.topology.nodes import PodUsage, gpus_in_use
+from railyard.topology.cluster.model import GpuNode
+from railyard.topology.cluster.nodes import PodUsage, gpus_in_use
 
 Holder = Hashable
 

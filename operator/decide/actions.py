@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from railyard.operator.base.reasons import Cause, FinishReason, PlacedReason, RestartReason
-from railyard.topology.faults import NodeLoss
-from railyard.topology.request import GangRequest
+from railyard.topology.cluster.faults import NodeLoss
+from railyard.topology.solver.request import GangRequest
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from railyard.operator.decide.actions import (
     Wait,
 )
 from railyard.operator.decide.conditions import saving_for_preemption
-from railyard.topology.api import PlacementStatus
-from railyard.topology.faults import LossReason, NodeHealth, NodeLoss, node_loss
-from railyard.topology.levels import LevelError
-from railyard.topology.model import Snapshot
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.job import PlacementStatus
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss, node_loss
+from railyard.topology.cluster.levels import LevelError
+from railyard.topology.cluster.model import Snapshot
 
 REFUSED_PREFIX = "the API server refused"  # an InvalidSpec from a create the API server refused
 
@@ -58,7 +58,7 @@ class Seen:
     leaving_for: str = ""  # that gang (namespace/name)
     blocked: Mapping[str, str] = field(default_factory=dict)  # unbound pod -> why its ResourceClaim cannot be allocated
     terminating_left: float | None = None  # when a Terminating pod of the job was last seen gone
-    straggler: NodeLoss | None = None  # a slow node to evict it from (its reports said so: act/progress.py)
+    straggler: NodeLoss | None = None  # a slow node to evict it from (its reports said so: act/report_flush.py)
 
 
 def seconds_since(timestamp: str | None, now: float) -> float:

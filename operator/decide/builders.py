@@ -17,12 +17,12 @@ from railyard.operator.base.keys import (
     SCHEDULING_GATE,
 )
 from railyard.operator.base.objects import Job
-from railyard.operator.decide.claims import device_env, use_claim
-from railyard.topology.api import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
-from railyard.topology.claims import pod_name
-from railyard.topology.devices import NodeDevices
-from railyard.topology.request import job_pod_labels
-from railyard.topology.solver import Placement
+from railyard.operator.decide.resource_claims import device_env, use_claim
+from railyard.topology.api.job import API_VERSION, KIND, DomainCount, PlacementStatus, RankPlacement
+from railyard.topology.cluster.dra_devices import NodeDevices
+from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.solver.placement import Placement
+from railyard.topology.solver.request import job_pod_labels
 
 MAX_NAME = 63
 TOKEN_VOLUME = "railyard-token"
@@ -122,7 +122,7 @@ def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_
     """One gated replica pod pinned to its node; kube-scheduler binds it once the gate is removed.
     `name`: the pod's name as the placement records it (by default the first placement's).
     `devices`: the node's devices as DRA publishes them: the pod takes its GPUs (`gpus`, in rail
-    order) through its ResourceClaim (decide/claims.py) instead of the device plugin."""
+    order) through its ResourceClaim (decide/resource_claims.py) instead of the device plugin."""
     template = copy.deepcopy(job.body["spec"].get("template") or {})
     tmeta = template.get("metadata") or {}
     spec = template.get("spec") or {}
@@ -187,7 +187,7 @@ RENDEZVOUS_PORT = 29500
 
 def build_service(job: Job) -> dict[str, Any]:
     """Headless Service giving every replica a stable DNS name (rank 0 is the rendezvous point).
-    Without a selector: its EndpointSlice is the operator's (decide/endpoints.py), written once a
+    Without a selector: its EndpointSlice is the operator's (decide/rank_addresses.py), written once a
     gang's ranks have their IPs instead of by kube-controller-manager as each pod changes."""
     return {
         "apiVersion": "v1", "kind": "Service",

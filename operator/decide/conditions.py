@@ -8,7 +8,7 @@ from datetime import datetime
 
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, PreemptedReason, Reason
-from railyard.topology.api import Condition
+from railyard.topology.api.job import Condition
 
 MESSAGE_LIMIT = 32000
 _ORDER: dict[str, int] = {ConditionType.FAILED: 0, ConditionType.SUCCEEDED: 1, ConditionType.RUNNING: 2,

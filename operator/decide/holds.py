@@ -79,6 +79,27 @@ def expire(holds: Mapping[Key, Hold], jobs: Mapping[Key, Job], mono: float, hold
     return kept, done, timed_out
 
 
+def settle_moves(moves: Mapping[Key, PendingMove], jobs: Mapping[Key, Job], mono: float
+                 ) -> tuple[list[Key], list[tuple[Key, str]]]:
+    """(the movers that moved: their move is done, the moves no longer wanted with why). A move is off once
+    the gang it makes room for is gone or placed, or its time ran out."""
+    done: list[Key] = []
+    off: list[tuple[Key, str]] = []
+    for key, move in moves.items():
+        mover = jobs.get(key)
+        if mover is None or mover.restart_count != move.restart_count:
+            done.append(key)
+            continue
+        waiting = jobs.get(move.waiting)
+        if waiting is None or waiting.deleting:
+            off.append((key, "the gang it made room for is gone"))
+        elif waiting.placement is not None:
+            off.append((key, "the gang it made room for was placed"))
+        elif mono > move.until:
+            off.append((key, "its time ran out (RAILYARD_PREEMPTION_HOLD_SECONDS)"))
+    return done, off
+
+
 def waiting_for(moves: Iterable[PendingMove], waiting: Key) -> bool:
     """Whether any move still makes room for this gang."""
     return any(m.waiting == waiting for m in moves)

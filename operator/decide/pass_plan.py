@@ -16,19 +16,19 @@ from functools import partial
 
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide import queue
 from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, held_for_others
-from railyard.operator.decide.preemption import parse_key
+from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
 from railyard.operator.decide.spares import spare_nodes
-from railyard.topology.affinity import PodInfo, has_inter_pod_rules
-from railyard.topology.decision import decide, never_fits, placed_pods, taken
-from railyard.topology.defrag import fits_by_gpus
-from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision
+from railyard.topology.cluster.affinity import PodInfo, has_inter_pod_rules
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.decision import decide, never_fits, placed_pods, taken
+from railyard.topology.solver.defrag import fits_by_gpus
+from railyard.topology.solver.placement import Decision
+from railyard.topology.solver.request import GangRequest
 
 Fits = tuple[int, Decision | None]  # (the nodes' epoch, why the gang never fits this cluster, or None)
 
@@ -56,7 +56,7 @@ class PassInput:
     node_epoch: int  # changes when the node set does
     now: float
     mono: float
-    settings: PlacementSettings
+    settings: Settings
     over_budget: Callable[[], bool] = lambda: False  # the pass's solve time is spent: the rest waits
 
 
@@ -66,6 +66,16 @@ class Unplaced:
     decision: Decision  # its reason: the binding constraint (and what else the queue says of it)
     reason: PlacedReason
     room: Room | None = None  # how room is being made for it (the actor starts what is new)
+
+    def message(self, making_room: str | None = None) -> str:
+        """What its Placed condition says: the binding constraint, how room is being made (as the actor
+        reports it), and why it waits when it waits for reserved nodes."""
+        message = self.decision.reason or "no placement"
+        if making_room is not None:
+            message = f"{message}; {making_room}"
+        if self.reason == PlacedReason.RESERVING:
+            message += "; waited past the starvation limit: the nodes it waits for are reserved"
+        return message
 
 
 @dataclass(frozen=True)
@@ -134,7 +144,7 @@ class _Pass:
             if memory.reserved_at is None:
                 memory = self.remember(holder.key, reserved_at=given.mono)  # held before this operator started
             assert memory.reserved_at is not None
-            if given.mono - memory.reserved_at > given.settings.reservation_seconds:
+            if given.mono - memory.reserved_at > given.settings.placement.reservation_seconds:
                 self.remember(holder.key, reserved_at=None, reservation_ended=given.mono)
             else:
                 kept.append(holder)
@@ -160,7 +170,7 @@ class _Pass:
         a lower-priority gang is placed that preemption could evict."""
         request = candidate.request
         return queue.has_room(snapshot, request, others_hold) or \
-            (self.given.settings.defragmentation and fits_by_gpus(snapshot, request)) or \
+            (self.given.settings.defragmentation.enabled and fits_by_gpus(snapshot, request)) or \
             self.given.room.might_preempt_for(candidate.priority)
 
 
@@ -169,18 +179,19 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     settings, snapshot, room = given.settings, given.snapshot, given.room
     work = _Pass(given)
     plan = PassPlan()
-    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption_hold_seconds)
+    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption.hold_seconds)
     room.holds.clear()
     room.holds.update(kept)
-    spares = spare_nodes(snapshot, settings.spares_per_tor)
+    spares = spare_nodes(snapshot, settings.spares.per_tor)
     current = snapshot
     holding, ordered = work.holders(queue.order(given.waiting))
     held: dict[Key, frozenset[str]] = {}  # holder -> its nodes, disjoint, in queue order
     for holder in holding:
         if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()))):
             held[holder.key] = nodes
-    starving = [j for j in ordered if j.key not in held and queue.starving(j, given.now, settings.starvation_seconds)]
-    turn = work.next_holders(starving, snapshot, settings.max_reservations - len(held))
+    starvation = settings.placement.starvation_seconds
+    starving = [j for j in ordered if j.key not in held and queue.starving(j, given.now, starvation)]
+    turn = work.next_holders(starving, snapshot, settings.placement.max_reservations - len(held))
     ordered, next_holders = queue.in_turn(ordered, turn), frozenset(turn)
     pods: list[PodInfo] | None = None  # existing and placed pods, read only for inter-pod rules
 
@@ -196,14 +207,14 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if job is None:
             continue
         memory = work.recall(candidate.key)
-        may_hold = candidate.key in next_holders and len(held) < settings.max_reservations
+        may_hold = candidate.key in next_holders and len(held) < settings.placement.max_reservations
         # A job whose reservation ran out on this pass is solved whatever else: its Placed reason must leave
         # Reserving, or the next pass takes it for a holder again and restarts its box.
         box_ended = memory.reservation_ended == given.mono
         others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
-        if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now, settings.retry_seconds,
-                                   partial(work.may_gain, candidate, current, others_hold)) \
-                and not may_hold and not box_ended:
+        gains = partial(work.may_gain, candidate, current, others_hold)
+        if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
+                                   settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
             continue
         backfills = job.spec is not None and job.spec.preemption.backfill_spares
         view = current.without_nodes(others_hold | candidate.avoid | held_for_others(room.holds, candidate.key)
@@ -246,7 +257,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
                 plan.failed.append(Failed(candidate.key, "preempt", e))
             if making is not None:
                 reason = making.reason
-                _started(plan, room, candidate.key, making, given.mono, settings.preemption_hold_seconds)
+                _started(plan, room, candidate.key, making, given.mono, settings.preemption.hold_seconds)
         if may_hold and never is None and making is None:
             nodes = queue.reserved_nodes(candidate, current.without_nodes(_union(held.values())))
             if nodes:  # else what the other holders keep leaves it nothing to wait for yet

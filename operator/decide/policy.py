@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from railyard.operator.base.reasons import StragglingReason
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.stragglers import Scores, Straggler
-from railyard.topology.api import ElasticPolicy, FaultPolicy, OnNoReplacement, StepTime, StragglerPolicy
-from railyard.topology.faults import LossReason, NodeHealth, NodeLoss
+from railyard.topology.api.job import ElasticPolicy, FaultPolicy, OnNoReplacement, StepTime, StragglerPolicy
+from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss
 
 _QUARANTINED = (LossReason.NODE_NOT_READY, LossReason.GPU_FAULT, LossReason.GPU_ALLOCATABLE_DROPPED, LossReason.TAINT,
                 LossReason.STRAGGLER)

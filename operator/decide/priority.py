@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.topology.api import PreemptionPolicy
+from railyard.topology.api.job import PreemptionPolicy
 
 
 @dataclass(frozen=True)

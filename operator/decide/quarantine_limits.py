@@ -1,15 +1,18 @@
 """How far Railyard's own actions against nodes may go: the operator's limits, never a tenant's.
 Anyone who can create a TrainingJob chooses its stragglerPolicy and reports its own step times, so
 a job's policy may only ask for less than these, and a straggler quarantine of a node other jobs
-share needs corroboration before the node is taken from them."""
+share needs corroboration before the node is taken from them; a quarantine ends at its time, except a
+GPU fault's, which lasts while the fault condition is True."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import QuarantineSettings
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.cluster.faults import NodeHealth
 
 HOUR = 3600.0
 
@@ -23,9 +26,9 @@ class Limits:
     evictions_per_hour: int  # per job, across its restarts
 
     @classmethod
-    def of(cls, p: PlacementSettings) -> Limits:
-        return cls(p.quarantine_max_share, p.quarantine_max_nodes, p.quarantine_max_seconds,
-                   p.straggler_quarantines_per_hour, p.straggler_evictions_per_hour)
+    def of(cls, settings: QuarantineSettings) -> Limits:
+        return cls(settings.max_share, settings.max_nodes, settings.max_seconds,
+                   settings.straggler_quarantines_per_hour, settings.straggler_evictions_per_hour)
 
 
 def room(quarantined: int, gpu_nodes: int, limits: Limits) -> int:
@@ -64,3 +67,10 @@ def straggler_quarantine_allowed(whole_node: bool, corroborating_jobs: int, rece
     if recent >= limits.straggler_per_hour:
         return f"{recent} straggler quarantines in the last hour (RAILYARD_STRAGGLER_QUARANTINES_PER_HOUR)"
     return None
+
+
+def quarantines_over(health: Mapping[str, NodeHealth], now: float) -> list[tuple[str, str]]:
+    """The quarantined nodes whose quarantine is over now, with the time it ended: its time passed and no GPU
+    fault condition of the node is True (such a quarantine lasts while the fault does)."""
+    return [(name, until) for name, h in health.items()
+            if (until := h.quarantined_until) and h.quarantined and epoch(until, now) <= now and not h.faults]

@@ -15,13 +15,16 @@ Rule (docs/placement.md, "Queueing and starvation"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from railyard.operator.base.objects import Job, Key
-from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.reservation import reserved_nodes as nodes_to_reserve
+from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.decide.actions import Invalid
+from railyard.operator.decide.priority import PriorityClassView, missing_message, resolve
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.reservation import reserved_nodes as nodes_to_reserve
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,16 @@ def queued(job: Job, request: GangRequest, now: float, priority: int) -> QueuedJ
     avoid = frozenset(a.node for a in job.status.avoid_nodes if a.until is not None and a.until.timestamp() > now)
     since = job.queued_since
     return QueuedJob(job.key, priority, since.timestamp() if since is not None else now, request, avoid)
+
+
+def admit(job: Job, request: GangRequest, classes: Mapping[str, PriorityClassView], now: float
+          ) -> QueuedJob | Invalid:
+    """A job that asks to be placed joins the queue at its PriorityClass's value; a class that does not
+    exist keeps it out (PriorityClassNotFound) until an admin creates it."""
+    priority = resolve(job.priority_class_name, classes)
+    if priority is None:
+        return Invalid(PlacedReason.PRIORITY_CLASS_NOT_FOUND, missing_message(job.priority_class_name or ""))
+    return queued(job, request, now, priority.value)
 
 
 @dataclass(frozen=True)
@@ -100,5 +113,5 @@ def has_room(snapshot: Snapshot, request: GangRequest, held: frozenset[str] = fr
 
 
 def reserved_nodes(job: QueuedJob, snapshot: Snapshot) -> frozenset[str]:
-    """The nodes a starving job waits for (topology/reservation.py)."""
+    """The nodes a starving job waits for (topology/solver/reservation.py)."""
     return nodes_to_reserve(snapshot, job.request)

@@ -14,9 +14,9 @@ from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import RestartReason
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.policy import grow_rule
-from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth, valid_size
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.replace import RankSlot
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.elastic import choose_shrink, largest_valid, solve_growth, valid_size
+from railyard.topology.solver.replace import RankSlot
 
 
 class ResizeKind(enum.Enum):

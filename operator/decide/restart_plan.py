@@ -16,7 +16,7 @@ from datetime import datetime
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job, Key, PodView
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, RecoveryReason
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.conditions import saving_for_preemption as saving
 from railyard.operator.decide.holds import Hold, held_for_others
@@ -29,17 +29,17 @@ from railyard.operator.decide.policy import (
     quarantines,
     restart_delay,
 )
-from railyard.operator.decide.preemption import lost_gpu_seconds, recent_preemptions
+from railyard.operator.decide.preemption_rules import lost_gpu_seconds, recent_preemptions
 from railyard.operator.decide.priority import PriorityClassView, resolve
 from railyard.operator.decide.quarantine_limits import HOUR, Limits, lasting, room, straggler_quarantine_allowed
-from railyard.topology.affinity import PodInfo
-from railyard.topology.api import QuarantineRecord, StragglerPolicy, UnhealthyNode
-from railyard.topology.decision import inter_pod_limits
-from railyard.topology.elastic import choose_shrink, largest_valid
-from railyard.topology.faults import LossReason, NodeHealth, NodeLoss
-from railyard.topology.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.replace import RankSlot, solve_replacement
-from railyard.topology.timestamps import parse_time
+from railyard.topology.api.job import QuarantineRecord, StragglerPolicy, UnhealthyNode
+from railyard.topology.api.timestamps import parse_time
+from railyard.topology.cluster.affinity import PodInfo
+from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss
+from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
+from railyard.topology.solver.decision import inter_pod_limits
+from railyard.topology.solver.elastic import choose_shrink, largest_valid
+from railyard.topology.solver.replace import RankSlot, solve_replacement
 
 PLANNED = (LossReason.MAINTENANCE, LossReason.MIGRATION)  # save a step first; no back-off, no cap
 EVICTIONS_KEPT = 16  # status.stragglerEvictions: enough for any hourly cap an admin sets sensibly
@@ -72,13 +72,13 @@ class Gate:
     message: str = ""  # CAPPED: what Degraded says
 
 
-def saves_first(action: Restart, settings: PlacementSettings) -> float | None:
+def saves_first(action: Restart, settings: Settings) -> float | None:
     """A planned move (maintenance, defragmentation) asks every rank to save a step first: how long it waits
     for that step; None for a fault."""
     if action.reason == LossReason.MIGRATION:
-        return settings.preemption_checkpoint_seconds
+        return settings.preemption.checkpoint_seconds
     if action.reason == LossReason.MAINTENANCE:
-        return settings.maintenance_checkpoint_seconds
+        return settings.maintenance.checkpoint_seconds
     return None
 
 
@@ -88,25 +88,26 @@ def partitioned(action: Restart, breaker_tripped: bool) -> bool:
 
 
 def restart_gate(job: Job, action: Restart, memory: RestartMemory, attempt_ran: float | None, mono: float,
-                 settings: PlacementSettings) -> Gate:
+                 settings: Settings) -> Gate:
     """Whether the restart goes now (once not partitioned, and a planned move's step saved: its actor's to
     wait for first)."""
     seen = memory.losses_seen_at if memory.losses_seen_at is not None else mono
     streak = failure_streak(memory.failure_streak, attempt_ran)
-    delay = restart_delay(action, job.fault_policy, streak, settings.loss_debounce_seconds,
-                          settings.not_ready_debounce_seconds)
+    delay = restart_delay(action, job.fault_policy, streak, settings.faults.loss_debounce_seconds,
+                          settings.faults.not_ready_debounce_seconds)
     wait = delay - (mono - seen)
     kept = RestartMemory(seen, memory.infra_restarts, memory.failure_streak)
     # A planned move goes at the admin's pace: the storm brake is for faults.
     if not action.counted and action.reason not in PLANNED:
         recent = tuple(t for t in memory.infra_restarts if mono - t < HOUR)
         kept = RestartMemory(seen, recent, memory.failure_streak)
-        if len(recent) >= settings.infra_restarts_per_hour:
+        if len(recent) >= settings.faults.infra_restarts_per_hour:
             message = (f"{len(recent)} infrastructure restarts in the last hour (RAILYARD_INFRA_RESTARTS_PER_HOUR); "
                        "the next waits until the oldest is an hour old")
             return Gate(GateKind.CAPPED, max(1.0, HOUR - (mono - recent[0])), kept, streak, message)
         if recent:
-            backoff = infra_backoff(len(recent), settings.infra_backoff_seconds, settings.infra_backoff_max_seconds)
+            faults = settings.faults
+            backoff = infra_backoff(len(recent), faults.infra_backoff_seconds, faults.infra_backoff_max_seconds)
             wait = max(wait, backoff - (mono - recent[-1]))
     if wait > 0:
         return Gate(GateKind.DEBOUNCE, wait, kept, streak)
@@ -140,13 +141,15 @@ class Spares:
     message: str = ""
 
 
-def plan_spares(job: Job, lost: Sequence[str], jobs: Mapping[Key, Job], classes: Mapping[str, PriorityClassView],
+def plan_spares(job: Job, action: Restart, jobs: Mapping[Key, Job], classes: Mapping[str, PriorityClassView],
                 snapshot: Snapshot, models: Mapping[str, GpuNode], job_pods: Callable[[Key], Sequence[PodView]],
                 last_saved: Callable[[Job], float | None], hold: Hold | None, mono: float, now: float,
-                settings: PlacementSettings) -> Spares:
+                settings: Settings) -> Spares:
     """A running gang lost these nodes and its TORs' hot spares are lent to backfilling jobs: evict those
-    (the least work lost first) and hold their nodes for it; WAIT while the reclaimed ones are still there."""
-    if settings.spares_per_tor <= 0 or not lost:
+    (the least work lost first) and hold their nodes for it; WAIT while the reclaimed ones are still there.
+    A planned move (defragmentation) lands outside nodes held for its waiting gang, never on reclaimed spares."""
+    lost = [loss.node for loss in action.losses]
+    if settings.spares.per_tor <= 0 or not lost or action.reason == LossReason.MIGRATION:
         return Spares(SpareKind.NONE)
     if hold is not None and hold.spare:
         if mono >= hold.until:
@@ -172,7 +175,7 @@ def plan_spares(job: Job, lost: Sequence[str], jobs: Mapping[Key, Job], classes:
             continue
         theirs = resolve(other.priority_class_name, classes)
         if own is None or theirs is None or theirs.value > own.value or \
-                len(recent_preemptions(other.status.preemptions, now)) >= settings.preemptions_per_hour:
+                len(recent_preemptions(other.status.preemptions, now)) >= settings.preemption.per_hour:
             continue
         whole = {r.node for r in other.placement.ranks if (m := models.get(r.node)) is not None
                  and m.tor in missing and len(r.gpus) == m.gpu_count}
@@ -191,9 +194,9 @@ def plan_spares(job: Job, lost: Sequence[str], jobs: Mapping[Key, Job], classes:
     names = tuple(f"{v.namespace}/{v.name}" for v in victims)
     message = (f"preempted by {job.namespace}/{job.name}: it lost nodes in TOR {', '.join(sorted(missing))} and needs "
                f"the hot spares this job backfilled; its ranks save a step first (at most "
-               f"{settings.preemption_checkpoint_seconds:.0f}s), then it is requeued")
+               f"{settings.preemption.checkpoint_seconds:.0f}s), then it is requeued")
     return Spares(SpareKind.RECLAIM, tuple(v.key for v in victims),
-                  Hold(frozenset(nodes), names, mono + settings.preemption_hold_seconds, spare=True), message)
+                  Hold(frozenset(nodes), names, mono + settings.preemption.hold_seconds, spare=True), message)
 
 
 def _key(text: str) -> Key:
@@ -228,7 +231,7 @@ class RestartInput:
     straggler_quarantines: int  # straggler quarantines in the last hour, cluster-wide
     pod_infos: Callable[[], list[PodInfo]]  # for inter-pod rules (read only when the template has them)
     now: float  # wall seconds
-    settings: PlacementSettings
+    settings: Settings
 
 
 @dataclass(frozen=True)
@@ -255,12 +258,12 @@ class RestartPlan:
 def plan_quarantine(job: Job, losses: Sequence[NodeLoss], straggling: StragglerPolicy | None,
                     health: Mapping[str, NodeHealth], gpu_nodes: int, models: Mapping[str, GpuNode],
                     corroborating: Callable[[str], int], straggler_quarantines: int, breaker_tripped: bool,
-                    now: float, settings: PlacementSettings) -> tuple[list[QuarantineRecord], list[str]]:
+                    now: float, settings: Settings) -> tuple[list[QuarantineRecord], list[str]]:
     """The quarantines these losses call for and the limits allow, to record; and why each other loss that
     calls for one gets none."""
-    if not settings.quarantine or breaker_tripped:
+    if not settings.quarantine.enabled or breaker_tripped:
         return [], []
-    limits = Limits.of(settings)
+    limits = Limits.of(settings.quarantine)
     quarantined = sum(1 for h in health.values() if h.quarantined)
     left = room(quarantined, gpu_nodes, limits)
     records: list[QuarantineRecord] = []
@@ -269,7 +272,7 @@ def plan_quarantine(job: Job, losses: Sequence[NodeLoss], straggling: StragglerP
     for loss in losses:
         if not quarantines(loss.reason) or loss.node not in health:
             continue
-        seconds = lasting(None, settings.quarantine_seconds, limits)
+        seconds = lasting(None, settings.quarantine.seconds, limits)
         if loss.reason == LossReason.STRAGGLER:
             model = models.get(loss.node)
             placement = job.placement
@@ -279,7 +282,7 @@ def plan_quarantine(job: Job, losses: Sequence[NodeLoss], straggling: StragglerP
             if why is not None:
                 skipped.append(f"{loss.node} not quarantined: {why}")
                 continue
-            seconds = lasting(straggling.quarantine_seconds if straggling else None, settings.quarantine_seconds,
+            seconds = lasting(straggling.quarantine_seconds if straggling else None, settings.quarantine.seconds,
                               limits)
         if left <= 0:
             skipped.append(f"{loss.node} not quarantined: {quarantined + len(records)} nodes are already "
@@ -321,7 +324,7 @@ def plan_restart(given: RestartInput) -> RestartPlan:
     known = {u.name: u for u in job.status.unhealthy_nodes}
     unhealthy = tuple(unhealthy_nodes(job, losses, known, wall))
     unreachable = {loss.node for loss in losses if not given.breaker_tripped
-                   and force_delete(loss, settings.force_delete_seconds)}
+                   and force_delete(loss, settings.faults.force_delete_seconds)}
     on_lost = tuple(p.name for p in given.pods if (p.node_name or "") in unreachable)
     everyone = tuple(p.name for p in given.pods if not p.terminating)
     straggling = job.straggler_policy if action.reason == LossReason.STRAGGLER else None
@@ -369,7 +372,7 @@ def _no_replacement(job: Job, lost: int, why: str, common: RestartPlan, given: R
     waited = given.now - waiting_since.timestamp() if waiting_since is not None else 0.0
     step = no_replacement_step(policy, waited)
     if step is NoReplacementStep.WAIT:
-        retry = min(given.settings.retry_seconds, policy.replacement_timeout_seconds - waited)
+        retry = min(given.settings.placement.retry_seconds, policy.replacement_timeout_seconds - waited)
         write = waiting_since is None or list(common.unhealthy) != job.status.unhealthy_nodes
         return replace(common, kind=RestartKind.WAIT, message=message, retry=max(0.5, retry), waiting_write=write,
                        replacement_timeout=policy.replacement_timeout_seconds)

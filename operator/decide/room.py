@@ -1,7 +1,7 @@
 """Making room for a queued gang that does not fit: gangs moved out of one domain where it fits by free GPUs
 (defragmentation, `spec.preemption.migratable`), else whole lower-priority gangs evicted (preemption). Pure:
 a function of the pass's snapshot and the values in `RoomView`; what it decides (a hold to wait on, victims
-to mark, moves to start) the actors carry out (act/victims.py, act/moves.py).
+to mark, moves to start) the actors carry out (act/preemptions.py, act/moves.py).
 
 Planning looks past what is already leaving (Terminating pods, marked victims): a preemptor that fits once
 they have gone waits for them and chooses nobody new, so evictions are never wasted by switching domains
@@ -15,19 +15,19 @@ from functools import cached_property
 
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import ConditionType, PlacedReason
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide.conditions import saving_for_preemption as saving
 from railyard.operator.decide.holds import Hold, PendingMove
-from railyard.operator.decide.preemption import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
+from railyard.operator.decide.preemption_rules import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
 from railyard.operator.decide.priority import PriorityClassView, may_preempt, resolve
 from railyard.operator.decide.queue import QueuedJob
-from railyard.topology.api import Parallelism
-from railyard.topology.defrag import MigrationPlan, Mover, fits_by_gpus, plan_migration
-from railyard.topology.elastic import valid_size
-from railyard.topology.model import Snapshot
-from railyard.topology.preemption import PreemptionPlan, RunningGang, plan_preemption
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Decision
+from railyard.topology.api.job import Parallelism
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.defrag import MigrationPlan, Mover, fits_by_gpus, plan_migration
+from railyard.topology.solver.elastic import valid_size
+from railyard.topology.solver.placement import Decision
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.victims import PreemptionPlan, RunningGang, plan_preemption
 
 Slots = list[tuple[str, tuple[int, ...], Mapping[str, int]]]  # (node, GPUs, requests) on their way out
 Decide = Callable[[Snapshot, GangRequest], Decision]
@@ -48,7 +48,7 @@ class RoomView:
     moves_started: list[float]  # monotonic
     leaving: Callable[[Iterable[Key] | None], Slots]
     last_saved: Callable[[Job], float | None]
-    settings: PlacementSettings
+    settings: Settings
     now: float  # wall seconds
     mono: float
     decide: Decide  # where a gang goes on a snapshot: the pass's decision function (inter-pod rules included)
@@ -125,7 +125,7 @@ def victims(view: RoomView, priority: int, exclude: Key) -> list[RunningGang]:
         placed = job.condition(ConditionType.PLACED)
         if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
             continue
-        if len(recent_preemptions(job.status.preemptions, view.now)) >= settings.preemptions_per_hour:
+        if len(recent_preemptions(job.status.preemptions, view.now)) >= settings.preemption.per_hour:
             continue
         ranks = sorted(job.placement.ranks, key=lambda r: r.rank)
         slots = tuple((r.node, tuple(r.gpus)) for r in ranks)
@@ -177,7 +177,8 @@ def plan_preemption_for(view: RoomView, job: Job, candidate: QueuedJob, snapshot
     (it fits once the gangs preempted for it have gone: wait for them, evict nobody new); or None
     (it fits once what others are leaving has gone, or nobody can make room)."""
     settings = view.settings
-    if not settings.preemption or job.spec is None or candidate.key in view.holds or view.cooling_down(candidate.key):
+    if not settings.preemption.enabled or job.spec is None or candidate.key in view.holds \
+            or view.cooling_down(candidate.key):
         return None
     priority = resolve(job.priority_class_name, view.classes)
     if priority is None or not may_preempt(priority, job.spec.preemption.policy):
@@ -189,7 +190,7 @@ def plan_preemption_for(view: RoomView, job: Job, candidate: QueuedJob, snapshot
         if waiting is not None:
             names = tuple(sorted({f"{k[0]}/{k[1]}" for k, j in view.jobs.items() if j.status.preempted_by == me}))
             return Hold(frozenset(r.node for r in waiting.replicas), names,
-                        view.mono + settings.preemption_hold_seconds)
+                        view.mono + settings.preemption.hold_seconds)
     candidates = [c for c in victims(view, candidate.priority, candidate.key) if
                   all(snapshot.has_node(n) for n in c.nodes)]
     if not candidates:
@@ -218,7 +219,7 @@ def movers(view: RoomView, priority: int, exclude: Key) -> list[Mover]:
         if own is None or own.value > priority:
             continue
         moved = job.status.last_migration
-        if moved is not None and view.now - moved.timestamp() < settings.migration_interval_seconds:
+        if moved is not None and view.now - moved.timestamp() < settings.defragmentation.interval_seconds:
             continue  # moved recently: never twice within the interval
         restart = job.status.last_restart
         slots = tuple((r.node, tuple(r.gpus)) for r in sorted(placement.ranks, key=lambda r: r.rank))
@@ -251,14 +252,14 @@ def hold_message(hold: Hold) -> str:
 
 def plan_moves(view: RoomView, job: Job, candidate: QueuedJob, snapshot: Snapshot) -> MigrationPlan | None:
     settings = view.settings
-    if not settings.defragmentation or candidate.key in view.holds or view.cooling_down(candidate.key):
+    if not settings.defragmentation.enabled or candidate.key in view.holds or view.cooling_down(candidate.key):
         return None
     recent = moves_this_hour(view.moves_started, view.mono)
-    if len(recent) >= settings.migrations_per_hour or not fits_by_gpus(snapshot, candidate.request):
+    if len(recent) >= settings.defragmentation.migrations_per_hour or not fits_by_gpus(snapshot, candidate.request):
         return None
     options = [m for m in movers(view, candidate.priority, candidate.key)
                if all(snapshot.has_node(n) for n in m.gang.nodes)]
     plan = plan_migration(snapshot, candidate.request, options, decide=view.decide)
-    if plan is None or len(recent) + len(plan.moves) > settings.migrations_per_hour:
+    if plan is None or len(recent) + len(plan.moves) > settings.defragmentation.migrations_per_hour:
         return None
     return plan

@@ -8,9 +8,9 @@ other end. A TOR with fewer than N wholly free nodes keeps them all and counts a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from railyard.topology.model import Snapshot
+from railyard.topology.cluster.model import Snapshot
 
 
 def spare_nodes(snapshot: Snapshot, per_tor: int) -> frozenset[str]:
@@ -34,9 +34,3 @@ def tors_short(snapshot: Snapshot, per_tor: int, backfilled: Iterable[str] = ())
         if node.name in lent or (len(snapshot.free(node)) == node.gpu_count and node.gpu_count):
             counts[node.tor] += 1
     return sum(1 for count in counts.values() if count < per_tor)
-
-
-def backfill_in_tors(placements: Mapping[str, Iterable[str]], tor_of: Mapping[str, str],
-                     tors: set[str]) -> list[str]:
-    """Of the backfilling jobs (key -> its nodes), the ones with a node in these TORs."""
-    return sorted(key for key, nodes in placements.items() if any(tor_of.get(n) in tors for n in nodes))

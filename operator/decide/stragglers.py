@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from railyard.topology.api import StragglerPolicy
+from railyard.topology.api.job import StragglerPolicy
 
 Sample = tuple[int, float, float]  # step, compute seconds, step seconds (-1: not measured)
 MIN_SAMPLES = 5

@@ -30,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from railyard.operator.base import metrics
 from railyard.operator.base.keys import FIELD_MANAGER, SCHEDULING_GATE
 from railyard.operator.kube.async_http import CONNECT_TIMEOUT, Endpoint, Transport, tls_context
-from railyard.topology.api import GROUP, PLURAL, VERSION
+from railyard.topology.api.job import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.api")
 

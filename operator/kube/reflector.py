@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 from railyard.operator.base import metrics
 from railyard.operator.base.objects import pod_view
-from railyard.operator.cache.devices import CLAIMS, SLICES, claim_view
+from railyard.operator.cache.device_book import CLAIMS, SLICES, claim_view
 from railyard.operator.cache.state import KINDS, ClusterState
 from railyard.operator.kube.client import ApiException
-from railyard.topology.api import GROUP, PLURAL, VERSION
+from railyard.topology.api.job import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("railyard.reflector")
 

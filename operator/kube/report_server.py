@@ -35,12 +35,12 @@ from pydantic import ValidationError
 from railyard.operator.base import metrics
 from railyard.operator.base.settings import ReportSettings
 from railyard.operator.cache.evictions import EvictionBook
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide import eviction_review
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
-from railyard.topology.documents import format_validation
+from railyard.topology.planner.documents import format_validation
 
 log = logging.getLogger("railyard.reports")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from railyard.topology.labels import LABEL_TOR
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.profile import KWOK_ANNOTATION, KWOK_LABEL
+from railyard.topology.cluster.labels import LABEL_TOR
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.profile import KWOK_ANNOTATION, KWOK_LABEL
 
 from tests.support.poll import poll
 

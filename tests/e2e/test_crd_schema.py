@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 from pydantic import ValidationError
-from railyard.topology.api import GROUP, PLURAL, VERSION, TrainingJob
+from railyard.topology.api.job import GROUP, PLURAL, VERSION, TrainingJob
 
 from tests.support.jobs import make_job
 from tests.support.rig import REPO

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import requests
 from kubernetes import client, watch
-from railyard.topology.nodes import pinned_node
+from railyard.topology.cluster.nodes import pinned_node
 
 from tests.support.jobs import (
     condition,
@@ -163,7 +163,7 @@ def test_a_pod_lives_as_long_as_its_template_asks_then_the_job_succeeds(operator
     running = wait_condition(custom, namespace, "timed", "Running", timeout=60)
     started = condition(running, "Running")["lastTransitionTime"]
     done = wait_condition(custom, namespace, "timed", "Succeeded", timeout=60)
-    from railyard.topology.timestamps import epoch
+    from railyard.topology.api.timestamps import epoch
 
     lived = epoch(done["status"]["completionTime"], 0) - epoch(started, 0)
     assert lived >= 6, f"the pods were to live 8 s; the job ran {lived:.0f} s"

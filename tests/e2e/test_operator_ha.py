@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from railyard.topology.nodes import pinned_node
+from railyard.topology.cluster.nodes import pinned_node
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.faults import FAULT, bound_generation, ranks_of, untaint

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
+from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 
 from tests.support.jobs import condition, create_job, get_job, make_job, pods_of, wait_bound, wait_condition
 from tests.support.operator import OperatorProcess, wait_for_leader

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.profile import ClusterProfile, node_objects
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.profile import ClusterProfile, node_objects
 
 
 def profile_nodes(spines: int = 1, leaves: int = 2, tors: int = 2, nodes: int = 4, gpus: int = 8,

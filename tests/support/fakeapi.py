@@ -104,7 +104,7 @@ class FakeApi:
 
     def bind_released(self, may_bind: Callable[[dict[str, Any]], bool] | None = None) -> int:
         """kube-scheduler: bind every ungated, unbound pod to its pinned node (those `may_bind` allows)."""
-        from railyard.topology.nodes import pinned_node
+        from railyard.topology.cluster.nodes import pinned_node
 
         bound = 0
         for pod in list(self.objects["pods"].values()):

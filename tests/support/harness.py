@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import MetricsSettings, PlacementSettings, Settings
 from railyard.operator.cache.state import ClusterState
-from railyard.topology.devices import STANDARD
-from railyard.topology.nodes import node_from_object
+from railyard.topology.cluster.dra_devices import STANDARD
+from railyard.topology.cluster.nodes import node_from_object
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.rig import load_hack_module
+from tests.support.settings import settings as operator_settings
 
 
 @dataclass
@@ -110,7 +110,6 @@ def rig(nodes: int = 4, tors: int = 1, leaves: int = 1, dra: bool = False, publi
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
     api.log.clear()
-    settings = Settings(placement=PlacementSettings(**{"loss_debounce_seconds": 0, "not_ready_debounce_seconds": 0,
-                                                       **placement}),
-                        metrics=MetricsSettings(publish_seconds=publish_seconds))
+    settings = operator_settings(**{"loss_debounce_seconds": 0, "not_ready_debounce_seconds": 0,
+                                    "metrics_publish_seconds": publish_seconds, **placement})
     return Rig(api, state, PlacementLoop(state, api, settings, lambda: True), clock)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railyard.topology.api import GROUP, PLURAL, VERSION
+from railyard.topology.api.job import GROUP, PLURAL, VERSION
 
 from tests.support.poll import poll
 

@@ -14,7 +14,6 @@ import random
 import sys
 
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import PlacementSettings, Settings
 from railyard.operator.cache.state import ClusterState
 
 from tests.support.clock import ManualClock
@@ -22,6 +21,7 @@ from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
 from tests.support.nodes import not_ready, ready
+from tests.support.settings import settings
 
 TICK = 10.0
 STREAMS = ((1, 0), (2, 0), (3, 0), (4, 1), (5, 1))  # (seed, hot spares per TOR)
@@ -43,11 +43,10 @@ class Stream:
         self.api.log.clear()
         # Every feature that decides on its own: preemption (default on), defragmentation, reservations; no
         # solve budget (a slow machine would cut a pass short and change the trace).
-        settings = Settings(placement=PlacementSettings(defragmentation=True, loss_debounce_seconds=0,
-                                                        not_ready_debounce_seconds=0, solve_budget_seconds=1e9,
-                                                        starvation_seconds=60, spares_per_tor=spares,
-                                                        release_record_seconds=10.0))
-        self.loop = PlacementLoop(self.state, self.api, settings, lambda: True, clock=self.clock)
+        config = settings(defragmentation=True, loss_debounce_seconds=0, not_ready_debounce_seconds=0,
+                          solve_budget_seconds=1e9, starvation_seconds=60, spares_per_tor=spares,
+                          release_record_seconds=10.0)
+        self.loop = PlacementLoop(self.state, self.api, config, lambda: True, clock=self.clock)
         self.events = asyncio.new_event_loop()  # one loop for the run: the actors' locks bind to it
         self.ends: dict[str, int] = {}  # job -> the tick its pods succeed
         self.dark: dict[str, int] = {}  # node -> the tick it is Ready again

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from railyard.topology.affinity import PodInfo, node_limits, selector_matches, template_problem
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.affinity import PodInfo, node_limits, selector_matches, template_problem
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.claims import trust_placements
-from railyard.topology.nodes import build_snapshot
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.cluster.pod_trust import trust_placements
 
 from tests.support import status as cond
 from tests.support.clusters import profile_nodes

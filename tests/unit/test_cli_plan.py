@@ -173,7 +173,7 @@ def test_a_dra_dump_with_resource_slices_and_a_foreign_claim_plans_around_its_gp
     nodes = profile_nodes(leaves=1, tors=1, nodes=1)
     name = nodes[0]["metadata"]["name"]
     publisher = load_hack_module("dra_slices", "dra_slices.py")
-    from railyard.topology.nodes import node_from_object
+    from railyard.topology.cluster.nodes import node_from_object
 
     slices = publisher.slices_for(node_from_object(nodes[0]))
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

@@ -1,4 +1,4 @@
-"""The migration planner (topology/defrag.py): a gang that fits by free GPUs but not by topology lands
+"""The migration planner (topology/solver/defrag.py): a gang that fits by free GPUs but not by topology lands
 in one domain after the fewest, cheapest moves; every move lands outside that domain, on free GPUs."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from collections import Counter
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from railyard.topology.defrag import Mover, fits_by_gpus, plan_migration
-from railyard.topology.preemption import RunningGang
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.solver.defrag import Mover, fits_by_gpus, plan_migration
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.victims import RunningGang
 
 from tests.support.clusters import snapshot
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.operator.base.settings import DefragmentationSettings
 from railyard.operator.cache.memory import holds
 from railyard.operator.decide.room import movers
 
@@ -69,8 +70,8 @@ def test_jobs_that_do_not_allow_it_are_never_moved():
 
 def test_off_when_the_operator_does_not_defragment():
     r, left = _fragmented()
-    r.loop.ctx.settings = r.loop.ctx.settings.model_copy(update={"placement": r.loop.ctx.settings.placement
-                                                                 .model_copy(update={"defragmentation": False})})
+    r.loop.ctx.settings = r.loop.ctx.settings.model_copy(
+        update={"defragmentation": DefragmentationSettings(enabled=False)})
     r.submit(make_job("wide", 2, topology={"requiredTier": "tor"}))
     r.step(2)
     assert r.reason("wide") == "Unschedulable" and not any(_moved(r, n) for n in left)

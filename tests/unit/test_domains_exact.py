@@ -7,8 +7,8 @@ from __future__ import annotations
 from bench.core.exact import optimum, weighted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.domain_tree import build_tree, counts_of
-from railyard.topology.domains import objective_for, select_best
+from railyard.topology.solver.domain_tree import build_tree, counts_of
+from railyard.topology.solver.domains import objective_for, select_best
 
 from tests.support.clusters import fabric_node
 
@@ -87,7 +87,7 @@ def test_a_small_gang_takes_partly_used_nodes_before_breaking_a_whole_one():
 def test_solving_only_the_demand_costs_what_the_full_dp_does(fabric, preferred_level):
     """The shortcut that solves only the children holding the whole gang (when their level is
     counted) finds a placement of the full dynamic program's cost."""
-    from railyard.topology.domains import _solve, _solve_exactly, _weights
+    from railyard.topology.solver.domains import _solve, _solve_exactly, _weights
 
     slots, need, empty = fabric
     root = build_tree(slots, 3, free_gpus=lambda n: 8 if n.name in empty else 4)
@@ -120,8 +120,8 @@ def tables(draw):
 @given(tables(), st.integers(1, 12), st.sampled_from([None, 1, 2, 3]))
 def test_the_tree_built_from_arrays_selects_what_the_loop_does(case, need, preferred_level):
     import numpy as np
-    from railyard.topology.model import Snapshot
-    from railyard.topology.node_arrays import node_arrays
+    from railyard.topology.cluster.model import Snapshot
+    from railyard.topology.cluster.node_arrays import node_arrays
 
     nodes, free, counts = case
     slots = list(zip(nodes, counts, strict=True))

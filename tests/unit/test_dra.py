@@ -10,9 +10,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.decide.claims import CLAIM_REF, use_claim
-from railyard.topology.devices import PCIE_ROOT, inventory, rail_order, unpinnable
-from railyard.topology.nodes import build_snapshot, node_from_object
+from railyard.operator.decide.resource_claims import CLAIM_REF, use_claim
+from railyard.topology.cluster.dra_devices import PCIE_ROOT, inventory, rail_order, unpinnable
+from railyard.topology.cluster.nodes import build_snapshot, node_from_object
 
 from tests.support import status as cond
 from tests.support.clusters import profile_nodes

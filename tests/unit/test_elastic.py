@@ -6,11 +6,11 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.api import Parallelism
-from railyard.topology.elastic import choose_shrink, largest_valid, solve_growth, valid_size
-from railyard.topology.replace import RankSlot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.api.job import Parallelism
+from railyard.topology.solver.elastic import choose_shrink, largest_valid, solve_growth, valid_size
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.replace import RankSlot
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 
@@ -69,8 +69,8 @@ def test_new_ranks_that_cannot_stay_near_pack_into_as_few_tors_as_possible():
     # superpod-2k: a 128-node job fills its leaf (4 TORs of 32); shrink by 32, grow by 64: 32 go back to
     # the leaf, 32 must go elsewhere in the spine, and should take one TOR, not scatter.
     import yaml
-    from railyard.topology.nodes import build_snapshot
-    from railyard.topology.profile import ClusterProfile, node_objects
+    from railyard.topology.cluster.nodes import build_snapshot
+    from railyard.topology.planner.profile import ClusterProfile, node_objects
 
     from tests.support.rig import REPO
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from railyard.topology.eligibility import PodConstraints
-from railyard.topology.model import GpuNode, Taint
+from railyard.topology.cluster.eligibility import PodConstraints
+from railyard.topology.cluster.model import GpuNode, Taint
 
 NODE = GpuNode("n1", "s", "l", "t", (0,), (0,), (0,), labels={"pool": "a", "gen": "5"},
                taints=(Taint("dedicated", "train", "NoSchedule"), Taint("soft", "", "PreferNoSchedule")))

@@ -11,7 +11,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.decide.endpoints import PARTIAL_WRITE_SECONDS, Address, worth_writing
+from railyard.operator.decide.rank_addresses import PARTIAL_WRITE_SECONDS, Address, worth_writing
 
 from tests.support.harness import rig
 from tests.support.jobs import make_job
@@ -136,7 +136,7 @@ def test_what_is_written_is_never_stale_and_never_the_same_twice(current, writte
 def test_a_gang_larger_than_one_slice_holds_gets_as_many_slices_and_a_shrink_empties_the_extra(monkeypatch):
     """The API refuses an EndpointSlice of more than 1,000 endpoints: a 1,024-replica gang's names were
     never written. Here a slice holds 2, so 3 ranks take two."""
-    from railyard.operator.decide import endpoints as decide_endpoints
+    from railyard.operator.decide import rank_addresses as decide_endpoints
 
     monkeypatch.setattr(decide_endpoints, "MAX_ENDPOINTS", 2)
     r = rig(nodes=4)

@@ -5,8 +5,8 @@ signal."""
 from __future__ import annotations
 
 import pytest
-from railyard.topology.faults import NodeHealth, node_loss, read_health
-from railyard.topology.labels import ANNOTATION_QUARANTINED_UNTIL
+from railyard.topology.cluster.faults import NodeHealth, node_loss, read_health
+from railyard.topology.cluster.labels import ANNOTATION_QUARANTINED_UNTIL
 
 SEEN = 1000.0  # monotonic: when the operator saw this version of the node
 

@@ -13,10 +13,10 @@ from railyard.operator.app.troubleshooting import ADVICE, FINE
 from railyard.operator.base import reasons
 from railyard.operator.base.objects import parse_job
 from railyard.operator.decide.builders import PodOptions, build_env
-from railyard.operator.decide.claims import device_env
-from railyard.topology.api import TrainingJob
-from railyard.topology.devices import inventory
-from railyard.topology.nodes import node_from_object
+from railyard.operator.decide.resource_claims import device_env
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.dra_devices import inventory
+from railyard.topology.cluster.nodes import node_from_object
 
 from tests.support.clusters import profile_nodes
 from tests.support.jobs import make_job

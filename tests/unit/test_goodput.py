@@ -1,4 +1,4 @@
-"""Goodput accounting (decide/goodput.py): every second of wall time since the gang first ran is either
+"""Goodput accounting (decide/goodput_ledger.py): every second of wall time since the gang first ran is either
 productive or lost to exactly one cause; a fault's timeline lands in the causes a platform team reads;
 and the operator keeps the ledger in status.goodput from the ranks' reports."""
 
@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.operator.decide import goodput
-from railyard.operator.decide.goodput import Activity
+from railyard.operator.decide import goodput_ledger as goodput
+from railyard.operator.decide.goodput_ledger import Activity
 from railyard.operator.decide.reports import WorkerReport
 
 from tests.support.harness import rig

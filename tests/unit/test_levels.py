@@ -9,15 +9,22 @@ import pytest
 from bench.core.exact import counts_weight, optimum
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.domain_tree import build_tree, counts_of
-from railyard.topology.domains import objective_for, select_best
-from railyard.topology.labels import LABEL_GPU_CLIQUE, LABEL_LEAF, LABEL_SPINE, LABEL_TOR, parse_levels, scheme_for
-from railyard.topology.levels import LevelError, Levels
-from railyard.topology.model import Snapshot
-from railyard.topology.nodes import build_snapshot, node_from_object
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.labels import (
+    LABEL_GPU_CLIQUE,
+    LABEL_LEAF,
+    LABEL_SPINE,
+    LABEL_TOR,
+    parse_levels,
+    scheme_for,
+)
+from railyard.topology.cluster.levels import LevelError, Levels
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.nodes import build_snapshot, node_from_object
+from railyard.topology.solver.domain_tree import build_tree, counts_of
+from railyard.topology.solver.domains import objective_for, select_best
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import fabric_node, profile_nodes
 

@@ -1,5 +1,5 @@
 """The living-cluster run's pure half: the stream's demand and shapes, and the figures read from pod
-bound/finished times (hack/compare_living.py runs it on the rig)."""
+bound/finished times (hack/bench/peers/compare_living.py runs it on the rig)."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ import random
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.api import Parallelism
-from railyard.topology.commgraph import ModelHints, is_ring, replica_graph
-from railyard.topology.graph_mapping import _kl_pass, _kl_pass_in_python, map_ranks, mapping_cost
-from railyard.topology.rank_order import order_replicas
+from railyard.topology.api.job import Parallelism
+from railyard.topology.solver.commgraph import ModelHints, is_ring, replica_graph
+from railyard.topology.solver.graph_mapping import _kl_pass, _kl_pass_in_python, map_ranks, mapping_cost
+from railyard.topology.solver.rank_order import order_replicas
 
 from tests.support.clusters import fabric_node
 
@@ -79,8 +79,8 @@ def test_mapping_is_near_the_brute_force_optimum_on_small_gangs():
 
 
 def test_spec_model_reaches_the_request_with_defaults_for_what_it_leaves_out():
-    from railyard.topology.api import TrainingJob
-    from railyard.topology.request import GangRequest
+    from railyard.topology.api.job import TrainingJob
+    from railyard.topology.solver.request import GangRequest
 
     from tests.support.jobs import make_job
 

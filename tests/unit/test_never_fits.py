@@ -4,8 +4,8 @@ differ in anything that decides it do not."""
 
 from __future__ import annotations
 
-from railyard.topology.decision import never_fits
-from railyard.topology.request import GangRequest
+from railyard.topology.solver.decision import never_fits
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.model import Snapshot
-from railyard.topology.node_fit import UNLIMITED, node_fit
-from railyard.topology.node_rules import eligible_nodes
-from railyard.topology.request import GangRequest
-from railyard.topology.resources import replicas_that_fit
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.node_fit import UNLIMITED, node_fit
+from railyard.topology.cluster.node_rules import eligible_nodes
+from railyard.topology.cluster.resources import replicas_that_fit
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import fabric_node
 

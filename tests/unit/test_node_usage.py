@@ -1,4 +1,4 @@
-"""The usage arrays a snapshot carries (topology/node_usage.py) always say what its maps say: after any
+"""The usage arrays a snapshot carries (topology/cluster/node_usage.py) always say what its maps say: after any
 chain of allocations and releases, and in the operator's cache after any sequence of pods arriving,
 changing node or leaving, and nodes coming and going."""
 
@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.cache.state import ClusterState
-from railyard.topology.model import Snapshot
-from railyard.topology.node_usage import NodeUsage
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.node_usage import NodeUsage
 
 from tests.support.clusters import fabric_node, profile_nodes
 

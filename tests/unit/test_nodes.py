@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from railyard.topology.labels import resolve_scheme
-from railyard.topology.nodes import build_snapshot, node_from_object
+from railyard.topology.cluster.labels import resolve_scheme
+from railyard.topology.cluster.nodes import build_snapshot, node_from_object
 
 from tests.support.clusters import profile_nodes
 

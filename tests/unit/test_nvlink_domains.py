@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.labels import LABEL_GPU_CLIQUE
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.labels import LABEL_GPU_CLIQUE
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import profile_nodes
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import REGISTRY
-from railyard.operator.act.context import Context
+from railyard.operator.act.actor_context import Context
 from railyard.operator.act.observe import Observer
 from railyard.operator.base.reasons import WAITING_REASONS, JobState, PlacedReason
-from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import ClusterState
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.timestamps import epoch
 
 from tests.support.clock import ManualClock
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.settings import settings as operator_settings
 
 CREATED = "2027-01-15T08:00:00Z"  # the clock below reads one hour later
 
@@ -37,7 +37,7 @@ def _wait(reason: PlacedReason) -> float | None:
 def test_every_waiting_reason_is_published_then_reset_when_the_job_is_placed(reason: PlacedReason):
     state = ClusterState()
     clock = ManualClock(wall=epoch(CREATED, 0) + 3600)
-    observer = Observer(Context(state, FakeApi([]), Settings(), clock))
+    observer = Observer(Context(state, FakeApi([]), operator_settings(), clock))
     state.apply_job("ADDED", _job("waiter", None if reason == PlacedReason.NEW else reason))
     observer.observe(state.snapshot())
     assert _wait(reason) == pytest.approx(3600), f"a job waiting as {reason} is published"

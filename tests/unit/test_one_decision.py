@@ -1,7 +1,7 @@
 """One decision, one place: the offline planner (`railyard plan`) and the operator place the same jobs
 on the same cluster identically — inter-pod rules against existing pods and against gangs placed
 before them, other resources of gangs placed before them — because both call
-railyard.topology.decision.decide. (Before, the planner ignored inter-pod rules and the requests of
+railyard.topology.solver.decision.decide. (Before, the planner ignored inter-pod rules and the requests of
 earlier gangs: it put a job with TOR anti-affinity next to a matching pod.)"""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import KINDS, ClusterState
-from railyard.topology.api import TrainingJob
-from railyard.topology.decision import pod_infos
-from railyard.topology.labels import LABEL_TOR
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.planner import plan
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.labels import LABEL_TOR
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.plan import plan
+from railyard.topology.solver.decision import pod_infos
 
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.settings import settings as operator_settings
 
 
 def _anti_affinity(selector: dict[str, str], key: str = LABEL_TOR) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def _operated(nodes: list[dict], pods: list[dict], jobs: list[dict]) -> dict[str
     for kind in KINDS:
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
-    asyncio.run(PlacementLoop(state, api, Settings(), lambda: True).run_once())
+    asyncio.run(PlacementLoop(state, api, operator_settings(), lambda: True).run_once())
     out: dict[str, dict[int, str] | None] = {}
     for job in jobs:
         status = api.objects["trainingjobs"][("default", job["metadata"]["name"])].get("status") or {}

@@ -13,9 +13,9 @@ from railyard.operator.decide.actions import Finish, Invalid, MarkRunning, Queue
 from railyard.operator.decide.assess import assess
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service, placement_status
 from railyard.operator.decide.queue import QueuedJob, has_room, order, reserved_nodes
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.timestamps import epoch
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import profile_nodes, snapshot
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.decide.policy import Partition, partition
-from railyard.topology.faults import NodeHealth
+from railyard.topology.cluster.faults import NodeHealth
 
 
 def reference(health, ranked, leaf_of, now, was_tripped, window, share, min_nodes) -> Partition:

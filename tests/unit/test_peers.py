@@ -1,5 +1,5 @@
 """The peer harness's pure half: each peer's objects for a job, and the peer-agnostic reader of where
-pods landed (hack/compare.py runs them on the rig)."""
+pods landed (hack/bench/peers/compare.py runs them on the rig)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from bench.peers.translators import (
     volcano_cluster_objects,
     volcano_objects,
 )
-from railyard.topology.api import TrainingJob
-from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
 JOB = PeerJob("j001-4x8", 4, 8, "tor", None)

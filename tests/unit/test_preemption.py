@@ -1,13 +1,13 @@
-"""The victim chooser (topology/preemption.py): one domain, cheapest victims, none it does not need."""
+"""The victim chooser (topology/solver/victims.py): one domain, cheapest victims, none it does not need."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from railyard.topology.model import Snapshot
-from railyard.topology.preemption import RunningGang, plan_in_domain, plan_preemption
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.victims import RunningGang, plan_in_domain, plan_preemption
 
 from tests.support.clusters import nodes_in_tor, snapshot
 

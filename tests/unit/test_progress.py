@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from railyard.operator.base.objects import PodView, parse_job, pod_view
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.decide.reports import WorkerReport, check_report
 
 KEY = ("ml", "llm")

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import asyncio
 
-from railyard.operator.act.progress import straggler_restart
-from railyard.operator.base.settings import PlacementSettings
 from railyard.operator.decide.quarantine_limits import Limits, lasting, room, straggler_quarantine_allowed
+from railyard.operator.decide.straggler_status import eviction_restart
 from railyard.operator.decide.stragglers import Straggler
-from railyard.topology.api import StragglerRecord
+from railyard.topology.api.job import StragglerRecord
 
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
 from tests.support.nodes import taint, update_node
+from tests.support.settings import settings as operator_settings
 
 UNHEALTHY = "railyard.dev/unhealthy"
 
 
 def limits(**settings) -> Limits:
-    return Limits.of(PlacementSettings(**settings))
+    return Limits.of(operator_settings(**settings).quarantine)
 
 
 def test_room_is_a_share_of_the_gpu_nodes_at_least_one_and_at_most_the_cap():
@@ -49,7 +49,7 @@ def test_a_shared_node_needs_corroboration_and_the_hourly_cap_holds():
 def _evict(r: Rig, name: str, node: str) -> None:
     job = r.state.jobs[("default", name)]
     slow = Straggler(node, tuple(x.rank for x in job.placement.ranks if x.node == node), 0.5, 0.0, True)
-    asyncio.run(r.loop.recovery.carry_out(job, straggler_restart(job, slow)))
+    asyncio.run(r.loop.recovery.carry_out(job, eviction_restart(job, slow)))
     r.deliver()
 
 
@@ -89,7 +89,7 @@ def test_a_shared_node_another_job_finds_slow_too_is_quarantined_for_at_most_the
     until = r.api.objects["nodes"][("", shared)]["metadata"]["annotations"]["railyard.dev/quarantined-until"]
     record = r.status("second")["lastRestart"]["quarantine"][0]
     assert record["until"] == until
-    from railyard.topology.timestamps import epoch
+    from railyard.topology.api.timestamps import epoch
 
     assert epoch(until, 0) - r.clock.time() <= 7200 + 1, "quarantineSeconds 0 gets the operator's longest"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from bench.core.rails import EIGHT, aligned_placement_exists, rail_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 node = rail_node
 

@@ -8,7 +8,7 @@ import asyncio
 import copy
 
 from railyard.operator.act.loop import PlacementLoop
-from railyard.topology.timestamps import epoch
+from railyard.topology.api.timestamps import epoch
 
 from tests.support.harness import rig
 from tests.support.jobs import make_job

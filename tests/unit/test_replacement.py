@@ -7,11 +7,11 @@ from itertools import permutations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.model import Snapshot
-from railyard.topology.replace import RankSlot, distance, solve_replacement
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.replace import RankSlot, distance, solve_replacement
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from railyard.operator.base.objects import parse_job, pod_view
 from railyard.operator.base.settings import ReportSettings
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Limits, Request
 from railyard.operator.kube.report_server import REVIEWS_IN_FLIGHT, REVIEWS_WAITING, SOURCE_BURST, ReportServer

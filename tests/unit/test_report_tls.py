@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from railyard.operator.base.settings import ReportSettings
-from railyard.operator.cache.progress import ProgressBook
+from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.kube.report_server import ReportServer
 from railyard.worker import Reporter, context
 

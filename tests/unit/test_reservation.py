@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.decide.queue import QueuedJob, reserved_nodes
-from railyard.topology.model import Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 

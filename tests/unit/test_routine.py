@@ -10,7 +10,7 @@ import copy
 import json
 
 import pytest
-from railyard.topology.api import PlacementStatus, RankPlacement, TrainingJobStatus
+from railyard.topology.api.job import PlacementStatus, RankPlacement, TrainingJobStatus
 
 from tests.support import status as cond
 from tests.support.harness import rig
@@ -217,7 +217,7 @@ def test_a_restart_gets_its_full_bind_timeout_from_when_its_predecessors_leave()
 
 
 def pod_node(pod: dict) -> str | None:
-    from railyard.topology.nodes import pinned_node
+    from railyard.topology.cluster.nodes import pinned_node
 
     return pod["spec"].get("nodeName") or pinned_node(pod["spec"])
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.api import Parallelism
-from railyard.topology.commgraph import ModelHints
-from railyard.topology.quality import ring_cost
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.api.job import Parallelism
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.solver.commgraph import ModelHints
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.quality import ring_cost
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import nodes_in_tor, snapshot
 

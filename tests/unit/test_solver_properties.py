@@ -6,10 +6,10 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.node_rules import eligible_nodes
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import _best_option, _candidates, _objective, _scopes, solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.node_rules import eligible_nodes
+from railyard.topology.solver.placement import _best_option, _candidates, _objective, _scopes, solve
+from railyard.topology.solver.request import GangRequest
 
 from tests.support.clusters import snapshot
 

@@ -22,15 +22,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, SCHEDULING_GATE
-from railyard.operator.base.settings import PlacementSettings, Settings
 from railyard.operator.cache.state import KINDS, ClusterState
-from railyard.topology.nodes import parse_gpu_annotation, pinned_node
+from railyard.topology.cluster.nodes import parse_gpu_annotation, pinned_node
 
 from tests.support import status as cond
 from tests.support.clock import ManualClock
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.settings import settings as operator_settings
 
 SHAPES = [(1, 8), (2, 8), (3, 4), (2, 2), (4, 1), (5, 8)]
 
@@ -63,7 +63,7 @@ class OperatorUnderChaos(RuleBasedStateMachine):
         self.pending = []
         self.api.log.clear()
         # Defragmentation on, so migratable gangs are moved too (checkpoint-then-restart) under the chaos.
-        settings = Settings(placement=PlacementSettings(defragmentation=True, loss_debounce_seconds=0))
+        settings = operator_settings(defragmentation=True, loss_debounce_seconds=0)
         self.placer = PlacementLoop(self.state, self.api, settings, lambda: True, clock=self.clock)
 
     def _collect(self) -> None:

@@ -1,4 +1,4 @@
-"""The typed status (railyard.topology.api.TrainingJobStatus) and the CRD's status schema name the same
+"""The typed status (railyard.topology.api.job.TrainingJobStatus) and the CRD's status schema name the same
 fields, all the way down: what the operator writes is what the API server keeps (it prunes unknown
 fields), and what it keeps the operator can read."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
-from railyard.topology.api import PACKED_FIELD, TrainingJobStatus
+from railyard.topology.api.job import PACKED_FIELD, TrainingJobStatus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_the_status_model_and_the_crd_status_schema_name_the_same_fields():
 
 
 def test_a_partial_status_is_exactly_its_merge_patch():
-    from railyard.topology.api import RestartRecord
+    from railyard.topology.api.job import RestartRecord
 
     patch = TrainingJobStatus(placement=None, replicas=0, last_restart=RestartRecord(resume_step=7))
     assert patch.as_patch() == {"placement": None, "replicas": 0, "lastRestart": {"resumeStep": 7}}

@@ -7,7 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.decide.stragglers import StragglerTracker, score
-from railyard.topology.api import StragglerPolicy
+from railyard.topology.api.job import StragglerPolicy
+
+from tests.support.settings import settings as operator_settings
 
 TORS = {f"n{i}": f"tor{i // 4}" for i in range(16)}  # 16 nodes, 4 per TOR, one rank per node
 RANKS = {i: f"n{i}" for i in range(16)}
@@ -90,10 +92,9 @@ def test_pipeline_stages_are_compared_only_with_themselves():
 
 
 def test_evictions_are_rate_limited_per_hour_and_a_policy_can_only_ask_for_fewer():
-    from railyard.operator.base.settings import PlacementSettings
     from railyard.operator.decide.quarantine_limits import Limits, may_evict
 
-    limits = Limits.of(PlacementSettings(straggler_evictions_per_hour=2))
+    limits = Limits.of(operator_settings(straggler_evictions_per_hour=2).quarantine)
     evicted: list[float] = []
     for t in (0.0, 10.0):
         assert may_evict(evicted, t, 2, limits)

@@ -13,13 +13,13 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from railyard.operator.act.loop import PlacementLoop
-from railyard.operator.base.settings import Settings
 from railyard.operator.cache.state import KINDS, ClusterState
 
 from tests.support import status as cond
 from tests.support.clusters import profile_nodes
 from tests.support.fakeapi import FakeApi
 from tests.support.jobs import make_job
+from tests.support.settings import settings as operator_settings
 
 FIELDS = ["nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "initContainers", "overhead",
           "priorityClassName", "priority", "restartPolicy", "schedulingGates", "schedulerName", "containers"]
@@ -76,7 +76,7 @@ def test_mutated_templates_end_in_a_clear_condition_and_never_stop_the_others(bo
     for kind in KINDS:
         items, rv = api.listing(kind)
         state.replace(kind, items, rv)
-    asyncio.run(PlacementLoop(state, api, Settings(), lambda: True).run_once())
+    asyncio.run(PlacementLoop(state, api, operator_settings(), lambda: True).run_once())
     status = api.objects["trainingjobs"][("default", "healthy")].get("status") or {}
     assert (cond.get(status.get("conditions"), cond.PLACED) or {}).get("reason") == "Released"
     for name in names:

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.common import emit, superpod_snapshot
 from bench.sim import SimCluster, training_job
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 
 PASS = 300.0  # seconds between passes
 MOVE_COST = 600.0  # seconds of the mover's GPUs a move costs (its work since the checkpoint, run again)
@@ -67,9 +67,9 @@ def stream(seed: int, hours: float, rate_per_hour: float) -> list[Job]:
 
 
 def simulate(jobs: list[Job], defrag: bool, hours: float) -> dict:
-    settings = PlacementSettings(defragmentation=defrag, starvation_seconds=STARVATION, migrations_per_hour=4,
-                                 migration_interval_seconds=3600)
-    sim = SimCluster(superpod_snapshot(), settings, move_seconds=settings.preemption_checkpoint_seconds,
+    settings = Settings.of({"RAILYARD_DEFRAGMENTATION": defrag, "RAILYARD_STARVATION_SECONDS": STARVATION,
+                            "RAILYARD_MIGRATIONS_PER_HOUR": 4, "RAILYARD_MIGRATION_INTERVAL_SECONDS": 3600})
+    sim = SimCluster(superpod_snapshot(), settings, move_seconds=settings.preemption.checkpoint_seconds,
                      restart_cost=MOVE_COST)
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrive)

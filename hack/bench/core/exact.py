@@ -5,8 +5,8 @@ optimises, solved independently to check it."""
 from __future__ import annotations
 
 import numpy as np
-from railyard.topology.levels import DEFAULT_LEVELS, Levels
-from railyard.topology.model import GpuNode
+from railyard.topology.cluster.levels import DEFAULT_LEVELS, Levels
+from railyard.topology.cluster.model import GpuNode
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 # Lexicographic for up to 9,999 domains a level: a domain at level L weighs BASE**L (a node 1).

@@ -8,12 +8,12 @@ import random
 import statistics
 from typing import Any
 
-from railyard.topology.api import Parallelism
-from railyard.topology.commgraph import replica_graph
-from railyard.topology.graph_mapping import map_ranks, mapping_cost
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.rank_order import order_replicas
-from railyard.topology.solver import Placement
+from railyard.topology.api.job import Parallelism
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.commgraph import replica_graph
+from railyard.topology.solver.graph_mapping import map_ranks, mapping_cost
+from railyard.topology.solver.placement import Placement
+from railyard.topology.solver.rank_order import order_replicas
 
 # Layouts a job of R x 8-GPU replicas is given in turn (tensor, pipeline): whole-node tensor
 # groups, two-node tensor groups, and pipelines of 2..8 stages.

@@ -18,13 +18,13 @@ from bench.core.mapping_quality import brute_force_gap, stream_mapping
 from bench.core.rails import rail_required_acceptance
 from bench.core.reference import best_fit, spread
 from bench.core.workload import fragment, job_stream, occupy, profile_snapshot, requests_for
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.api import Parallelism
-from railyard.topology.model import Snapshot
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.profile import ClusterProfile, node_objects
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement, solve
+from railyard.topology.api.job import Parallelism
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.profile import ClusterProfile, node_objects
+from railyard.topology.solver.placement import Placement, solve
+from railyard.topology.solver.request import GangRequest
 
 Placer = Callable[[Snapshot, GangRequest], Placement | None]
 

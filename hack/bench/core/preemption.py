@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Force-fit benchmark (issue 24, 5a), on the superpod-2k topology (2,048 nodes x 8 GPUs; a leaf is 4
 TORs x 32 nodes): the cluster full of low-priority gangs that checkpoint every 30 minutes, then a
-high-priority 128 x 8 gang requiring one leaf. Railyard's victim choice (topology/preemption.py) against
+high-priority 128 x 8 gang requiring one leaf. Railyard's victim choice (topology/solver/victims.py) against
 a naive policy, "evict the youngest gangs until it fits", on the same clusters. Prints JSON: per seed
 and the medians, victims, GPU-hours lost (GPUs x time since each victim's last checkpoint) and the
 planning time, with the time of one placement of the same gang on the emptied cluster as the
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
-from railyard.topology.preemption import RunningGang, plan_preemption
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.victims import RunningGang, plan_preemption
 
 CHECKPOINT_SECONDS = 1800.0
 SIZES = (1, 2, 4, 8, 16, 32)  # nodes per gang (8 GPUs each), TOR-required up to 32

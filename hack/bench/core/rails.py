@@ -8,10 +8,10 @@ from collections import Counter
 from itertools import combinations_with_replacement
 from typing import Any
 
-from railyard.topology.alignment import RailAlignment
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import solve
+from railyard.topology.cluster.alignment import RailAlignment
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.placement import solve
+from railyard.topology.solver.request import GangRequest
 
 EIGHT = tuple(range(8))
 

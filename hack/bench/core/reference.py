@@ -10,9 +10,9 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 
-from railyard.topology.model import GpuNode, Snapshot
-from railyard.topology.request import GangRequest
-from railyard.topology.solver import Placement
+from railyard.topology.cluster.model import GpuNode, Snapshot
+from railyard.topology.solver.placement import Placement
+from railyard.topology.solver.request import GangRequest
 
 
 def spread(snapshot: Snapshot, request: GangRequest) -> Placement | None:

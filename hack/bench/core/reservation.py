@@ -6,7 +6,7 @@ seed and threshold: every job's wait p50/p99 (ranked as the living harness ranks
 end included), the p99 per size class, GPUs held averaged from the run's start, and the reservations taken.
 
 Jobs run the pass they are placed and end exactly at their lifetime: there is no API server, kube-scheduler
-or kwok, so waits run below a live rig's. It ranks thresholds; the live runs (docs/benchmarks.md) measure them.
+or kwok, so waits run below a live rig's. It ranks thresholds; the live runs (`make compare`) measure them.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from bench.common import emit, superpod_snapshot
 from bench.peers.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
 from bench.peers.translators import PeerJob
 from bench.sim import SimCluster, training_job
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 
-RUN_SECONDS = 600.0  # the living part's COMPARE_LIVING_SECONDS in docs/benchmarks.md
+RUN_SECONDS = 600.0  # the living part's COMPARE_LIVING_SECONDS in docs/results/compare-living.json
 LIFETIME_SECONDS = 150.0  # its COMPARE_LIFETIME_SECONDS
 PASS_SECONDS = 1.0
 SAID = "the operator's queue pass (decide/pass_plan.plan_pass) with its settings model, in 1 s simulated passes"
 
 
 def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict:
-    sim = SimCluster(superpod_snapshot(), PlacementSettings(starvation_seconds=starvation))
+    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_STARVATION_SECONDS": starvation}))
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrival)
     classes = {}

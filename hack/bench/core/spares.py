@@ -22,9 +22,9 @@ from pathlib import Path
 
 from bench.common import emit, superpod_snapshot
 from bench.sim import SimCluster, training_job
-from railyard.operator.base.settings import PlacementSettings
+from railyard.operator.base.settings import Settings
 from railyard.operator.decide.restart_plan import RestartKind
-from railyard.topology.faults import LossReason, NodeLoss
+from railyard.topology.cluster.faults import LossReason, NodeLoss
 
 REPAIR_AFTER = 8  # failures before a failed node is back
 GANGS = 16  # 128 x 8 gangs offered: as many as the cluster holds are placed
@@ -32,7 +32,7 @@ SAID = "the operator's queue pass (decide/pass_plan.plan_pass) and restarts (dec
 
 
 def run(spares: int, failures: int, seed: int) -> dict:
-    sim = SimCluster(superpod_snapshot(), PlacementSettings(spares_per_tor=spares))
+    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_SPARES_PER_TOR": spares}))
     for index in range(GANGS):
         sim.submit(training_job(f"g{index}", 128, 8), lifetime=float("inf"))
     sim.step(0.0)

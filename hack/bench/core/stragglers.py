@@ -16,7 +16,7 @@ import time
 
 from bench.common import arguments
 from railyard.operator.decide.stragglers import StragglerTracker, score
-from railyard.topology.api import StragglerPolicy
+from railyard.topology.api.job import StragglerPolicy
 
 NODES, PER_NODE, PER_TOR = 128, 8, 8
 RANK_NODES = {r: f"n{r // PER_NODE}" for r in range(NODES * PER_NODE)}

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from railyard.topology.model import Snapshot
-from railyard.topology.node_usage import NodeUsage
-from railyard.topology.nodes import build_snapshot
-from railyard.topology.profile import ClusterProfile, node_objects
+from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.node_usage import NodeUsage
+from railyard.topology.cluster.nodes import build_snapshot
+from railyard.topology.planner.profile import ClusterProfile, node_objects
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "clusters"
 # Background pods: mostly whole nodes, some partial, as on a shared training cluster.

@@ -4,7 +4,7 @@ topology key), Kueue's Topology Aware Scheduling, Volcano's network-topology-awa
 a naive podAffinity baseline, each on a fresh
 superpod-2k rig (2,048 kwok nodes x 8 GPUs), one peer at a time, with the same job stream submitted
 as one burst (about 1.3x the GPUs there are). Placements are read from the bound pods
-(operator/bench/peers.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
+(hack/bench/peers/translators.py). Prints JSON; writes the Markdown table to $COMPARE_OUT (default:
 compare.md in the rig's state directory).
 
 Kueue TAS (v0.19.2) and Volcano (v1.14.1: vc-scheduler and vc-controller-manager), built on first

@@ -3,7 +3,7 @@ stream of jobs that run for a drawn lifetime (kwok ends each pod after the lifet
 `railyard.dev/simulate-lifetime` annotation asks) and leave, for a fixed run. Figures per peer: GPU
 utilisation over time, queue wait p50/p99 by size class, TORs per multi-replica job, partial gangs,
 pods/s, scheduler CPU (per bound pod too), API requests per bound pod. The stream and the figures
-are operator/bench/living.py's.
+are hack/bench/peers/living.py's.
 
 A job's wait is only known once it is placed, so a run that stops with jobs queued has not measured their
 waits, and a p99 over the placed favours the scheduler that leaves gangs starving. The stream therefore goes

@@ -1,6 +1,6 @@
 """The living-cluster run's pure half: a seeded stream of jobs that arrive over time (Poisson), run
 for a drawn lifetime and leave, and the figures read from when each pod was bound and finished.
-hack/compare_living.py submits the stream to each peer on its own fresh rig and records the times.
+hack/bench/peers/compare_living.py submits the stream to each peer on its own fresh rig and records the times.
 
 Demand: arrivals at rate load x cluster GPUs / (mean GPUs per job x mean lifetime), so the GPUs the
 jobs ask for in steady state are `load` times the cluster's (1.1: a queue that never quite drains,
@@ -159,7 +159,8 @@ def _holding(by_name: Mapping[str, PeerJob], gpus_of: Mapping[str, int], bound: 
     intervals = [(at, finished.get(p), gpus_of[p]) for p, at in running.items() if p in gpus_of]
     work = _working(by_name, gpus_of, running, finished, job_of, lifetime)
     # Also from the run's start: when demand stays below the cluster, a scheduler that delays the work queued at
-    # the warm-up's end moves it into the window and scores higher by being slower (seed 12, docs/benchmarks.md).
+    # the warm-up's end moves it into the window and scores higher by being slower (seed 12,
+    # docs/records/benchmarks-2026-11-to-2026-12-05.md).
     return {"pod_bound_to_running_seconds": _spread(to_running),
             "pod_running_past_lifetime_seconds": _spread(past),
             "gpu_utilisation_running_mean": mean_busy(intervals, warmup, end, cluster_gpus),

@@ -1,5 +1,5 @@
 """Side by side with the peers: one job stream translated into each peer's objects, and a
-peer-agnostic reader of where the pods landed. Pure (dicts in, dicts out); hack/compare.py runs it.
+peer-agnostic reader of where the pods landed. Pure (dicts in, dicts out); hack/bench/peers/compare.py runs it.
 
 Peers: Railyard; kube-scheduler 1.36's own gang scheduling with a topology constraint (PodGroup,
 scheduling.k8s.io/v1alpha2: one required topology key, no preferred tier); Kueue's Topology Aware
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.core.workload import job_stream
-from railyard.topology.api import GROUP, VERSION
-from railyard.topology.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
+from railyard.topology.api.job import GROUP, VERSION
+from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
 
 JOB_LABEL = "compare.railyard.dev/job"
 INDEX_ANNOTATION = "compare.railyard.dev/index"

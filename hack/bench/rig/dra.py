@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Placement with and without DRA on superpod-2k (2,048 kwok nodes x 8 GPUs), same run. Prints JSON.
 
-Both halves are the operator benchmark's burst (hack/bench_operator.py: 200 gangs of 1-16 x 8 GPUs,
+Both halves are the operator benchmark's burst (hack/bench/rig/operator.py: 200 gangs of 1-16 x 8 GPUs,
 1,240 pods) on a fresh rig: first with the device plugin (no ResourceSlices), then with the rig's
 slices published (hack/dra_slices.py), where every pod gets a ResourceClaim that kube-scheduler must
 allocate. Reported per mode: create-to-all-bound, pods bound per second, API requests per pod (by verb
@@ -19,7 +19,7 @@ from collections import Counter
 import bench.rig.operator as ops
 import dra_slices
 from bench.common import after_gc_discovery, arguments, wait
-from railyard.topology.devices import allocated, device_index, inventory
+from railyard.topology.cluster.dra_devices import allocated, device_index, inventory
 
 
 def run(dra: bool) -> dict:

@@ -79,7 +79,7 @@ MIX = {"gpu": 0.587, "exit": 0.146, "taint": 0.101, "maintenance": 0.076, "heart
 LLAMA3_PER_HOUR_AT_16K = 466 / (54 * 24)
 # What Kubernetes alone does per signal (the baseline's detection; see the docstring).
 BASELINE_DETECTION = {"gpu": 600.0, "exit": 0.0, "taint": 0.0, "maintenance": 0.0, "heartbeat": 340.0}
-FAULT_CONDITION = "GpuMemWatch"  # one of topology/faults.DEFAULT_FAULT_CONDITIONS (NVSentinel's)
+FAULT_CONDITION = "GpuMemWatch"  # one of topology/cluster/faults.DEFAULT_FAULT_CONDITIONS (NVSentinel's)
 
 
 def log(msg: str) -> None:
@@ -435,7 +435,7 @@ def soak(api: KubeApi, driver: Driver, operators: list[Operator], minutes: float
 
 def main() -> None:
     arguments(__doc__, {"--soak": "a fault a minute for BENCH_SOAK_MINUTES (30), invariants after each"})
-    figures: dict[str, Any] = {"rig": fresh_cluster("superpod-2k", started_by="hack/bench_goodput.py")}
+    figures: dict[str, Any] = {"rig": fresh_cluster("superpod-2k", started_by="bench goodput")}
     api = KubeApi(workers=16)
     wait(lambda: settled(api), 300, "nodes settled", interval=1)
     for ns in (NS, LEASE_NS):

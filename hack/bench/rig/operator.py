@@ -29,7 +29,7 @@ import requests
 from bench.common import HACK, after_gc_discovery, arguments, cluster, fresh_cluster, percentile, rss_mib, wait
 from bench.launcher import OperatorProcess
 from railyard.operator.kube.client import KubeApi
-from railyard.topology.api import GROUP, PLURAL, VERSION
+from railyard.topology.api.job import GROUP, PLURAL, VERSION
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "20000"))

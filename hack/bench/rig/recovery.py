@@ -29,7 +29,7 @@ from bench.rig.operator import (
     training_job,
 )
 from railyard.operator.kube.client import KubeApi
-from railyard.topology.labels import LABEL_JOB
+from railyard.topology.cluster.labels import LABEL_JOB
 
 CASES = [(128, 1), (128, 8), (1024, 1), (1024, 8)]
 FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}

@@ -177,7 +177,7 @@ def flood() -> dict:
 def memory() -> dict:
     from railyard.operator.base.objects import parse_job, pod_view
     from railyard.operator.base.settings import ReportSettings
-    from railyard.operator.cache.progress import ProgressBook
+    from railyard.operator.cache.progress_book import ProgressBook
     from railyard.operator.cache.state import ClusterState
     from railyard.operator.kube.bounded_http import Request
     from railyard.operator.kube.report_server import PodIdentity, ReportServer

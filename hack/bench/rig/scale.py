@@ -19,7 +19,7 @@ import bench.rig.operator as ops
 from bench.common import arguments, cluster, fresh_cluster, rss_mib, wait
 from bench.rig.recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
-from railyard.topology.labels import LABEL_TOR
+from railyard.topology.cluster.labels import LABEL_TOR
 
 BACKGROUND_PODS = int(os.environ.get("BENCH_BACKGROUND_PODS", "50000"))
 
