@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import assert_never
 
 from railyard.operator.act.actor_context import Context
@@ -60,7 +61,7 @@ from railyard.operator.decide.actions import (
 )
 from railyard.operator.decide.assess import Seen, assess, steady
 from railyard.operator.decide.queue import QueuedJob, admit
-from railyard.operator.decide.resource_claims import claim_name
+from railyard.operator.decide.resource_claims import claim_leaving, claim_name
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
 
@@ -290,7 +291,8 @@ class PlacementLoop:
             pod = state.pods.get((job.namespace, rank.pod or ""))
             if pod is None or pod.node_name or pod.gated or pod.placement_id != placement.id:
                 continue
-            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus)
+            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus,
+                                         partial(claim_leaving, state.pods, job.key, placement.id))
             if why is not None:
                 out[pod.name] = why
         return out
