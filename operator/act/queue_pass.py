@@ -94,7 +94,8 @@ class QueuePass:
             job = self.ctx.state.jobs.get(failed.key)
             if job is not None:
                 await self.errors.report(job, failed.stage, failed.error)
-        placed = [(job, decision) for key, decision in plan.placed if (job := self.ctx.state.jobs.get(key)) is not None]
+        placed = [(job, decision, plan.priorities[key]) for key, decision in plan.placed
+                  if (job := self.ctx.state.jobs.get(key)) is not None]
         unplaced = [(job, entry) for entry in plan.unplaced if (job := self.ctx.state.jobs.get(entry.key)) is not None]
         making = [self._make_room(job, entry) for job, entry in unplaced if entry.room is not None]
         said = dict(zip([entry.key for _, entry in unplaced if entry.room is not None], await asyncio.gather(*making),
@@ -107,7 +108,7 @@ class QueuePass:
         # onto GPUs it is about to hold.
         by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
         outcomes = await asyncio.gather(
-            *(self._record_and_release(j, d) for j, d in by_size),
+            *(self._record_and_release(j, d, priority) for j, d, priority in by_size),
             *(self.writer.guard(j.key, self._mark_unplaced(j, e, said.get(e.key))) for j, e in unplaced),
             return_exceptions=True)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
@@ -162,17 +163,18 @@ class QueuePass:
             await self.errors.report(job, "preempt", e)
         return making.message
 
-    async def _record_and_release(self, job: Job, decision: Decision) -> None:
+    async def _record_and_release(self, job: Job, decision: Decision, priority: int) -> None:
         """Record the placement; once it is stored, the gang joins the release line."""
-        await self.writer.guard(job.key, self._record(job, decision))
+        await self.writer.guard(job.key, self._record(job, decision, priority))
         recorded = self.ctx.state.jobs.get(job.key)
         if recorded is not None and recorded.placement is not None:
             self.materialiser.enqueue(recorded)
             await self.writer.guard(job.key, self.errors.cleared(recorded))
 
-    async def _record(self, job: Job, decision: Decision) -> None:
+    async def _record(self, job: Job, decision: Decision, priority: int) -> None:
         assert decision.placement is not None
-        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
+                                    priority)
         await self.writer.patch(job, patch)
 
     async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | None) -> None:

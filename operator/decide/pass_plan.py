@@ -90,6 +90,7 @@ class Failed:
 @dataclass
 class PassPlan:
     placed: list[tuple[Key, Decision]] = field(default_factory=list)  # in queue order
+    priorities: dict[Key, int] = field(default_factory=dict)  # the value each placed gang was queued at
     unplaced: list[Unplaced] = field(default_factory=list)
     memory: dict[Key, QueueMemory] = field(default_factory=dict)  # the values to remember, changed ones only
     holds: dict[Key, Hold] = field(default_factory=dict)  # every hold after the pass
@@ -235,6 +236,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             if pods is not None:
                 pods.extend(placed_pods(decision))
             plan.placed.append((candidate.key, decision))
+            plan.priorities[candidate.key] = candidate.priority
             work.remember(candidate.key, failure=None)
             room.holds.pop(candidate.key, None)  # its hold served its purpose
             if held.pop(candidate.key, None) is not None:  # the reservation served its purpose

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from railyard.operator.cache.memory import holds
 from railyard.operator.decide.reports import WorkerReport
 
@@ -215,3 +216,56 @@ def test_an_elastic_victim_is_shrunk_towards_min_replicas_and_runs_on():
     urgent_tors = {r.state.nodes[n].tor for n in r.nodes_of("urgent")}
     assert urgent_tors and not urgent_tors & kept_tors, "the preemptor landed in the TOR it gave up"
     assert _conditions(r, "elastic")["Running"][0] == "True" and "Failed" not in _conditions(r, "elastic")
+
+
+def _rename_class(r: Rig, job: str, class_name: str) -> None:
+    """The tenant edits spec.priorityClassName of a running job (the field is theirs to change)."""
+    import copy
+
+    body = copy.deepcopy(r.api.objects["trainingjobs"][("default", job)])
+    body["spec"]["priorityClassName"] = class_name
+    body["metadata"]["generation"] = body["metadata"].get("generation", 1) + 1
+    r.api._store("trainingjobs", body, "MODIFIED")
+    r.deliver()
+
+
+@pytest.mark.parametrize("renamed_to", ["no-such-class", "top"])
+def test_renaming_the_class_of_a_running_gang_never_shields_it(renamed_to):
+    """A tenant renames a running low gang's class to one that does not exist, or to a higher one: it still
+    ranks at what it was placed at (or lowest), and a high gang that needs the room evicts it."""
+    r = _full()
+    _class(r, "top", 5000)
+    for name in "abcd":
+        assert r.status(name)["placement"]["priority"] == 10, "the value it was placed at is recorded"
+        _rename_class(r, name, renamed_to)
+    r.step()
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    assert r.reason("urgent") == "Preempting"
+    assert len([n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"]) == 2
+
+
+def test_a_class_lowered_after_placement_lowers_the_gang():
+    """The other way is honoured: a running gang moved to a lower class may be evicted by a gang between."""
+    r = _full()
+    _class(r, "mid", 5)
+    _class(r, "between", 8)
+    for name in "abcd":
+        _rename_class(r, name, "mid")
+    r.submit(_job("urgent", 2, "between", topology={"requiredTier": "tor"}))
+    r.step()
+    assert r.reason("urgent") == "Preempting"
+
+
+def test_a_restart_keeps_the_priority_the_gang_was_placed_at():
+    from tests.support.nodes import taint
+
+    r = rig(nodes=3)
+    _class(r, "low", 10)
+    _class(r, "top", 5000)
+    r.submit(_job("a", 1, "low"))
+    r.running()
+    _rename_class(r, "a", "top")
+    taint(r.api, r.state, r.nodes_of("a")[0], "example.com/broken", "NoExecute")
+    r.step()
+    assert r.status("a")["restartCount"] == 1 and r.status("a")["placement"]["priority"] == 10

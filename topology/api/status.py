@@ -104,6 +104,9 @@ class PlacementStatus(_Model):
     rail_aligned: bool = Field(False, alias="railAligned")
     desired_replicas: int | None = Field(None, alias="desiredReplicas")  # spec.replicas when it was decided
     released_at: Timestamp | None = Field(None, alias="releasedAt")  # when the whole gang was ungated
+    # The PriorityClass value it was placed at, kept by its restarts: a tenant renaming the class later can
+    # lower the gang's rank when others look for room, never raise it (decide/priority.ranked_priority).
+    priority: int | None = None
 
     @model_validator(mode="before")
     @classmethod
