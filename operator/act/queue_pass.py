@@ -15,7 +15,7 @@ import uuid
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
-from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.materialiser import CreateRefused, Materialiser
 from railyard.operator.act.moves import Moves
 from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.writer import StatusWriter
@@ -26,8 +26,9 @@ from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
+from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
-from railyard.operator.decide.room import RoomView
+from railyard.operator.decide.room import Room, RoomView
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
 from railyard.topology.cluster.model import Snapshot
@@ -148,11 +149,17 @@ class QueuePass:
         return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
                 and job.spec.preemption.backfill_spares for r in job.placement.ranks}
 
-    async def _make_room(self, job: Job, entry: Unplaced) -> str:
-        """Start what making room for the gang needs (victims marked, movers told); its Placed message's tail."""
+    async def _make_room(self, job: Job, entry: Unplaced) -> str | CreateRefused:
+        """Start what making room for the gang needs (victims marked, movers told); its Placed message's tail.
+        Nobody is evicted or moved for a gang whose own pods the API server would refuse (its quota, its
+        PriorityClass, an admission webhook: a dry run says): the refusal is what it waits with."""
         making = entry.room
         assert making is not None
         try:
+            plan = making.preemption or making.migration
+            if plan is not None and (refused := await self.materialiser.refusal(job, plan.placement)) is not None:
+                await self._call_off(job, making, refused.message)
+                return refused
             if making.preemption is not None:
                 return await self.victims.start(job, making.preemption)
             if making.migration is not None:
@@ -162,6 +169,15 @@ class QueuePass:
         except Exception as e:  # one job's trouble is that job's: the pass goes on
             await self.errors.report(job, "preempt", e)
         return making.message
+
+    async def _call_off(self, job: Job, making: Room, why: str) -> None:
+        """The room the pass planned is not made: no hold for the gang, no mover asked to leave."""
+        self.ctx.memories.recall(job).hold = None
+        if making.migration is not None:
+            for move in making.migration.moves:
+                mover = self.ctx.state.jobs.get(parse_key(move.key))
+                if mover is not None:
+                    await self.moves.no_room(mover, f"{job.namespace}/{job.name}'s pods would be refused")
 
     async def _record_and_release(self, job: Job, decision: Decision, priority: int) -> None:
         """Record the placement; once it is stored, the gang joins the release line."""
@@ -177,12 +193,15 @@ class QueuePass:
                                     priority)
         await self.writer.patch(job, patch)
 
-    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | None) -> None:
-        message = entry.message(making_room)
-        patch = transitions.unplaced(job, entry.reason, message, utc(self.ctx.clock.time()))
+    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:
+        if isinstance(making_room, CreateRefused):
+            reason, message = making_room.reason, making_room.message
+        else:
+            reason, message = entry.reason, entry.message(making_room)
+        patch = transitions.unplaced(job, reason, message, utc(self.ctx.clock.time()))
         if patch is None:
             return
-        metrics.PLACEMENT_FAILURES.labels(entry.reason).inc()
+        metrics.PLACEMENT_FAILURES.labels(reason).inc()
         if await self.writer.patch(job, patch) is not None:
-            await self.events.warning(job, entry.reason, message, key=transitions.constraint_key(message))
+            await self.events.warning(job, reason, message, key=transitions.constraint_key(message))
 

@@ -343,6 +343,11 @@ class KubeApi:
                 return False, None  # deleted between the two calls: the next iteration retries
             raise
 
+    async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}"
+        await self.arequest("POST", path, body, query=[("fieldManager", FIELD_MANAGER), ("dryRun", "All")])
+
     async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """PUT the whole object, unconditionally (its writer owns it: last write wins); None when it
         does not exist (the caller creates it)."""

@@ -150,6 +150,11 @@ class FakeApi:
             return False, copy.deepcopy(self.objects[plural][key])
         return True, self._store(plural, copy.deepcopy(body), "ADDED")
 
+    async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
+        self._write("POST", f"{plural}?dryRun")
+        if plural == "pods" and self.refuse_pods is not None:
+            raise self.refuse_pods
+
     async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         self._write("PUT", plural)
         key = self._key(body)

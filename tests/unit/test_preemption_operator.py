@@ -269,3 +269,26 @@ def test_a_restart_keeps_the_priority_the_gang_was_placed_at():
     taint(r.api, r.state, r.nodes_of("a")[0], "example.com/broken", "NoExecute")
     r.step()
     assert r.status("a")["restartCount"] == 1 and r.status("a")["placement"]["priority"] == 10
+
+
+@pytest.mark.parametrize(("status", "message", "reason"), [
+    (403, 'pods "urgent-0" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8', "QuotaExceeded"),
+    (403, "pods with system-node-critical priorityClass is not permitted in team-a namespace", "InvalidSpec"),
+])
+def test_nobody_is_evicted_for_a_gang_whose_own_pods_would_be_refused(status, message, reason):
+    """A gang whose pods its namespace's quota or a PriorityClass it may not use would refuse evicts nobody:
+    a dry run of its pod is asked first, and the refusal is what it waits with."""
+    import json
+
+    from railyard.operator.kube.client import ApiException
+
+    r = _full()
+    refusal = ApiException(status=status, reason="Forbidden")
+    refusal.body = json.dumps({"message": message})
+    r.api.refuse_pods = refusal
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)
+    assert not any(r.status(n).get("preemptedBy") for n in "abcd"), "nobody evicted"
+    assert r.reason("urgent") == reason and message in (r.condition("urgent", "Placed") or {}).get("message", "")
+    assert not holds(r.loop.ctx.memories, r.state.jobs), "no nodes held for it"
+    assert any(w == ("POST", "pods?dryRun") for w in r.api.writes)
