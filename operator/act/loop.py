@@ -139,6 +139,8 @@ class PlacementLoop:
                 self._caught_up = False
             if not leader or not self.state.ready:
                 continue
+            if not self._caught_up:
+                self.ctx.listening_since = self.ctx.clock.monotonic()
             if not self._caught_up and self.catch_up is not None:
                 try:
                     await self.catch_up()

@@ -292,3 +292,65 @@ def test_nobody_is_evicted_for_a_gang_whose_own_pods_would_be_refused(status, me
     assert r.reason("urgent") == reason and message in (r.condition("urgent", "Placed") or {}).get("message", "")
     assert not holds(r.loop.ctx.memories, r.state.jobs), "no nodes held for it"
     assert any(w == ("POST", "pods?dryRun") for w in r.api.writes)
+
+
+def _successor(r: Rig) -> Any:
+    """A new leader: the same cluster, a blank memory and an empty report book; it starts listening now."""
+    import asyncio
+
+    from railyard.operator.act.loop import PlacementLoop
+
+    successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)
+    successor.ctx.listening_since = r.clock.monotonic()
+
+    def step() -> None:
+        asyncio.run(successor.run_once())
+        r.deliver()
+
+    successor.step = step
+    return successor
+
+
+def _report_to(book: Any, r: Rig, job: str, step: int, saved: tuple[int, ...] = ()) -> None:
+    book.record(WorkerReport.model_validate({
+        "namespace": "default", "job": job, "rank": 0, "restartCount": r.status(job).get("restartCount", 0),
+        "step": step, "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}), r.clock.time())
+
+
+def test_a_leader_change_while_victims_save_still_waits_for_their_step():
+    """The old leader marked the victims and they were saving; the new one has heard nothing yet. It does not
+    take that for ranks that never report: it waits for them, asks for its own step, and evicts once saved."""
+    r = _full(report_url="https://railyard-reports.railyard-system.svc:8090")
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    victims = [n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"]
+    assert len(victims) == 2 and all(_conditions(r, n)["Preempted"][1] == "SavingCheckpoint" for n in victims)
+    new = _successor(r)
+    new.step()
+    r.clock.advance(5)
+    new.step()
+    assert all(_conditions(r, n)["Preempted"][1] == "SavingCheckpoint" for n in victims), "not evicted unsaved"
+    for name in victims:
+        _report_to(new.book, r, name, 100)
+    new.step()
+    for name in victims:
+        asked = (new.book.directives(("default", name)).get("checkpoint") or {}).get("step")
+        assert asked is not None and asked > 100
+        _report_to(new.book, r, name, asked, saved=(asked,))
+    new.step()
+    for name in victims:
+        assert _conditions(r, name)["Preempted"] == ("True", "Preempted")
+        assert r.status(name)["lastRestart"]["resumeStep"] > 100, "resumes from the step saved for it"
+
+
+def test_a_new_leader_that_hears_nobody_for_three_report_intervals_goes_ahead():
+    r = _full(report_url="https://railyard-reports.railyard-system.svc:8090")
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    victims = [n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"]
+    new = _successor(r)
+    new.step()
+    assert all(_conditions(r, n)["Preempted"][1] == "SavingCheckpoint" for n in victims)
+    r.clock.advance(16)  # > 3 x the 5 s report interval: these ranks do not report
+    new.step()
+    assert all(_conditions(r, n)["Preempted"] == ("True", "Preempted") for n in victims)
