@@ -186,9 +186,17 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     spares = spare_nodes(snapshot, settings.spares.per_tor)
     current = snapshot
     holding, ordered = work.holders(queue.order(given.waiting))
+
+    def never_its(key: Key) -> frozenset[str]:
+        """Nodes a gang can never land on now: held for another gang's preemption, move or replacement, and
+        the hot spares unless it backfills them. A reservation is never made of these."""
+        job = given.jobs.get(key)
+        backfills = job is not None and job.spec is not None and job.spec.preemption.backfill_spares
+        return held_for_others(room.holds, key) | (frozenset() if backfills else spares)
+
     held: dict[Key, frozenset[str]] = {}  # holder -> its nodes, disjoint, in queue order
     for holder in holding:
-        if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()))):
+        if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()) | never_its(holder.key))):
             held[holder.key] = nodes
     starvation = settings.placement.starvation_seconds
     starving = [j for j in ordered if j.key not in held and queue.starving(j, given.now, starvation)]
@@ -217,9 +225,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
             continue
-        backfills = job.spec is not None and job.spec.preemption.backfill_spares
-        view = current.without_nodes(others_hold | candidate.avoid | held_for_others(room.holds, candidate.key)
-                                     | (frozenset() if backfills else spares))
+        view = current.without_nodes(others_hold | candidate.avoid | never_its(candidate.key))
         if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
             pods = [*given.pod_infos(), *(p for _, earlier in plan.placed for p in placed_pods(earlier))]
         started = clock()
@@ -261,7 +267,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
                 reason = making.reason
                 _started(plan, room, candidate.key, making, given.mono, settings.preemption.hold_seconds)
         if may_hold and never is None and making is None:
-            nodes = queue.reserved_nodes(candidate, current.without_nodes(_union(held.values())))
+            usable = current.without_nodes(_union(held.values()) | never_its(candidate.key))
+            nodes = queue.reserved_nodes(candidate, usable)
             if nodes:  # else what the other holders keep leaves it nothing to wait for yet
                 held[candidate.key] = nodes
                 work.remember(candidate.key, reserved_at=given.mono)
