@@ -180,7 +180,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     settings, snapshot, room = given.settings, given.snapshot, given.room
     work = _Pass(given)
     plan = PassPlan()
-    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption.hold_seconds)
+    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption.hold_seconds,
+                                               snapshot.has_node)
     room.holds.clear()
     room.holds.update(kept)
     spares = spare_nodes(snapshot, settings.spares.per_tor)

@@ -354,3 +354,22 @@ def test_a_new_leader_that_hears_nobody_for_three_report_intervals_goes_ahead():
     r.clock.advance(16)  # > 3 x the 5 s report interval: these ranks do not report
     new.step()
     assert all(_conditions(r, n)["Preempted"] == ("True", "Preempted") for n in victims)
+
+
+def test_a_landing_node_cordoned_mid_preemption_ends_the_hold_at_once():
+    """The preemptor's held domain loses a node (cordoned for maintenance): the hold ends on the next pass,
+    without cooling, and the gang is planned again there and then — not after the whole hold time."""
+    from tests.support.nodes import cordon
+
+    r = _full()
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    hold = holds(r.loop.ctx.memories, r.state.jobs)[("default", "urgent")]
+    landing = sorted(hold.nodes)[0]
+    cordon(r.api, r.state, landing)
+    r.step()
+    now = holds(r.loop.ctx.memories, r.state.jobs).get(("default", "urgent"))
+    assert now is None or landing not in now.nodes, "no longer held on a node it cannot have"
+    memory = r.loop.ctx.memories.peek(r.state.jobs[("default", "urgent")])
+    assert memory is not None and memory.cooling_until == float("-inf"), "planned again at once, not cooling"
+    assert not [e for e in r.api.posted_events if e["reason"] == "Preempting" and "were not free" in e["message"]]
