@@ -14,8 +14,8 @@ def _job(name: str, nodes: list[str] | None = None, restart_count: int = 0) -> A
     body = make_job(name, max(1, len(nodes or [])))
     body["metadata"].update(namespace="default", uid=f"uid-{name}", generation=1)
     if nodes is not None:
-        body["status"] = {"restartCount": restart_count, "placement": {
-            "id": "p", "ranks": [{"rank": i, "node": n, "gpus": [0], "pod": f"{name}-{i}"} for i, n in enumerate(nodes)]}}
+        ranks = [{"rank": i, "node": n, "gpus": [0], "pod": f"{name}-{i}"} for i, n in enumerate(nodes)]
+        body["status"] = {"restartCount": restart_count, "placement": {"id": "p", "ranks": ranks}}
     return parse_job(body)
 
 
