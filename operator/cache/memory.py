@@ -53,6 +53,7 @@ class JobMemory:
     failure_streak: int = 0  # process failures in a row, each after a short attempt (decide/policy)
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
+    reserved: frozenset[str] = frozenset()  # the nodes its starvation reservation held after the last pass
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
     hold: Hold | None = None  # nodes held for it while others make room (decide/holds.py)
     cooling_until: float = float("-inf")  # monotonic: its last hold timed out; it plans no new room before
@@ -74,11 +75,12 @@ class JobMemory:
     stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
 
     def queue_memory(self) -> QueueMemory:
-        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty)
+        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty, self.reserved)
 
     def remember_queue(self, value: QueueMemory) -> None:
         self.failure, self.reserved_at = value.failure, value.reserved_at
         self.reservation_ended, self.fits_empty = value.reservation_ended, value.fits_empty
+        self.reserved = value.reserved
 
     def tracker(self, restart_count: int) -> StragglerTracker | None:
         if self.stragglers is None or self.stragglers[0] != restart_count:
@@ -115,6 +117,12 @@ def holds(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, Hold]:
     """Every job's hold, by job."""
     return {key: memory.hold for key, job in jobs.items() if (memory := memories.peek(job)) is not None
             and memory.hold is not None}
+
+
+def reservations(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, frozenset[str]]:
+    """Every starvation reservation of the last pass, by holder."""
+    return {key: memory.reserved for key, job in jobs.items() if (memory := memories.peek(job)) is not None
+            and memory.reserved}
 
 
 def moves(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, PendingMove]:

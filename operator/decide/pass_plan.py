@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from railyard.operator.base.objects import Job, Key
-from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.decide import queue
 from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, held_for_others
@@ -41,6 +41,7 @@ class QueueMemory:
     reserved_at: float | None = None  # monotonic: when it took its starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: Fits | None = None
+    reserved: frozenset[str] = frozenset()  # the nodes its reservation holds after the last pass
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,12 @@ class _Pass:
         kept = []
         for holder in holding:
             memory = self.recall(holder.key)
-            if memory.reserved_at is None:
-                memory = self.remember(holder.key, reserved_at=given.mono)  # held before this operator started
+            if memory.reserved_at is None:  # held before this operator started: its box runs from Reserving's start
+                job = given.jobs.get(holder.key)
+                placed = job.condition(ConditionType.PLACED) if job is not None else None
+                began = placed.last_transition_time if placed is not None else None
+                since = max(0.0, given.now - began.timestamp()) if began is not None else 0.0
+                memory = self.remember(holder.key, reserved_at=given.mono - since)
             assert memory.reserved_at is not None
             if given.mono - memory.reserved_at > given.settings.placement.reservation_seconds:
                 self.remember(holder.key, reserved_at=None, reservation_ended=given.mono)
@@ -276,6 +281,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if candidate.key in held and making is None:
             reason = PlacedReason.RESERVING
         plan.unplaced.append(Unplaced(candidate.key, decision, reason, making))
+    for key in set(held) | {k for k, m in given.memory.items() if m.reserved}:
+        if work.recall(key).reserved != held.get(key, frozenset()):
+            work.remember(key, reserved=held.get(key, frozenset()))
     plan.memory = {key: work.memory[key] for key in work.changed}
     plan.holds = dict(room.holds)
     plan.moves_started = list(room.moves_started)

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import RestartReason
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.policy import grow_rule
@@ -40,6 +40,15 @@ class GrowAttempt:
 
     freed: int  # the state's capacity-freed counter then
     at: float  # monotonic seconds
+
+
+def growth_avoids(job: Job, held: frozenset[str], reserved: Mapping[Key, frozenset[str]],
+                  spares: frozenset[str]) -> frozenset[str]:
+    """Nodes a gang may not grow onto: held for another gang (preemption, a move, a replacement), reserved by
+    another starving gang, and the hot spares unless it backfills them (as its first placement could not)."""
+    others = frozenset().union(*(nodes for key, nodes in reserved.items() if key != job.key))
+    backfills = job.spec is not None and job.spec.preemption.backfill_spares
+    return held | others | (frozenset() if backfills else spares)
 
 
 def plan_resize(job: Job, action: Resize, snapshot: Snapshot, models: Mapping[str, GpuNode],
