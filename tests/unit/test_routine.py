@@ -269,6 +269,29 @@ def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seco
     assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "the box ran out: rotated"
 
 
+def test_a_reservation_time_box_survives_a_leader_change():
+    """A new leader with a blank memory takes the box as starting when Reserving did (the status says), not
+    when it took over: a holder cannot keep its nodes for ever by outliving leaders."""
+    import asyncio
+
+    from railyard.operator.act.loop import PlacementLoop
+
+    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=0, bind_timeout_seconds=1e9)
+    r.submit(make_job("hog", 2))
+    r.step()
+    r.submit(make_job("first", 2))
+    r.clock.advance(1)
+    r.submit(make_job("second", 2))
+    r.clock.advance(1)
+    r.step()
+    assert (r.reason("first"), r.reason("second")) == ("Reserving", "Unschedulable")
+    r.clock.advance(101)
+    successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # blank memory
+    asyncio.run(successor.run_once())
+    r.deliver()
+    assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "its box ran out meanwhile"
+
+
 def _starving_pair(**settings):
     """Two TORs of two nodes, each node busy with a 1-node job; then two gangs of one TOR's nodes."""
     r = rig(nodes=2, tors=2, starvation_seconds=0, retry_seconds=0, bind_timeout_seconds=1e9, **settings)
