@@ -167,6 +167,9 @@ class QueuePass:
         except Fenced:
             raise
         except Exception as e:  # one job's trouble is that job's: the pass goes on
+            # A plan that could not be started holds nothing (the next pass plans again, counting any victim
+            # already marked as leaving for it).
+            await self._call_off(job, making, f"making room failed: {e}")
             await self.errors.report(job, "preempt", e)
         return making.message
 

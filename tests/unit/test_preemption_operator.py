@@ -373,3 +373,29 @@ def test_a_landing_node_cordoned_mid_preemption_ends_the_hold_at_once():
     memory = r.loop.ctx.memories.peek(r.state.jobs[("default", "urgent")])
     assert memory is not None and memory.cooling_until == float("-inf"), "planned again at once, not cooling"
     assert not [e for e in r.api.posted_events if e["reason"] == "Preempting" and "were not free" in e["message"]]
+
+
+def test_an_api_error_marking_a_victim_costs_that_preemption_only():
+    """The API server fails a victim's status write: that preemption plans again next pass, and a gang placed
+    earlier in the same pass is recorded and released all the same."""
+    from railyard.operator.kube.client import ApiException
+
+    r = rig(nodes=2, tors=2)
+    _class(r, "low", 10)
+    _class(r, "high", 1000)
+    for name in ("a", "b", "c"):
+        r.submit(_job(name, 1, "low"))
+    r.running()  # one node left free
+    r.api.refuse_status["a"] = ApiException(status=500, reason="etcd leader changed")
+    r.api.refuse_status["b"] = ApiException(status=500, reason="etcd leader changed")
+    r.api.refuse_status["c"] = ApiException(status=500, reason="etcd leader changed")
+    r.submit(_job("small", 1, "high"))
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    assert r.reason("small") == "Released", "placed in the pass whose preemption failed"
+    assert not holds(r.loop.ctx.memories, r.state.jobs).get(("default", "urgent")), "no hold on an unmarked plan"
+    r.api.refuse_status.clear()
+    r.clock.advance(10)  # its error's back-off
+    r.step()
+    assert r.reason("urgent") == "Preempting"
+    assert any(r.status(n).get("preemptedBy") == "default/urgent" for n in "abc")
