@@ -18,7 +18,6 @@ from typing import assert_never
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
-from railyard.operator.act.budgets import Budgets
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.endpoint_slices import EndpointsWriter
 from railyard.operator.act.errors import JobErrors
@@ -101,7 +100,6 @@ class PlacementLoop:
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
                                self.moves)
         self.observer = Observer(ctx)
-        self.budgets = Budgets(ctx)
         self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
@@ -231,8 +229,6 @@ class PlacementLoop:
             elif isinstance(action, Wait | Done):
                 if self.errors.failing(job):
                     work.append(self.errors.cleared(job))
-                if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
-                    work.append(self.budgets.ensure(job))
                 if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
                     self.ctx.memories.recall(job).done = state.job_version(job)
             else:

@@ -40,7 +40,6 @@ class JobMemory:
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
-    budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
     goodput: Ledger | None = None  # decide/goodput_ledger: accounted up to now, written to status now and then
     goodput_written: float = float("-inf")  # monotonic: status.goodput last written
     goodput_restart: str | None = None  # lastRestart.decidedAt already accounted as detection

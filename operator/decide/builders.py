@@ -217,12 +217,3 @@ def build_event(job: Job, type_: str, reason: str, message: str, now: str, key: 
         "source": {"component": "railyard-operator"}, "reportingComponent": "railyard-operator",
     }
 
-
-def disruption_budget(job: Job) -> dict[str, Any]:
-    """The gang's PodDisruptionBudget: no voluntary eviction of any rank (kubectl drain, the cluster
-    autoscaler) goes through; the operator itself moves ranks off a drained node after a checkpoint
-    (its deletes are not evictions). Owned by the job, so it goes with it."""
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": job.name, "namespace": job.namespace,
-                         "labels": {LABEL_JOB: job.name}, "ownerReferences": [owner_reference(job)]},
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {LABEL_JOB: job.name}}}}

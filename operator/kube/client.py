@@ -38,7 +38,7 @@ __all__ = ["ApiException", "ClusterAccessError", "Fenced", "KubeApi", "cli_conne
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # create(): kinds outside the core group
-_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1",
+_GROUP_PATHS = {"resourceclaims": "/apis/resource.k8s.io/v1",
                 "endpointslices": "/apis/discovery.k8s.io/v1"}
 
 
