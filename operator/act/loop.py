@@ -134,6 +134,8 @@ class PlacementLoop:
             metrics.STATE_READY.set(int(self.state.ready))
             if not leader:
                 self.materialiser.stop()
+                if self._caught_up:
+                    self.term_ended()
                 self._caught_up = False
             if not leader or not self.state.ready:
                 continue
@@ -156,6 +158,13 @@ class PlacementLoop:
             metrics.ITERATION_SECONDS.observe(time.perf_counter() - started)
             self.iterations += 1
             self.last_iteration = self.ctx.clock.monotonic()
+
+    def term_ended(self) -> None:
+        """Leadership ended: what this term learnt is forgotten as a unit — per-job memory, the ranks' reports,
+        per-job metric series (a standby exporting stale ones would double every job's series)."""
+        self.ctx.memories.forget_all()
+        self.ctx.book.forget(set())
+        self.reports.goodput.forget(set())
 
     async def _while_jobs_arrive(self, seen: int, step: float = 0.05, most: float = 1.0) -> None:
         """While new jobs keep arriving (a burst of creations; `seen`: the count before), wait for a

@@ -28,7 +28,7 @@ from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
-from railyard.operator.decide.room import Room, RoomView
+from railyard.operator.decide.room import Room, RoomView, moves_this_hour_seen
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
 from railyard.topology.cluster.model import Snapshot
@@ -62,8 +62,9 @@ class QueuePass:
                 saved[job.key] = self.victims.checkpoints.last_saved(job)
             return saved[job.key]
 
+        started = moves_this_hour_seen(memories.moves_started, jobs, now, mono)
         room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),
-                        moves(memories, jobs), list(memories.moves_started), state.leaving, last_saved, settings,
+                        moves(memories, jobs), started, state.leaving, last_saved, settings,
                         now, mono, decide=lambda s, r: Decision(r, None, "no decision function"))
         memory = {key: m.queue_memory() for key, job in jobs.items() if (m := memories.peek(job)) is not None}
         reserving = frozenset(key for key, job in jobs.items()

@@ -105,6 +105,12 @@ class Memories:
     def peek(self, job: Job) -> JobMemory | None:
         return self._by_uid.get(job.uid)
 
+    def forget_all(self) -> None:
+        """Leadership ended: what this replica remembered is not the next leader's, nor its own if it leads
+        again (it starts from the status, as any new leader)."""
+        self._by_uid.clear()
+        self.moves_started.clear()
+
     def retain(self, jobs: Iterable[Job]) -> None:
         """Forget every job that is not among these."""
         alive = {job.uid for job in jobs}

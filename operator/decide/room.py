@@ -69,7 +69,10 @@ class RoomView:
         return victims
 
     def cooling_down(self, key: Key) -> bool:
-        return self.cooling.get(key, float("-inf")) > self.mono
+        """Its last hold timed out a while ago: this operator's memory, or the status (a new leader's)."""
+        job = self.jobs.get(key)
+        after = job.status.room_retry_after if job is not None else None
+        return self.cooling.get(key, float("-inf")) > self.mono or (after is not None and after.timestamp() > self.now)
 
     def might_preempt_for(self, priority: int) -> bool:
         """Whether some placed gang has a lower priority than this (one that does not fit may evict it)."""
@@ -87,6 +90,17 @@ class Room:
     hold: Hold | None = None  # wait on this (it fits once the gangs chosen for it have gone)
     preemption: PreemptionPlan | None = None  # victims to mark, then the hold
     migration: MigrationPlan | None = None  # movers to ask, then the hold
+
+
+def moves_this_hour_seen(remembered: Sequence[float], jobs: Mapping[Key, Job], now: float, mono: float
+                         ) -> list[float]:
+    """When the last hour's defragmentation moves started (monotonic): this operator's memory, or, when the
+    status says more moved (a new leader's memory is empty), when each moved gang restarted
+    (status.lastMigration): the hourly cap outlives leaders."""
+    recorded = sorted(mono - (now - t.timestamp()) for job in jobs.values()
+                      if (t := job.status.last_migration) is not None and now - t.timestamp() < HOUR)
+    remembered = [t for t in remembered if mono - t < HOUR]
+    return list(remembered) if len(remembered) >= len(recorded) else recorded
 
 
 def make_room(view: RoomView, job: Job, candidate: QueuedJob, snapshot: Snapshot) -> Room | None:

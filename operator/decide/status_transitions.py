@@ -273,6 +273,11 @@ def shrunk_for_preemption(job: Job, message: str, now: datetime) -> list[Conditi
     return _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SHRUNK, message, now)
 
 
+def room_timed_out(until: datetime) -> TrainingJobStatus:
+    """Its hold timed out: no new room (victims, moves) is made for it before `until`."""
+    return TrainingJobStatus(room_retry_after=until)
+
+
 def preemption_cancelled(job: Job, message: str, now: datetime) -> TrainingJobStatus:
     conditions = _set(job, job.conditions, ConditionType.PREEMPTED, FALSE, PreemptedReason.CANCELLED, message, now)
     return TrainingJobStatus(conditions=conditions, preempted_by=None, shrink_to=None, shrink_ranks=None)

@@ -399,3 +399,59 @@ def test_an_api_error_marking_a_victim_costs_that_preemption_only():
     r.step()
     assert r.reason("urgent") == "Preempting"
     assert any(r.status(n).get("preemptedBy") == "default/urgent" for n in "abc")
+
+
+def test_a_timed_out_preemptor_cools_across_a_leader_change():
+    """Its victims did not leave in time: it cools before planning again, and a new leader (blank memory)
+    reads that from the status instead of evicting a second set of gangs at once."""
+    r = _full(preemption_hold_seconds=30)
+    r.api.graceful = True  # the victims' pods take their time to exit
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step(2)  # victims chosen, then (nobody reports) requeued; their pods stay Terminating
+    first = {n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"}
+    assert len(first) == 2
+    r.clock.advance(31)
+    r.step()
+    assert r.status("urgent").get("roomRetryAfter"), "the cooling is in the status"
+    new = _successor(r)
+    new.step()
+    new.step()
+    assert {n for n in "abcd" if r.status(n).get("preemptedBy") == "default/urgent"} <= first, \
+        "no second set of victims from the new leader"
+    assert not holds(new.ctx.memories, r.state.jobs), "nor a new hold: it cools, as the old leader would have"
+
+
+def test_the_hourly_move_cap_outlives_a_leader_change():
+    from railyard.operator.decide.room import moves_this_hour_seen
+
+    jobs = {}
+    for i, ago in enumerate((100.0, 200.0, 5000.0)):
+        job = _parsed(f"m{i}", {"lastMigration": _stamp(10_000.0 - ago)})
+        jobs[job.key] = job
+    assert len(moves_this_hour_seen([], jobs, now=10_000.0, mono=50.0)) == 2, "a new leader reads the status"
+    assert len(moves_this_hour_seen([40.0, 45.0, 49.0], jobs, now=10_000.0, mono=50.0)) == 3, "or its memory"
+
+
+def _stamp(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parsed(name: str, status: dict[str, Any]) -> Any:
+    from railyard.operator.base.objects import parse_job
+
+    body = make_job(name, 1)
+    body["metadata"].update(namespace="default", uid=f"uid-{name}")
+    body["status"] = status
+    return parse_job(body)
+
+
+def test_a_term_that_ends_is_forgotten_as_a_unit():
+    r = _full()
+    r.submit(_job("urgent", 2, "high", topology={"requiredTier": "tor"}))
+    r.step()
+    _report(r, "a", 0, 10)
+    assert len(r.loop.ctx.memories) and r.loop.book.jobs
+    r.loop.term_ended()
+    assert not len(r.loop.ctx.memories) and not r.loop.book.jobs

@@ -247,6 +247,9 @@ class TrainingJobStatus(_Model):
     shrink_ranks: list[int] | None = Field(None, alias="shrinkRanks")  # the ranks it drops, as planned
     # When the job was last moved for defragmentation (the per-job interval reads it).
     last_migration: Timestamp | None = Field(None, alias="lastMigration")
+    # The nodes held for it while others made room were not free in time: it plans no new room before this
+    # (kept in status, so a new leader does not let it evict a second set of gangs at once).
+    room_retry_after: Timestamp | None = Field(None, alias="roomRetryAfter")
 
     def as_patch(self) -> dict[str, Any]:
         """The merge patch body this partial status stands for."""
