@@ -273,6 +273,8 @@ class Materialiser:
 def _refused(e: ApiException, plural: str, name: str) -> CreateRefused | None:
     """A create the API server refused, as the reason the gang waits with (None: not a refusal)."""
     message = _api_message(e)
+    if e.status == 403 and "because it is being terminated" in message:  # the NamespaceLifecycle admission
+        return CreateRefused(PlacedReason.NAMESPACE_TERMINATING, f"{plural[:-1]} {name}: {message}")
     if e.status == 403 and "exceeded quota" in message:  # a ResourceQuota: retried, not the spec's fault
         return CreateRefused(PlacedReason.QUOTA_EXCEEDED, f"{plural[:-1]} {name}: {message}; retried in "
                              f"{QUOTA_RETRY_SECONDS:.0f}s")

@@ -199,6 +199,8 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
         if placed is not None and placed.reason == PlacedReason.INVALID_SPEC and \
                 placed.observed_generation == generation and placed.message.startswith(REFUSED_PREFIX):
             return Wait()  # the API server refused its pods; holds nothing until the spec changes
+        if placed is not None and placed.reason == PlacedReason.NAMESPACE_TERMINATING:
+            return Wait()  # it goes with its namespace; nothing can be created there any more
         if placed is not None and placed.reason in (PlacedReason.NAME_CONFLICT, PlacedReason.QUOTA_EXCEEDED) and \
                 _since(placed.last_transition_time, now) < conflict_retry:
             return Wait()  # retried after a while: someone else's object, or a namespace quota now full

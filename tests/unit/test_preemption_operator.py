@@ -330,6 +330,8 @@ def test_a_leader_change_while_victims_save_still_waits_for_their_step():
     r.clock.advance(5)
     new.step()
     assert all(_conditions(r, n)["Preempted"][1] == "SavingCheckpoint" for n in victims), "not evicted unsaved"
+    assert [n for n in "abcd" if r.status(n).get("preemptedBy")] == victims, \
+        "the new leader picks no second set of victims (the marks are in the status)"
     for name in victims:
         _report_to(new.book, r, name, 100)
     new.step()

@@ -490,3 +490,24 @@ def test_process_failure_backoff_doubles_for_quick_failures_and_resets_after_a_l
     r.clock.advance(700)  # the attempt runs healthy for over 10 minutes
     r.step()
     assert fail_and_wait() <= quick[0] + 1, "a long healthy run resets the backoff (as the kubelet's)"
+
+
+def test_a_job_whose_namespace_is_being_deleted_waits_to_go_with_it_not_invalid():
+    """The API server refuses every create in a namespace being deleted: the job holds nothing and says why
+    (NamespaceTerminating), not InvalidSpec, and is not retried while it waits to go."""
+    import json
+
+    from railyard.operator.kube.client import ApiException
+
+    r = rig(nodes=2)
+    refusal = ApiException(status=403, reason="Forbidden")
+    refusal.body = json.dumps({"message": 'pods "doomed-0" is forbidden: unable to create new content in '
+                                          "namespace default because it is being terminated"})
+    r.api.refuse_pods = refusal
+    r.submit(make_job("doomed", 1))
+    r.step()
+    assert r.reason("doomed") == "NamespaceTerminating" and not r.status("doomed").get("placement")
+    creates = sum(1 for w in r.api.writes if w == ("POST", "pods"))
+    r.clock.advance(120)
+    r.step(2)
+    assert sum(1 for w in r.api.writes if w == ("POST", "pods")) == creates, "not retried"
