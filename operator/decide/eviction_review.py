@@ -48,20 +48,31 @@ class Verdict:
     message: str | None = None
 
 
+# kubectl drain cordons, then evicts at once: the operator's watch may not have shown the cordon yet. An
+# eviction of a rank on a node not (yet) seen draining is held this long before it is taken for one that is not
+# a drain (a descheduler, a manual eviction) and allowed.
+NOT_YET_DRAINING_SECONDS = 10.0
+
+
 def judge(pod: PodView | None, job: Job | None, health: NodeHealth | None, reports: bool, asked_for: float,
           hold_seconds: float) -> Verdict:
     """Whether to hold an eviction of `pod` (`asked_for`: seconds since its first ask). Held only for a rank of
-    a gang's current placement, on a node being drained, whose ranks report (so they can save a step first:
-    `reports`), and for at most `hold_seconds`; then it is allowed and the gang restarts without that save."""
+    a gang's current placement whose ranks report (so they can save a step first: `reports`, see
+    decide/checkpoint_wait.nobody_reports for a new leader's), while its node is being drained, at most
+    `hold_seconds`; a node not seen draining holds it NOT_YET_DRAINING_SECONDS (the cordon may be on its way).
+    Then it is allowed and the gang restarts without that save."""
     if pod is None or job is None or job.finished or job.placement is None or pod.placement_id != job.placement.id:
         return Verdict(False)
     node = pod.node_name or ""
-    if health is None or not health.draining:
-        return Verdict(False)
     name = f"{job.namespace}/{job.name}"
     if not reports:
         return Verdict(False, f"railyard: {name} reports no progress, so it cannot save a step first; it restarts "
                               f"without {node}")
+    if health is None or not health.draining:
+        if asked_for < NOT_YET_DRAINING_SECONDS:
+            return Verdict(True, f"railyard: {name} has a rank on {node}; waiting to see the node drained "
+                                 f"(retry)")
+        return Verdict(False)
     if asked_for >= hold_seconds:
         return Verdict(False, f"railyard: {name} did not move off {node} within {hold_seconds:.0f}s "
                               "(RAILYARD_MAINTENANCE_CHECKPOINT_SECONDS); evicted now, it restarts from its last "

@@ -61,6 +61,10 @@ def plan_resize(job: Job, action: Resize, snapshot: Snapshot, models: Mapping[st
     slots = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks]
     if any(s.node not in models for s in slots):
         return ResizePlan(ResizeKind.NONE)  # a node of the gang is unknown: the fault path comes first
+    if any(not snapshot.has_node(s.node) for s in slots):
+        # A rank sits on a node new pods cannot be bound to (cordoned, draining): a resize would restart the
+        # gang with a pod pinned there. It resizes once that node is usable again, or the gang has moved.
+        return ResizePlan(ResizeKind.NONE)
     user = (placement.desired_replicas or current) != desired  # kubectl scale / an edit
     if desired < current:
         size = largest_valid(desired, 1, spec.gpus_per_replica, spec.parallelism) or desired

@@ -38,6 +38,7 @@ from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide import eviction_review
+from railyard.operator.decide.checkpoint_wait import nobody_reports
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
 from railyard.topology.planner.documents import format_validation
@@ -122,6 +123,7 @@ class ReportServer:
         self._waiting = 0
         self.http: BoundedHttpServer | None = None
         self._cert_stamp: tuple[float, float] = (0.0, 0.0)
+        self._led_from: float | None = None  # first request seen while leading (None: not leading)
 
     def start(self, ephemeral: bool = False) -> bool:
         """Listen on the configured port from a thread of its own; False when off or the port is taken
@@ -175,6 +177,12 @@ class ReportServer:
         metrics.REPORTS.labels("accepted").inc()
         return 200, {"accepted": True, **answer}
 
+    def _leading_since(self, now: float) -> float:
+        """Since when this replica has led, as far as its requests saw (reports come to the leader only)."""
+        if self._led_from is None:
+            self._led_from = now
+        return self._led_from
+
     def _eviction(self, request: Request) -> tuple[int, dict[str, Any]]:
         """The API server asks before evicting a pod (the chart's ValidatingWebhookConfiguration): an eviction
         of a running gang's rank on a node being drained is noted — the placement loop moves the gang after a
@@ -192,6 +200,8 @@ class ReportServer:
         except ValueError as e:
             return 400, {"message": str(e)}
         pod = self.state.pods.get((ask.namespace, ask.pod))
+        if not self.is_leader():
+            self._led_from = None
         if pod is None or pod.job is None or ask.dry_run or not self.is_leader():
             return 200, eviction_review.answer(ask.uid, eviction_review.Verdict(False))
         now, key = self.clock(), (ask.namespace, ask.pod)
@@ -201,7 +211,10 @@ class ReportServer:
         job = self.state.jobs.get((ask.namespace, pod.job))
         with self.book.lock:
             progress = self.book.jobs.get((ask.namespace, pod.job))
-            reports = progress is not None and job is not None and progress.restart_count == job.restart_count
+            heard = progress is not None and job is not None and progress.restart_count == job.restart_count
+        # A new leader's empty book is not silence (decide/checkpoint_wait.nobody_reports).
+        reports = heard or not nobody_reports(bool(self.settings.url), now - self._leading_since(now),
+                                              self.settings.worker_interval_seconds)
         verdict = eviction_review.judge(pod, job, self.state.health.get(pod.node_name or ""), reports,
                                         now - (self.evictions.first_asked(key) or now), self.hold_seconds)
         return 200, eviction_review.answer(ask.uid, verdict)
@@ -212,8 +225,10 @@ class ReportServer:
         if request.method != "POST":
             return Refusal(405, "method", "POST a report"), {}
         if not self.is_leader():
+            self._led_from = None
             return Refusal(503, "not_leader", "this replica is not the leader; retry"), {}
         now = self.clock()
+        self._leading_since(now)
         if not self._sources.take(request.source, now):  # before any work for the request
             return Refusal(429, "rate_limited", f"more than {self.settings.source_rate_per_second:g}/s from "
                            f"{request.source}"), {}

@@ -176,7 +176,8 @@ class FakeApi:
         pod = self.objects["pods"].get((namespace, name))
         if pod is None or (uid is not None and pod["metadata"]["uid"] != uid):
             return
-        if self.graceful and grace_seconds != 0:
+        # The API server deletes a pod no kubelet runs (never bound) at once, whatever the grace.
+        if self.graceful and grace_seconds != 0 and pod["spec"].get("nodeName"):
             if not pod["metadata"].get("deletionTimestamp"):
                 pod = copy.deepcopy(pod)
                 pod["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

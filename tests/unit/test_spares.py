@@ -132,3 +132,22 @@ def test_lent_spares_are_reclaimed_even_from_a_backfiller_at_its_hourly_preempti
     _fault(r, r.nodes_of("main")[0])
     r.step()
     assert r.status("filler").get("preemptedBy") == "default/main"
+
+
+def test_an_elastic_gang_with_a_rank_on_a_cordoned_node_resizes_only_once_it_is_usable():
+    """A resize restarts the gang with a pod pinned to each kept rank's node: not onto a cordoned one (it
+    would never bind). It waits, and resizes when the node is uncordoned."""
+    from tests.support.nodes import cordon
+
+    r = rig(nodes=4)
+    r.submit(make_job("e", 1, minReplicas=1, maxReplicas=4))
+    r.running()
+    (node,) = r.nodes_of("e")
+    cordon(r.api, r.state, node)
+    _scale(r, "e", 2)
+    r.step(2)
+    assert not r.status("e").get("restartCount") and not [
+        e for e in r.api.posted_events if e["reason"] == "InternalError"], "no crash, no restart onto it"
+    cordon(r.api, r.state, node, on=False)
+    r.step()
+    assert r.status("e")["restartCount"] == 1 and len(r.nodes_of("e")) == 2
