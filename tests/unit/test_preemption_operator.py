@@ -220,13 +220,7 @@ def test_an_elastic_victim_is_shrunk_towards_min_replicas_and_runs_on():
 
 def _rename_class(r: Rig, job: str, class_name: str) -> None:
     """The tenant edits spec.priorityClassName of a running job (the field is theirs to change)."""
-    import copy
-
-    body = copy.deepcopy(r.api.objects["trainingjobs"][("default", job)])
-    body["spec"]["priorityClassName"] = class_name
-    body["metadata"]["generation"] = body["metadata"].get("generation", 1) + 1
-    r.api._store("trainingjobs", body, "MODIFIED")
-    r.deliver()
+    r.edit_spec(job, priorityClassName=class_name)
 
 
 @pytest.mark.parametrize("renamed_to", ["no-such-class", "top"])

@@ -13,7 +13,7 @@ import pytest
 from railyard.topology.api.job import PlacementStatus, RankPlacement, TrainingJobStatus
 
 from tests.support import status as cond
-from tests.support.harness import rig
+from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
 from tests.support.nodes import cordon, not_ready, ready, taint, update_node
 
@@ -250,10 +250,8 @@ def test_a_job_that_can_never_fit_says_so_and_never_reserves_the_cluster():
     assert r.reason("small") == "Released", "nothing is reserved for a job that cannot fit"
 
 
-@pytest.mark.parametrize("retry_seconds", [0, 1e9], ids=["solved-every-pass", "no-retry-no-capacity-freed"])
-def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seconds: float):
-    """With no retry due and nothing freed, the job whose box ran out is still solved on that pass: its
-    Placed reason must leave Reserving, or the next pass takes it for a holder and restarts its box."""
+def _first_reserving(retry_seconds: float) -> Rig:
+    """Two nodes a hog fills; `first`, then `second`, starving for both: `first` holds the reservation."""
     r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=retry_seconds,
             bind_timeout_seconds=1e9)
     r.submit(make_job("hog", 2))
@@ -264,6 +262,14 @@ def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seco
     r.clock.advance(1)
     r.step()
     assert (r.reason("first"), r.reason("second")) == ("Reserving", "Unschedulable")
+    return r
+
+
+@pytest.mark.parametrize("retry_seconds", [0, 1e9], ids=["solved-every-pass", "no-retry-no-capacity-freed"])
+def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seconds: float):
+    """With no retry due and nothing freed, the job whose box ran out is still solved on that pass: its
+    Placed reason must leave Reserving, or the next pass takes it for a holder and restarts its box."""
+    r = _first_reserving(retry_seconds)
     r.clock.advance(101)
     r.step()
     assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "the box ran out: rotated"
@@ -276,15 +282,7 @@ def test_a_reservation_time_box_survives_a_leader_change():
 
     from railyard.operator.act.loop import PlacementLoop
 
-    r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=0, bind_timeout_seconds=1e9)
-    r.submit(make_job("hog", 2))
-    r.step()
-    r.submit(make_job("first", 2))
-    r.clock.advance(1)
-    r.submit(make_job("second", 2))
-    r.clock.advance(1)
-    r.step()
-    assert (r.reason("first"), r.reason("second")) == ("Reserving", "Unschedulable")
+    r = _first_reserving(0)
     r.clock.advance(101)
     successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # blank memory
     asyncio.run(successor.run_once())

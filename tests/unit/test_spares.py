@@ -89,13 +89,7 @@ def test_a_backfilled_spare_is_given_back_checkpoint_first_when_a_replacement_ne
 
 def _scale(r: Rig, name: str, replicas: int) -> None:
     """`kubectl scale tj NAME --replicas=N`."""
-    import copy
-
-    job = copy.deepcopy(r.api.objects["trainingjobs"][("default", name)])
-    job["spec"]["replicas"] = replicas
-    job["metadata"]["generation"] = job["metadata"].get("generation", 1) + 1
-    r.api._store("trainingjobs", job, "MODIFIED")
-    r.deliver()
+    r.edit_spec(name, replicas=replicas)
 
 
 def test_an_elastic_gang_does_not_grow_onto_the_spare():
