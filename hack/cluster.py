@@ -141,6 +141,14 @@ def make_pki(pki: Path) -> None:
     _openssl("rsa", "-in", p("sa.key"), "-pubout", "-out", p("sa.pub"))
 
 
+def make_webhook_client_cert(pki: Path) -> None:
+    """The API server's client certificate towards admission webhooks (a rig made before it existed gets it
+    now): webhooks can then tell the API server from a pod (RAILYARD_WEBHOOK_CLIENT_CA)."""
+    if not (pki / "apiserver-webhook-client.crt").exists():
+        issue_cert(pki, "apiserver-webhook-client", "/CN=kube-apiserver-webhook-client",
+                   "extendedKeyUsage=clientAuth\n")
+
+
 def write_client_kubeconfig(path: Path, cert: Path, key: Path) -> None:
     """A kubeconfig for the rig's API server with this client certificate (a kubelet's, kube-proxy's)."""
     pki = STATE / "pki"
@@ -309,6 +317,8 @@ def _components() -> list[Component]:
             # Writes are audited (metadata only) so tests can count what a client sent, and when.
             f"--audit-policy-file={STATE / 'audit-policy.yaml'}", f"--audit-log-path={AUDIT_LOG}",
             "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
+            # Webhooks see the API server's own client certificate (as an admin configures it).
+            f"--admission-control-config-file={STATE / 'admission-config.yaml'}",
         ], lambda: _https_ok(f"https://127.0.0.1:{PORTS['kube-apiserver']}/readyz", client_cert=True)),
         Component("kube-controller-manager", [
             str(binary("kube-controller-manager")), f"--kubeconfig={kc}",
@@ -337,6 +347,26 @@ def _components() -> list[Component]:
 
 
 def write_configs(keep_job_pods: bool = False) -> None:
+    pki = STATE / "pki"
+    (STATE / "webhook-kubeconfig.yaml").write_text(f"""apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: {pki / 'apiserver-webhook-client.crt'}
+      client-key: {pki / 'apiserver-webhook-client.key'}
+""")
+    webhook = f"""    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: {STATE / 'webhook-kubeconfig.yaml'}
+"""
+    (STATE / "admission-config.yaml").write_text(f"""apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+{webhook}  - name: MutatingAdmissionWebhook
+{webhook}""")
     (STATE / "audit-policy.yaml").write_text("""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -525,6 +555,7 @@ def up(profile: str | None, k8s_gates: str | None = None, keep_job_pods: bool = 
             (STATE / "real-node").write_text("1")
             realnode().prepare()  # the bridge first: the API server advertises its address
         make_pki(STATE / "pki")
+        make_webhook_client_cert(STATE / "pki")
         write_kubeconfig(STATE / "pki")
         write_configs(keep_job_pods)
         for comp in components():

@@ -330,6 +330,17 @@ def _stop(name: str, pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def restart_kubelet() -> float:
+    """Stop the node's kubelet and start it again (its pods' containers go on running under containerd, as on a
+    kubelet upgrade or crash); the seconds it was away."""
+    pid = running().get("kubelet")
+    t0 = time.monotonic()
+    if pid is not None:
+        _stop("kubelet", pid)
+    cluster.start({c.name: c for c in components()}["kubelet"])
+    return time.monotonic() - t0
+
+
 def _delete_pods(core: Any) -> None:
     """Every pod on the node, deleted now: the kubelet tears down their sandboxes, veths and netns."""
     try:

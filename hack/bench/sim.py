@@ -202,7 +202,7 @@ class SimCluster:
         for key, decision in plan.placed:
             assert decision.placement is not None
             job = self._write(key, transitions.placing(self.jobs[key], decision.placement, uuid.uuid4().hex[:10],
-                                                       stamp))
+                                                       stamp, plan.priorities[key]))
             self._write(key, transitions.released(job, stamp))
             self._take(key, decision.placement)
             self.waits[key] = self.now - self.arrived[key]

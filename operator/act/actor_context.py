@@ -31,6 +31,9 @@ class Context:
     book: ProgressBook = field(default_factory=ProgressBook)
     evictions: EvictionBook = field(default_factory=EvictionBook)
     memories: Memories = field(default_factory=Memories)
+    # When this replica's leadership began (monotonic): the ranks report to the leader only, so what its book
+    # has not heard since then says nothing about whether they report (decide/checkpoint_wait.nobody_reports).
+    listening_since: float = float("-inf")
     _limit: asyncio.Semaphore | None = field(default=None, repr=False)
 
     async def limited(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:

@@ -9,7 +9,7 @@ from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.cache.memory import CheckpointRequest, JobMemory
-from railyard.operator.decide.checkpoint_wait import committed, last_saved, request_answered
+from railyard.operator.decide.checkpoint_wait import committed, last_saved, nobody_reports, request_answered
 from railyard.operator.decide.policy import checkpoint_step
 from railyard.topology.api.job import CheckpointRecord
 
@@ -49,7 +49,9 @@ class Checkpoints:
         rank was asked to save is in (or `timeout` passed). False while it waits (then ask again)."""
         progress = self.ctx.book.jobs.get(job.key)
         if progress is None or progress.restart_count != job.restart_count:
-            return True
+            reports = self.ctx.settings.reports
+            return nobody_reports(bool(reports.url), self.ctx.clock.monotonic() - self.ctx.listening_since,
+                                  reports.worker_interval_seconds)
         memory = self.ctx.memories.recall(job)
         step_seconds = job.status.step_time.p50_seconds if job.status.step_time is not None else None
         if not self.ready(job, memory, timeout, step_seconds):

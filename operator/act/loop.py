@@ -12,12 +12,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import assert_never
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
-from railyard.operator.act.budgets import Budgets
 from railyard.operator.act.checkpoints import Checkpoints
 from railyard.operator.act.endpoint_slices import EndpointsWriter
 from railyard.operator.act.errors import JobErrors
@@ -60,7 +60,7 @@ from railyard.operator.decide.actions import (
 )
 from railyard.operator.decide.assess import Seen, assess, steady
 from railyard.operator.decide.queue import QueuedJob, admit
-from railyard.operator.decide.resource_claims import claim_name
+from railyard.operator.decide.resource_claims import claim_leaving, claim_name
 from railyard.operator.kube.client import Fenced
 from railyard.operator.kube.protocol import ClusterApi
 
@@ -100,7 +100,6 @@ class PlacementLoop:
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
                                self.moves)
         self.observer = Observer(ctx)
-        self.budgets = Budgets(ctx)
         self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
@@ -135,9 +134,13 @@ class PlacementLoop:
             metrics.STATE_READY.set(int(self.state.ready))
             if not leader:
                 self.materialiser.stop()
+                if self._caught_up:
+                    self.term_ended()
                 self._caught_up = False
             if not leader or not self.state.ready:
                 continue
+            if not self._caught_up:
+                self.ctx.listening_since = self.ctx.clock.monotonic()
             if not self._caught_up and self.catch_up is not None:
                 try:
                     await self.catch_up()
@@ -155,6 +158,13 @@ class PlacementLoop:
             metrics.ITERATION_SECONDS.observe(time.perf_counter() - started)
             self.iterations += 1
             self.last_iteration = self.ctx.clock.monotonic()
+
+    def term_ended(self) -> None:
+        """Leadership ended: what this term learnt is forgotten as a unit — per-job memory, the ranks' reports,
+        per-job metric series (a standby exporting stale ones would double every job's series)."""
+        self.ctx.memories.forget_all()
+        self.ctx.book.forget(set())
+        self.reports.goodput.forget(set())
 
     async def _while_jobs_arrive(self, seen: int, step: float = 0.05, most: float = 1.0) -> None:
         """While new jobs keep arriving (a burst of creations; `seen`: the count before), wait for a
@@ -228,8 +238,6 @@ class PlacementLoop:
             elif isinstance(action, Wait | Done):
                 if self.errors.failing(job):
                     work.append(self.errors.cleared(job))
-                if isinstance(action, Wait) and job.is_true(ConditionType.RUNNING) and not self.budgets.done(job):
-                    work.append(self.budgets.ensure(job))
                 if isinstance(action, Done) and job.finished and not any(p.terminating for p in pods):
                     self.ctx.memories.recall(job).done = state.job_version(job)
             else:
@@ -290,7 +298,8 @@ class PlacementLoop:
             pod = state.pods.get((job.namespace, rank.pod or ""))
             if pod is None or pod.node_name or pod.gated or pod.placement_id != placement.id:
                 continue
-            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus)
+            why = state.devices.blocking((job.namespace, claim_name(pod.name)), rank.node, rank.gpus,
+                                         partial(claim_leaving, state.pods, job.key, placement.id))
             if why is not None:
                 out[pod.name] = why
         return out

@@ -34,6 +34,8 @@ from railyard.operator.decide.builders import PodOptions, build_pod, build_servi
 from railyard.operator.decide.resource_claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
 from railyard.topology.cluster.dra_devices import NodeDevices, rail_order
+from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.solver.placement import Placement
 
 log = logging.getLogger("railyard.materialiser")
 QUOTA_RETRY_SECONDS = 30.0  # a placement a ResourceQuota refused is tried again after this (decide/assess)
@@ -117,6 +119,21 @@ class Materialiser:
         recorded; it creates what is missing)."""
         for task in self._waiting.values():
             task.cancel()
+
+    async def refusal(self, job: Job, placement: Placement) -> CreateRefused | None:
+        """Whether the API server would refuse the gang's pods (its quota, its PriorityClass, an admission
+        webhook), asked with a dry run of its first rank's pod before anyone is evicted for it; None: admitted."""
+        first = min(placement.replicas, key=lambda r: r.rank)
+        body = build_pod(job, first.rank, first.node, list(first.gpus), len(placement.replicas),
+                         placement.rail_aligned, "dry-run", self.options, pod_name(job.name, first.rank))
+        try:
+            await self.ctx.api.create_dry_run("pods", body)
+        except ApiException as e:
+            refused = _refused(e, "pods", body["metadata"]["name"])
+            if refused is None:
+                raise
+            return refused
+        return None
 
     async def materialise(self, job: Job, only: tuple[str, ...] | None) -> None:
         """Create the Service and the (missing) pods, then release the whole gang at once."""
@@ -222,14 +239,10 @@ class Materialiser:
         try:
             created, stored = await self.ctx.api.create(plural, body)
         except ApiException as e:
-            message = _api_message(e)
-            if e.status == 403 and "exceeded quota" in message:  # a ResourceQuota: retried, not the spec's fault
-                raise CreateRefused(PlacedReason.QUOTA_EXCEEDED, f"{plural[:-1]} {body['metadata']['name']}: "
-                                    f"{message}; retried in {QUOTA_RETRY_SECONDS:.0f}s") from None
-            if e.status in (400, 403, 422):
-                raise CreateRefused(PlacedReason.INVALID_SPEC, f"{REFUSED_PREFIX} {plural[:-1]} "
-                                    f"{body['metadata']['name']}: {message}") from None
-            raise
+            refused = _refused(e, plural, body["metadata"]["name"])
+            if refused is None:
+                raise
+            raise refused from None
         if stored is None:
             return None
         if not created:
@@ -255,6 +268,19 @@ class Materialiser:
         now = utc(self.ctx.clock.time())
         await self.writer.patch(current, transitions.dropped(current, refused.reason, refused.message, now))
         await self.events.warning(job, refused.reason, refused.message)
+
+
+def _refused(e: ApiException, plural: str, name: str) -> CreateRefused | None:
+    """A create the API server refused, as the reason the gang waits with (None: not a refusal)."""
+    message = _api_message(e)
+    if e.status == 403 and "because it is being terminated" in message:  # the NamespaceLifecycle admission
+        return CreateRefused(PlacedReason.NAMESPACE_TERMINATING, f"{plural[:-1]} {name}: {message}")
+    if e.status == 403 and "exceeded quota" in message:  # a ResourceQuota: retried, not the spec's fault
+        return CreateRefused(PlacedReason.QUOTA_EXCEEDED, f"{plural[:-1]} {name}: {message}; retried in "
+                             f"{QUOTA_RETRY_SECONDS:.0f}s")
+    if e.status in (400, 403, 422):
+        return CreateRefused(PlacedReason.INVALID_SPEC, f"{REFUSED_PREFIX} {plural[:-1]} {name}: {message}")
+    return None
 
 
 def _api_message(e: ApiException) -> str:

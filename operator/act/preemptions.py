@@ -58,6 +58,8 @@ class Victims:
             if job is None:
                 continue
             self.ctx.memories.recall(job).cooling_until = mono + seconds
+            await self.writer.guard(job.key, self.writer.patch(
+                job, transitions.room_timed_out(utc(self.ctx.clock.time() + seconds))))
             if gone.hold.reason == PlacedReason.PREEMPTING:
                 metrics.PREEMPTIONS.labels(PreemptionOutcome.TIMED_OUT).inc()
             await self.events.warning(job, gone.hold.reason, gone.message, key="timeout")

@@ -15,7 +15,7 @@ import uuid
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.errors import JobErrors
 from railyard.operator.act.events import Events
-from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.act.materialiser import CreateRefused, Materialiser
 from railyard.operator.act.moves import Moves
 from railyard.operator.act.preemptions import Victims
 from railyard.operator.act.writer import StatusWriter
@@ -26,8 +26,9 @@ from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
+from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
-from railyard.operator.decide.room import RoomView
+from railyard.operator.decide.room import Room, RoomView, moves_this_hour_seen
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
 from railyard.topology.cluster.model import Snapshot
@@ -61,8 +62,9 @@ class QueuePass:
                 saved[job.key] = self.victims.checkpoints.last_saved(job)
             return saved[job.key]
 
+        started = moves_this_hour_seen(memories.moves_started, jobs, now, mono)
         room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),
-                        moves(memories, jobs), list(memories.moves_started), state.leaving, last_saved, settings,
+                        moves(memories, jobs), started, state.leaving, last_saved, settings,
                         now, mono, decide=lambda s, r: Decision(r, None, "no decision function"))
         memory = {key: m.queue_memory() for key, job in jobs.items() if (m := memories.peek(job)) is not None}
         reserving = frozenset(key for key, job in jobs.items()
@@ -94,7 +96,8 @@ class QueuePass:
             job = self.ctx.state.jobs.get(failed.key)
             if job is not None:
                 await self.errors.report(job, failed.stage, failed.error)
-        placed = [(job, decision) for key, decision in plan.placed if (job := self.ctx.state.jobs.get(key)) is not None]
+        placed = [(job, decision, plan.priorities[key]) for key, decision in plan.placed
+                  if (job := self.ctx.state.jobs.get(key)) is not None]
         unplaced = [(job, entry) for entry in plan.unplaced if (job := self.ctx.state.jobs.get(entry.key)) is not None]
         making = [self._make_room(job, entry) for job, entry in unplaced if entry.room is not None]
         said = dict(zip([entry.key for _, entry in unplaced if entry.room is not None], await asyncio.gather(*making),
@@ -107,7 +110,7 @@ class QueuePass:
         # onto GPUs it is about to hold.
         by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
         outcomes = await asyncio.gather(
-            *(self._record_and_release(j, d) for j, d in by_size),
+            *(self._record_and_release(j, d, priority) for j, d, priority in by_size),
             *(self.writer.guard(j.key, self._mark_unplaced(j, e, said.get(e.key))) for j, e in unplaced),
             return_exceptions=True)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
@@ -147,11 +150,17 @@ class QueuePass:
         return {r.node for job in self.ctx.state.jobs.values() if job.placement is not None and job.spec is not None
                 and job.spec.preemption.backfill_spares for r in job.placement.ranks}
 
-    async def _make_room(self, job: Job, entry: Unplaced) -> str:
-        """Start what making room for the gang needs (victims marked, movers told); its Placed message's tail."""
+    async def _make_room(self, job: Job, entry: Unplaced) -> str | CreateRefused:
+        """Start what making room for the gang needs (victims marked, movers told); its Placed message's tail.
+        Nobody is evicted or moved for a gang whose own pods the API server would refuse (its quota, its
+        PriorityClass, an admission webhook: a dry run says): the refusal is what it waits with."""
         making = entry.room
         assert making is not None
         try:
+            plan = making.preemption or making.migration
+            if plan is not None and (refused := await self.materialiser.refusal(job, plan.placement)) is not None:
+                await self._call_off(job, making, refused.message)
+                return refused
             if making.preemption is not None:
                 return await self.victims.start(job, making.preemption)
             if making.migration is not None:
@@ -159,28 +168,44 @@ class QueuePass:
         except Fenced:
             raise
         except Exception as e:  # one job's trouble is that job's: the pass goes on
+            # A plan that could not be started holds nothing (the next pass plans again, counting any victim
+            # already marked as leaving for it).
+            await self._call_off(job, making, f"making room failed: {e}")
             await self.errors.report(job, "preempt", e)
         return making.message
 
-    async def _record_and_release(self, job: Job, decision: Decision) -> None:
+    async def _call_off(self, job: Job, making: Room, why: str) -> None:
+        """The room the pass planned is not made: no hold for the gang, no mover asked to leave."""
+        self.ctx.memories.recall(job).hold = None
+        if making.migration is not None:
+            for move in making.migration.moves:
+                mover = self.ctx.state.jobs.get(parse_key(move.key))
+                if mover is not None:
+                    await self.moves.no_room(mover, f"{job.namespace}/{job.name}'s pods would be refused")
+
+    async def _record_and_release(self, job: Job, decision: Decision, priority: int) -> None:
         """Record the placement; once it is stored, the gang joins the release line."""
-        await self.writer.guard(job.key, self._record(job, decision))
+        await self.writer.guard(job.key, self._record(job, decision, priority))
         recorded = self.ctx.state.jobs.get(job.key)
         if recorded is not None and recorded.placement is not None:
             self.materialiser.enqueue(recorded)
             await self.writer.guard(job.key, self.errors.cleared(recorded))
 
-    async def _record(self, job: Job, decision: Decision) -> None:
+    async def _record(self, job: Job, decision: Decision, priority: int) -> None:
         assert decision.placement is not None
-        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()))
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
+                                    priority)
         await self.writer.patch(job, patch)
 
-    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | None) -> None:
-        message = entry.message(making_room)
-        patch = transitions.unplaced(job, entry.reason, message, utc(self.ctx.clock.time()))
+    async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:
+        if isinstance(making_room, CreateRefused):
+            reason, message = making_room.reason, making_room.message
+        else:
+            reason, message = entry.reason, entry.message(making_room)
+        patch = transitions.unplaced(job, reason, message, utc(self.ctx.clock.time()))
         if patch is None:
             return
-        metrics.PLACEMENT_FAILURES.labels(entry.reason).inc()
+        metrics.PLACEMENT_FAILURES.labels(reason).inc()
         if await self.writer.patch(job, patch) is not None:
-            await self.events.warning(job, entry.reason, message, key=transitions.constraint_key(message))
+            await self.events.warning(job, reason, message, key=transitions.constraint_key(message))
 

@@ -17,11 +17,12 @@ from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, RestartReason
-from railyard.operator.cache.memory import holds
+from railyard.operator.cache.memory import holds, reservations
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.holds import held_for_others
-from railyard.operator.decide.resize_plan import GrowAttempt, ResizeKind, plan_resize
+from railyard.operator.decide.resize_plan import GrowAttempt, ResizeKind, growth_avoids, plan_resize
+from railyard.operator.decide.spares import spare_nodes
 
 
 class Resizer:
@@ -43,8 +44,11 @@ class Resizer:
         memory = self.ctx.memories.recall(job)
         now, mono = self.ctx.clock.time(), self.ctx.clock.monotonic()
         started = time.perf_counter()
-        plan = plan_resize(job, action, state.snapshot(), self.recovery.models(),
-                           held_for_others(holds(self.ctx.memories, state.jobs), job.key), memory.grow,
+        snapshot = state.snapshot()
+        avoid = growth_avoids(job, held_for_others(holds(self.ctx.memories, state.jobs), job.key),
+                              reservations(self.ctx.memories, state.jobs),
+                              spare_nodes(snapshot, self.ctx.settings.spares.per_tor))
+        plan = plan_resize(job, action, snapshot, self.recovery.models(), avoid, memory.grow,
                            state.usage.freed, mono, now, self._attempt_began(job, now),
                            self.ctx.settings.placement.retry_seconds)
         if plan.kind is ResizeKind.NO_ROOM:

@@ -74,7 +74,8 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     loop_ = PlacementLoop(state, api, config, leader.is_leader, book, catch_up=catch_up, evictions=evictions)
     sink_target.append(loop_)
     reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
-                           leader.is_leader, evictions=evictions)
+                           leader.is_leader, evictions=evictions,
+                           hold_seconds=config.maintenance.checkpoint_seconds)
     for r in reflectors:
         r.start()
     leader.start()

@@ -118,6 +118,11 @@ ADVICE: tuple[Advice, ...] = (
            "A ResourceQuota in the job's namespace refused its pods; the placement was given back and is "
            "retried with back-off.",
            "`kubectl describe resourcequota -n NS`: raise the quota, or lower the job's size or requests."),
+    Advice(_P, "False", PlacedReason.NAMESPACE_TERMINATING,
+           "The job's namespace is being deleted: the API server creates nothing in it any more, so the job is "
+           "not placed (it holds no GPUs) and goes with the namespace.",
+           "Nothing. If the namespace is stuck Terminating, `kubectl get namespace NS -o yaml` names what holds "
+           "it (a finalizer)."),
     Advice(_P, "False", PlacedReason.INTERNAL_ERROR,
            "The operator failed on this job; it retries with back-off and the other jobs are not affected.",
            "Read the operator's log for the job's name (`kubectl logs -n railyard-system deploy/railyard`) and "

@@ -60,6 +60,7 @@ class PlacedReason(StrEnum):
     NO_REPLACEMENT = "NoReplacement"  # re-queued whole after lost ranks found no replacement
     PREEMPTED = "Preempted"  # re-queued whole: a higher-priority gang took its place
     QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused its pods: retried with backoff
+    NAMESPACE_TERMINATING = "NamespaceTerminating"  # its namespace is being deleted: it goes with it
     INTERNAL_ERROR = "InternalError"  # the operator failed on this job (its log says how); retried
     PLACING = "Placing"  # recorded, pods being created
     RELEASED = "Released"

@@ -188,13 +188,8 @@ class MaintenanceSettings(_Settings):
     checkpoint_seconds: float = setting(
         "MAINTENANCE_CHECKPOINT_SECONDS", 300.0, "A gang on a node being drained or announced for maintenance waits "
         "this long for every rank to save the step it was asked for, then moves anyway "
-        "(docs/faults.md#planned-maintenance).", ge=0)
-    # Without the eviction webhook a budget would hold `kubectl drain` for ever; then a drain evicts and the gang
-    # restarts (Drained).
-    disruption_budgets: bool = setting(
-        "DISRUPTION_BUDGETS", False, "A PodDisruptionBudget per running gang, so drains wait for its checkpoint; "
-        "needs the eviction webhook (the chart sets it with `maintenance.evictionWebhook.enabled` and "
-        "`reports.tls.enabled`).")
+        "(docs/faults.md#planned-maintenance); the eviction webhook holds a drain's evictions of its ranks at most "
+        "this long.", ge=0)
 
 
 class DraMode(StrEnum):
@@ -264,6 +259,11 @@ class ReportSettings(_Settings):
     ca_file: str = setting(
         "REPORT_CA_FILE", "", "The CA that signed it (PEM file): every gang pod gets it as `RAILYARD_REPORT_CA`, the "
         "only CA `railyard.worker` trusts for the report URL.")
+    webhook_client_ca: str = setting(
+        "WEBHOOK_CLIENT_CA", "", "The CA of the API server's client certificate towards webhooks (PEM file): the "
+        "eviction webhook then answers only a peer presenting a certificate it signed (forged AdmissionReviews "
+        "from pods are refused); empty: only the chart's NetworkPolicy keeps pods from the webhook "
+        "(docs/security.md).")
     rate_per_second: float = setting(
         "REPORT_RATE", 2.0, "Reports a second per pod (bursts of 10); more get HTTP 429.", gt=0)
     # One address can carry a node's 8 ranks (hostNetwork pods) and their retries.

@@ -5,7 +5,7 @@ allocated is explained by name)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,10 +165,13 @@ class Devices:
         """The claim whose allocation holds the device, if any."""
         return self._holder.get(device)
 
-    def blocking(self, claim: Key, node: str, gpus: Iterable[int]) -> str | None:
+    def blocking(self, claim: Key, node: str, gpus: Iterable[int],
+                 leaving: Callable[[Key], bool] = lambda _: False) -> str | None:
         """Why claim `claim` (pinning these GPUs of the node and their rail NICs) cannot be allocated, if
         a device it names is gone or held by another claim; None when nothing known stands in its way,
-        when it is allocated, and when no such claim exists (a device-plugin pod, or a claim being created)."""
+        when it is allocated, and when no such claim exists (a device-plugin pod, or a claim being created).
+        A holder `leaving` says is on its way out (its pod terminating, or the job's own earlier attempt's)
+        stands in no way: its devices are freed when it goes."""
         view = self.claims.get(claim)
         if view is None or view.devices:
             return None
@@ -182,7 +185,7 @@ class Devices:
                 if device is None:
                     return f"{what} of node {node} is no longer published in a ResourceSlice"
                 holder = self._holder.get(device)
-                if holder is not None and holder != claim:
+                if holder is not None and holder != claim and not leaving(holder):
                     return f"{what} of node {node} ({'/'.join(device)}) is allocated to claim {holder[0]}/{holder[1]}"
         return None
 

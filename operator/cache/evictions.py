@@ -1,7 +1,7 @@
 """Evictions an admin asked for (kubectl drain, a node-maintenance tool), as the eviction webhook saw
 them: pod -> when first seen. Written by the report endpoint's thread, read by the placement loop,
-hence the lock. A request the PodDisruptionBudget refused leaves no trace on any object, so this is
-the only place a drain of a running gang shows before its pods are gone."""
+hence the lock. A request the webhook held (429) leaves no trace on any object, so this is the only place a
+drain of a running gang shows before its pods are gone."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ class EvictionBook:
                     self._prune(now)
                 self._seen[pod] = now
             return first
+
+    def first_asked(self, pod: Pod) -> float | None:
+        """When the eviction of `pod` now asked for was first asked for (None: never, or long ago)."""
+        with self.lock:
+            return self._seen.get(pod)
 
     def requested(self, namespace: str, now: float) -> frozenset[str]:
         """Pods of `namespace` with an eviction asked for in the last KEEP_SECONDS. Asked by every job

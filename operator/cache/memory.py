@@ -40,7 +40,6 @@ class JobMemory:
     checkpoint: CheckpointRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
-    budgeted: bool = False  # its PodDisruptionBudget was created (or found) by this operator
     goodput: Ledger | None = None  # decide/goodput_ledger: accounted up to now, written to status now and then
     goodput_written: float = float("-inf")  # monotonic: status.goodput last written
     goodput_restart: str | None = None  # lastRestart.decidedAt already accounted as detection
@@ -53,6 +52,7 @@ class JobMemory:
     failure_streak: int = 0  # process failures in a row, each after a short attempt (decide/policy)
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
+    reserved: frozenset[str] = frozenset()  # the nodes its starvation reservation held after the last pass
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
     hold: Hold | None = None  # nodes held for it while others make room (decide/holds.py)
     cooling_until: float = float("-inf")  # monotonic: its last hold timed out; it plans no new room before
@@ -74,11 +74,12 @@ class JobMemory:
     stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
 
     def queue_memory(self) -> QueueMemory:
-        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty)
+        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty, self.reserved)
 
     def remember_queue(self, value: QueueMemory) -> None:
         self.failure, self.reserved_at = value.failure, value.reserved_at
         self.reservation_ended, self.fits_empty = value.reservation_ended, value.fits_empty
+        self.reserved = value.reserved
 
     def tracker(self, restart_count: int) -> StragglerTracker | None:
         if self.stragglers is None or self.stragglers[0] != restart_count:
@@ -104,6 +105,12 @@ class Memories:
     def peek(self, job: Job) -> JobMemory | None:
         return self._by_uid.get(job.uid)
 
+    def forget_all(self) -> None:
+        """Leadership ended: what this replica remembered is not the next leader's, nor its own if it leads
+        again (it starts from the status, as any new leader)."""
+        self._by_uid.clear()
+        self.moves_started.clear()
+
     def retain(self, jobs: Iterable[Job]) -> None:
         """Forget every job that is not among these."""
         alive = {job.uid for job in jobs}
@@ -115,6 +122,12 @@ def holds(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, Hold]:
     """Every job's hold, by job."""
     return {key: memory.hold for key, job in jobs.items() if (memory := memories.peek(job)) is not None
             and memory.hold is not None}
+
+
+def reservations(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, frozenset[str]]:
+    """Every starvation reservation of the last pass, by holder."""
+    return {key: memory.reserved for key, job in jobs.items() if (memory := memories.peek(job)) is not None
+            and memory.reserved}
 
 
 def moves(memories: Memories, jobs: Mapping[Key, Job]) -> dict[Key, PendingMove]:

@@ -108,17 +108,18 @@ def node_losses(placement: PlacementStatus, tolerations: Sequence[Mapping[str, A
 
 def _drained(job_pods: Sequence[str], placement: PlacementStatus, health: Mapping[str, NodeHealth],
              why: str) -> tuple[NodeLoss, ...]:
-    """Ranks whose pod was evicted or deleted on a cordoned node: that is a drain, and the node is
-    not the rank's home any more (it is replaced, never pinned back)."""
+    """Ranks whose pod was evicted or deleted on a node being drained (cordoned, or tainted by an autoscaler):
+    that is a drain, and the node is not the rank's home any more (it is replaced, never pinned back)."""
     nodes = {r.node for r in placement.ranks if (r.pod or "") in job_pods}
-    return tuple(NodeLoss(n, LossReason.DRAINED, f"node {n} is cordoned and its rank's pod {why}", None)
-                 for n in sorted(nodes) if (h := health.get(n)) is not None and h.unschedulable)
+    return tuple(NodeLoss(n, LossReason.DRAINED, f"node {n} is being drained and its rank's pod {why}", None)
+                 for n in sorted(nodes) if (h := health.get(n)) is not None and h.draining)
 
 
 def _maintenance(placement: PlacementStatus, health: Mapping[str, NodeHealth],
                  evicting: frozenset[str]) -> tuple[NodeLoss, ...]:
-    """Nodes of the gang under planned maintenance: announced on the node, or being drained (cordoned,
-    and an eviction of a rank's pod there was asked for and held by the gang's disruption budget)."""
+    """Nodes of the gang under planned maintenance: announced on the node, or being drained (cordoned or
+    tainted by an autoscaler, and an eviction of a rank's pod there was asked for and held by the eviction
+    webhook)."""
     found: dict[str, str] = {}
     for rank in placement.ranks:
         h = health.get(rank.node)
@@ -126,7 +127,7 @@ def _maintenance(placement: PlacementStatus, health: Mapping[str, NodeHealth],
             continue
         if h.maintenance is not None:
             found[rank.node] = f"node {rank.node} is announced for maintenance ({h.maintenance})"
-        elif h.unschedulable and (rank.pod or "") in evicting:
+        elif h.draining and (rank.pod or "") in evicting:
             found[rank.node] = f"node {rank.node} is being drained (eviction of rank {rank.rank}'s pod asked for)"
     return tuple(NodeLoss(n, LossReason.MAINTENANCE, why, None) for n, why in sorted(found.items()))
 
@@ -148,7 +149,7 @@ def steady(job: Job, pods: Sequence[PodView], health: Mapping[str, NodeHealth]) 
     tolerations = list(job.request.pod_spec.get("tolerations") or [])
     if node_losses(placement, tolerations, health, float("inf"), 0.0):
         return False
-    return not any((h := health.get(n)) is None or h.unschedulable or h.maintenance is not None
+    return not any((h := health.get(n)) is None or h.draining or h.maintenance is not None
                    for n in {r.node for r in placement.ranks})
 
 
@@ -198,6 +199,8 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
         if placed is not None and placed.reason == PlacedReason.INVALID_SPEC and \
                 placed.observed_generation == generation and placed.message.startswith(REFUSED_PREFIX):
             return Wait()  # the API server refused its pods; holds nothing until the spec changes
+        if placed is not None and placed.reason == PlacedReason.NAMESPACE_TERMINATING:
+            return Wait()  # it goes with its namespace; nothing can be created there any more
         if placed is not None and placed.reason in (PlacedReason.NAME_CONFLICT, PlacedReason.QUOTA_EXCEEDED) and \
                 _since(placed.last_transition_time, now) < conflict_retry:
             return Wait()  # retried after a while: someone else's object, or a namespace quota now full

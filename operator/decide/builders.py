@@ -59,14 +59,14 @@ def pod_labels(job: Job) -> dict[str, str]:
 
 
 def placement_status(placement: Placement, job_name: str, placement_id: str, serial: int = 0,
-                     desired_replicas: int | None = None) -> PlacementStatus:
+                     desired_replicas: int | None = None, priority: int | None = None) -> PlacementStatus:
     return PlacementStatus(
         id=placement_id, serial=serial,
         ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus), pod=pod_name(job_name, r.rank, serial))
                for r in placement.replicas],
         tors=placement.tors, leaves=placement.leaves, spines=placement.spines,
         domains=[DomainCount(level=level, count=count) for level, count in placement.domains],
-        rail_aligned=placement.rail_aligned, desired_replicas=desired_replicas,
+        rail_aligned=placement.rail_aligned, desired_replicas=desired_replicas, priority=priority,
     )
 
 
@@ -217,12 +217,3 @@ def build_event(job: Job, type_: str, reason: str, message: str, now: str, key: 
         "source": {"component": "railyard-operator"}, "reportingComponent": "railyard-operator",
     }
 
-
-def disruption_budget(job: Job) -> dict[str, Any]:
-    """The gang's PodDisruptionBudget: no voluntary eviction of any rank (kubectl drain, the cluster
-    autoscaler) goes through; the operator itself moves ranks off a drained node after a checkpoint
-    (its deletes are not evictions). Owned by the job, so it goes with it."""
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": job.name, "namespace": job.namespace,
-                         "labels": {LABEL_JOB: job.name}, "ownerReferences": [owner_reference(job)]},
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {LABEL_JOB: job.name}}}}

@@ -33,3 +33,12 @@ def last_saved(job: Job, checkpoint: CheckpointRecord | None) -> float | None:
     began = restart.released_at if restart is not None and restart.released_at is not None else \
         job.status.start_time
     return began.timestamp() if began is not None else None
+
+
+def nobody_reports(pods_report: bool, listening_for: float, report_interval: float) -> bool:
+    """Whether a gang of which nothing was heard this attempt, due to save a step first, has no ranks that
+    could save it, so it goes at once: its pods are not given the report endpoint (`pods_report`), or this
+    operator has listened long enough (`listening_for`, since its leadership began) that reporting ranks
+    would have been heard — three report intervals. A new leader's empty book is not silence: it waits that
+    long before it takes the ranks for ones that never report."""
+    return not pods_report or listening_for >= 3 * report_interval

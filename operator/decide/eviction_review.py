@@ -1,12 +1,17 @@
-"""The eviction webhook's AdmissionReview (admission.k8s.io/v1, CREATE pods/eviction): what it asks
-and the answer. The answer always allows: the gang's PodDisruptionBudget is what makes a drain wait
-(and still does when the webhook is down); the webhook only tells the operator a drain has begun, and
-tells the admin, in a warning kubectl prints, what happens next."""
+"""The eviction webhook's AdmissionReview (admission.k8s.io/v1, CREATE pods/eviction): what it asks and the
+answer. An eviction of a running gang's rank on a node being drained (cordoned, or tainted by an autoscaler) is
+held — denied with 429 Too Many Requests, which `kubectl drain` and autoscalers retry — while the gang saves a
+step and moves its ranks off the node, at most RAILYARD_MAINTENANCE_CHECKPOINT_SECONDS from the first ask;
+every other eviction is allowed. The webhook fails open (the chart's failurePolicy: Ignore): with the operator
+down or uninstalled nothing is held and every drain completes (the gangs restart as after any disruption)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from railyard.operator.base.objects import Job, PodView
+from railyard.topology.cluster.faults import NodeHealth
 
 PATH = "/v1/evictions"
 
@@ -35,13 +40,52 @@ def parse_review(body: Any) -> EvictionAsk:
     return EvictionAsk(uid, namespace, name, bool(request.get("dryRun")))
 
 
-def allow(uid: str, warning: str | None = None) -> dict[str, Any]:
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    if warning:
-        response["warnings"] = [warning[:500]]
+@dataclass(frozen=True)
+class Verdict:
+    """Hold the eviction (429: retry) or allow it; `message` is what the evicting client is told."""
+
+    held: bool
+    message: str | None = None
+
+
+# kubectl drain cordons, then evicts at once: the operator's watch may not have shown the cordon yet. An
+# eviction of a rank on a node not (yet) seen draining is held this long before it is taken for one that is not
+# a drain (a descheduler, a manual eviction) and allowed.
+NOT_YET_DRAINING_SECONDS = 10.0
+
+
+def judge(pod: PodView | None, job: Job | None, health: NodeHealth | None, reports: bool, asked_for: float,
+          hold_seconds: float) -> Verdict:
+    """Whether to hold an eviction of `pod` (`asked_for`: seconds since its first ask). Held only for a rank of
+    a gang's current placement whose ranks report (so they can save a step first: `reports`, see
+    decide/checkpoint_wait.nobody_reports for a new leader's), while its node is being drained, at most
+    `hold_seconds`; a node not seen draining holds it NOT_YET_DRAINING_SECONDS (the cordon may be on its way).
+    Then it is allowed and the gang restarts without that save."""
+    if pod is None or job is None or job.finished or job.placement is None or pod.placement_id != job.placement.id:
+        return Verdict(False)
+    node = pod.node_name or ""
+    name = f"{job.namespace}/{job.name}"
+    if not reports:
+        return Verdict(False, f"railyard: {name} reports no progress, so it cannot save a step first; it restarts "
+                              f"without {node}")
+    if health is None or not health.draining:
+        if asked_for < NOT_YET_DRAINING_SECONDS:
+            return Verdict(True, f"railyard: {name} has a rank on {node}; waiting to see the node drained "
+                                 f"(retry)")
+        return Verdict(False)
+    if asked_for >= hold_seconds:
+        return Verdict(False, f"railyard: {name} did not move off {node} within {hold_seconds:.0f}s "
+                              "(RAILYARD_MAINTENANCE_CHECKPOINT_SECONDS); evicted now, it restarts from its last "
+                              "checkpoint")
+    return Verdict(True, f"railyard: {name} saves a checkpoint and moves its ranks off {node}; retry (held at most "
+                         f"{hold_seconds - asked_for:.0f}s more)")
+
+
+def answer(uid: str, verdict: Verdict) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": not verdict.held}
+    if verdict.held:
+        # 429: kubectl drain, Karpenter and Cluster Autoscaler retry it, as they retry a disruption budget's.
+        response["status"] = {"code": 429, "reason": "TooManyRequests", "message": verdict.message or ""}
+    elif verdict.message:
+        response["warnings"] = [verdict.message[:500]]
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
-
-
-def drain_warning(namespace: str, job: str, node: str) -> str:
-    return (f"railyard: {namespace}/{job} saves a checkpoint and moves its ranks off {node}; its disruption budget "
-            "holds this eviction until then (kubectl drain retries)")

@@ -8,7 +8,7 @@ a preemptor whose hold timed out cools for as long before it may plan again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from railyard.operator.base.objects import Job, Key
@@ -54,16 +54,22 @@ class Expired:
     message: str
 
 
-def expire(holds: Mapping[Key, Hold], jobs: Mapping[Key, Job], mono: float, hold_seconds: float
-           ) -> tuple[dict[Key, Hold], list[Key], list[Expired]]:
+def expire(holds: Mapping[Key, Hold], jobs: Mapping[Key, Job], mono: float, hold_seconds: float,
+           usable: Callable[[str], bool] = lambda _: True) -> tuple[dict[Key, Hold], list[Key], list[Expired]]:
     """(the holds kept, the holds that served their purpose or lost their holder, the holds that timed out).
-    A preemptor's or waiting gang's hold ends once it is placed; a replacement's while its gang restarts."""
+    A preemptor's or waiting gang's hold ends once it is placed; a replacement's while its gang restarts. A
+    preemptor's or waiting gang's hold also ends, with no cooling, as soon as a node it holds is no longer
+    `usable` (cordoned, NotReady, deleted): the gang is planned again at once instead of waiting out the hold
+    for nodes it cannot have."""
     kept: dict[Key, Hold] = {}
     done: list[Key] = []
     timed_out: list[Expired] = []
     for key, hold in holds.items():
         job = jobs.get(key)
         if job is None or job.deleting or (job.placement is not None and not hold.spare):
+            done.append(key)
+            continue
+        if not hold.spare and not all(usable(node) for node in hold.nodes):
             done.append(key)
             continue
         if mono < hold.until:
@@ -81,15 +87,23 @@ def expire(holds: Mapping[Key, Hold], jobs: Mapping[Key, Job], mono: float, hold
 
 def settle_moves(moves: Mapping[Key, PendingMove], jobs: Mapping[Key, Job], mono: float
                  ) -> tuple[list[Key], list[tuple[Key, str]]]:
-    """(the movers that moved: their move is done, the moves no longer wanted with why). A move is off once
-    the gang it makes room for is gone or placed, or its time ran out."""
+    """(the movers that moved: their move is done, the moves no longer wanted with why). A move is done once
+    the mover is off the nodes it was to leave (a restart for another reason that left it there does not
+    count); it is off once the gang it makes room for is gone or placed, or its time ran out."""
     done: list[Key] = []
     off: list[tuple[Key, str]] = []
     for key, move in moves.items():
         mover = jobs.get(key)
-        if mover is None or mover.restart_count != move.restart_count:
+        if mover is None:
             done.append(key)
             continue
+        if mover.restart_count != move.restart_count:
+            still = mover.placement is not None and any(r.node in move.nodes for r in mover.placement.ranks)
+            if not still:  # it moved (or restarted elsewhere for another reason)
+                done.append(key)
+                continue
+            # It restarted for another reason and is still on the nodes it was to leave: the move goes on
+            # (its assessment still sees the nodes to leave, and asks again).
         waiting = jobs.get(move.waiting)
         if waiting is None or waiting.deleting:
             off.append((key, "the gang it made room for is gone"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from railyard.operator.base.objects import Job, Key
-from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.decide import queue
 from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, held_for_others
@@ -41,6 +41,7 @@ class QueueMemory:
     reserved_at: float | None = None  # monotonic: when it took its starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: Fits | None = None
+    reserved: frozenset[str] = frozenset()  # the nodes its reservation holds after the last pass
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Failed:
 @dataclass
 class PassPlan:
     placed: list[tuple[Key, Decision]] = field(default_factory=list)  # in queue order
+    priorities: dict[Key, int] = field(default_factory=dict)  # the value each placed gang was queued at
     unplaced: list[Unplaced] = field(default_factory=list)
     memory: dict[Key, QueueMemory] = field(default_factory=dict)  # the values to remember, changed ones only
     holds: dict[Key, Hold] = field(default_factory=dict)  # every hold after the pass
@@ -141,8 +143,12 @@ class _Pass:
         kept = []
         for holder in holding:
             memory = self.recall(holder.key)
-            if memory.reserved_at is None:
-                memory = self.remember(holder.key, reserved_at=given.mono)  # held before this operator started
+            if memory.reserved_at is None:  # held before this operator started: its box runs from Reserving's start
+                job = given.jobs.get(holder.key)
+                placed = job.condition(ConditionType.PLACED) if job is not None else None
+                began = placed.last_transition_time if placed is not None else None
+                since = max(0.0, given.now - began.timestamp()) if began is not None else 0.0
+                memory = self.remember(holder.key, reserved_at=given.mono - since)
             assert memory.reserved_at is not None
             if given.mono - memory.reserved_at > given.settings.placement.reservation_seconds:
                 self.remember(holder.key, reserved_at=None, reservation_ended=given.mono)
@@ -179,15 +185,24 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     settings, snapshot, room = given.settings, given.snapshot, given.room
     work = _Pass(given)
     plan = PassPlan()
-    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption.hold_seconds)
+    kept, plan.released, plan.expired = expire(room.holds, given.jobs, given.mono, settings.preemption.hold_seconds,
+                                               snapshot.has_node)
     room.holds.clear()
     room.holds.update(kept)
     spares = spare_nodes(snapshot, settings.spares.per_tor)
     current = snapshot
     holding, ordered = work.holders(queue.order(given.waiting))
+
+    def never_its(key: Key) -> frozenset[str]:
+        """Nodes a gang can never land on now: held for another gang's preemption, move or replacement, and
+        the hot spares unless it backfills them. A reservation is never made of these."""
+        job = given.jobs.get(key)
+        backfills = job is not None and job.spec is not None and job.spec.preemption.backfill_spares
+        return held_for_others(room.holds, key) | (frozenset() if backfills else spares)
+
     held: dict[Key, frozenset[str]] = {}  # holder -> its nodes, disjoint, in queue order
     for holder in holding:
-        if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()))):
+        if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()) | never_its(holder.key))):
             held[holder.key] = nodes
     starvation = settings.placement.starvation_seconds
     starving = [j for j in ordered if j.key not in held and queue.starving(j, given.now, starvation)]
@@ -216,9 +231,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
             continue
-        backfills = job.spec is not None and job.spec.preemption.backfill_spares
-        view = current.without_nodes(others_hold | candidate.avoid | held_for_others(room.holds, candidate.key)
-                                     | (frozenset() if backfills else spares))
+        view = current.without_nodes(others_hold | candidate.avoid | never_its(candidate.key))
         if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
             pods = [*given.pod_infos(), *(p for _, earlier in plan.placed for p in placed_pods(earlier))]
         started = clock()
@@ -235,6 +248,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             if pods is not None:
                 pods.extend(placed_pods(decision))
             plan.placed.append((candidate.key, decision))
+            plan.priorities[candidate.key] = candidate.priority
             work.remember(candidate.key, failure=None)
             room.holds.pop(candidate.key, None)  # its hold served its purpose
             if held.pop(candidate.key, None) is not None:  # the reservation served its purpose
@@ -259,13 +273,17 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
                 reason = making.reason
                 _started(plan, room, candidate.key, making, given.mono, settings.preemption.hold_seconds)
         if may_hold and never is None and making is None:
-            nodes = queue.reserved_nodes(candidate, current.without_nodes(_union(held.values())))
+            usable = current.without_nodes(_union(held.values()) | never_its(candidate.key))
+            nodes = queue.reserved_nodes(candidate, usable)
             if nodes:  # else what the other holders keep leaves it nothing to wait for yet
                 held[candidate.key] = nodes
                 work.remember(candidate.key, reserved_at=given.mono)
         if candidate.key in held and making is None:
             reason = PlacedReason.RESERVING
         plan.unplaced.append(Unplaced(candidate.key, decision, reason, making))
+    for key in set(held) | {k for k, m in given.memory.items() if m.reserved}:
+        if work.recall(key).reserved != held.get(key, frozenset()):
+            work.remember(key, reserved=held.get(key, frozenset()))
     plan.memory = {key: work.memory[key] for key in work.changed}
     plan.holds = dict(room.holds)
     plan.moves_started = list(room.moves_started)

@@ -1,7 +1,8 @@
 """A job's priority: the value of its PriorityClass (scheduling.k8s.io/v1), an admin's object, as
 kube-scheduler resolves a pod's. No class named: the cluster's globalDefault class, else 0. A class
 named that does not exist: the job waits (PriorityClassNotFound) until it does, as the Priority
-admission plugin would refuse its pods."""
+admission plugin would refuse its pods. A placed gang ranks, when others look for room, at the lower of its
+class's value now and the value it was placed at (`ranked_priority`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from railyard.operator.base.objects import Job
 from railyard.topology.api.job import PreemptionPolicy
 
 
@@ -45,6 +47,19 @@ def resolve(name: str | None, classes: Mapping[str, PriorityClassView]) -> Prior
         return Priority(0, None)
     chosen = min(defaults, key=lambda c: (-c.value, c.name))  # two defaults: the API allows one; be stable
     return Priority(chosen.value, chosen.name, chosen.preemption_policy)
+
+
+LOWEST = -2_147_483_648  # the least a PriorityClass value can be (int32)
+
+
+def ranked_priority(job: Job, classes: Mapping[str, PriorityClassView]) -> int:
+    """The priority a placed gang has when others look for room: the lower of its class's value now and the
+    value it was placed at (status.placement.priority). A class that does not exist ranks lowest. So renaming
+    spec.priorityClassName — to a higher class, or to none that exists — never shields a running gang."""
+    current = resolve(job.priority_class_name, classes)
+    value = current.value if current is not None else LOWEST
+    placed = job.placement.priority if job.placement is not None else None
+    return value if placed is None else min(value, placed)
 
 
 def may_preempt(priority: Priority, own: PreemptionPolicy | None) -> bool:

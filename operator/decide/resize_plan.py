@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import RestartReason
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.policy import grow_rule
@@ -42,6 +42,15 @@ class GrowAttempt:
     at: float  # monotonic seconds
 
 
+def growth_avoids(job: Job, held: frozenset[str], reserved: Mapping[Key, frozenset[str]],
+                  spares: frozenset[str]) -> frozenset[str]:
+    """Nodes a gang may not grow onto: held for another gang (preemption, a move, a replacement), reserved by
+    another starving gang, and the hot spares unless it backfills them (as its first placement could not)."""
+    others = frozenset().union(*(nodes for key, nodes in reserved.items() if key != job.key))
+    backfills = job.spec is not None and job.spec.preemption.backfill_spares
+    return held | others | (frozenset() if backfills else spares)
+
+
 def plan_resize(job: Job, action: Resize, snapshot: Snapshot, models: Mapping[str, GpuNode],
                 held: frozenset[str], last_try: GrowAttempt | None, freed: int, mono: float, now: float,
                 attempt_began: float, retry_seconds: float) -> ResizePlan:
@@ -52,6 +61,10 @@ def plan_resize(job: Job, action: Resize, snapshot: Snapshot, models: Mapping[st
     slots = [RankSlot(r.rank, r.node, tuple(r.gpus)) for r in ranks]
     if any(s.node not in models for s in slots):
         return ResizePlan(ResizeKind.NONE)  # a node of the gang is unknown: the fault path comes first
+    if any(not snapshot.has_node(s.node) for s in slots):
+        # A rank sits on a node new pods cannot be bound to (cordoned, draining): a resize would restart the
+        # gang with a pod pinned there. It resizes once that node is usable again, or the gang has moved.
+        return ResizePlan(ResizeKind.NONE)
     user = (placement.desired_replicas or current) != desired  # kubectl scale / an edit
     if desired < current:
         size = largest_valid(desired, 1, spec.gpus_per_replica, spec.parallelism) or desired

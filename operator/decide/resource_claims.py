@@ -4,17 +4,19 @@ the pod's reference to it, and the launcher environment that follows the allocat
 One claim per pod, named after it and owned by it (garbage-collected with it). Each GPU is requested
 by its identity (uuid) and its NIC by the GPU's PCIe root, with a `matchAttribute` constraint on that
 root, so kube-scheduler allocates exactly what the placement chose or nothing (then the gang rolls
-back naming the device: decide/assess)."""
+back naming the device: decide/assess) — unless the holder is on its way out (`claim_leaving`)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from railyard.operator.base.keys import ANNOTATION_GPUS, ANNOTATION_PLACEMENT_ID, LABEL_JOB
+from railyard.operator.base.objects import Key, PodView
 from railyard.topology.cluster.dra_devices import PCIE_ROOT, DeviceNames, NodeDevices
 from railyard.topology.cluster.labels import GPU_RESOURCE
+from railyard.topology.cluster.pod_trust import of_job
 
 CLAIM_REF = "railyard-devices"  # the pod's name for its claim (spec.resourceClaims[].name)
 _ROOT_DOMAIN, _ROOT_NAME = PCIE_ROOT.split("/")
@@ -22,6 +24,18 @@ _ROOT_DOMAIN, _ROOT_NAME = PCIE_ROOT.split("/")
 
 def claim_name(pod_name: str) -> str:
     return pod_name
+
+
+def claim_leaving(pods: Mapping[Key, PodView], job: Key, placement_id: str, holder: Key) -> bool:
+    """Whether a claim holding a device a new claim of this job pins is on its way out, so the new one waits
+    instead of rolling back: its pod (a claim is named after its pod, which owns it) is terminating, or is one
+    of this job's earlier attempts (a restart's survivors taking their time to exit), or is gone while the
+    claim waits for the garbage collector."""
+    namespace, job_name = job
+    pod = pods.get(holder)  # claim_name is the pod's name
+    if pod is None:
+        return holder[0] == namespace and of_job(holder[1], job_name)
+    return pod.terminating or (pod.job_key == job and pod.placement_id != placement_id)
 
 
 def _cel(value: str) -> str:

@@ -29,8 +29,8 @@ from railyard.operator.decide.policy import (
     quarantines,
     restart_delay,
 )
-from railyard.operator.decide.preemption_rules import lost_gpu_seconds, recent_preemptions
-from railyard.operator.decide.priority import PriorityClassView, resolve
+from railyard.operator.decide.preemption_rules import lost_gpu_seconds
+from railyard.operator.decide.priority import PriorityClassView, ranked_priority, resolve
 from railyard.operator.decide.quarantine_limits import HOUR, Limits, lasting, room, straggler_quarantine_allowed
 from railyard.topology.api.job import QuarantineRecord, StragglerPolicy, UnhealthyNode
 from railyard.topology.api.timestamps import parse_time
@@ -173,9 +173,10 @@ def plan_spares(job: Job, action: Restart, jobs: Mapping[Key, Job], classes: Map
         if key == job.key or other.placement is None or other.spec is None or saving(other) or \
                 other.finished or other.deleting or not other.spec.preemption.backfill_spares:
             continue
-        theirs = resolve(other.priority_class_name, classes)
-        if own is None or theirs is None or theirs.value > own.value or \
-                len(recent_preemptions(other.status.preemptions, now)) >= settings.preemption.per_hour:
+        # A backfiller took the spares on the promise to give them back when a replacement needs them: the
+        # hourly preemption cap (which protects gangs from being evicted for others' first placements) does
+        # not shield it from that.
+        if own is None or ranked_priority(other, classes) > own.value:
             continue
         whole = {r.node for r in other.placement.ranks if (m := models.get(r.node)) is not None
                  and m.tor in missing and len(r.gpus) == m.gpu_count}

@@ -19,7 +19,7 @@ from railyard.operator.base.settings import Settings
 from railyard.operator.decide.conditions import saving_for_preemption as saving
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.preemption_rules import HOUR, lost_gpu_seconds, recent_preemptions, shrink_sizes
-from railyard.operator.decide.priority import PriorityClassView, may_preempt, resolve
+from railyard.operator.decide.priority import PriorityClassView, may_preempt, ranked_priority, resolve
 from railyard.operator.decide.queue import QueuedJob
 from railyard.topology.api.job import Parallelism
 from railyard.topology.cluster.model import Snapshot
@@ -55,8 +55,8 @@ class RoomView:
 
     @cached_property
     def lowest_placed_priority(self) -> int | None:
-        values = [p.value for job in self.jobs.values() if job.placement is not None and not job.finished
-                  and (p := resolve(job.priority_class_name, self.classes)) is not None]
+        values = [ranked_priority(job, self.classes) for job in self.jobs.values()
+                  if job.placement is not None and not job.finished]
         return min(values, default=None)
 
     @cached_property
@@ -69,7 +69,10 @@ class RoomView:
         return victims
 
     def cooling_down(self, key: Key) -> bool:
-        return self.cooling.get(key, float("-inf")) > self.mono
+        """Its last hold timed out a while ago: this operator's memory, or the status (a new leader's)."""
+        job = self.jobs.get(key)
+        after = job.status.room_retry_after if job is not None else None
+        return self.cooling.get(key, float("-inf")) > self.mono or (after is not None and after.timestamp() > self.now)
 
     def might_preempt_for(self, priority: int) -> bool:
         """Whether some placed gang has a lower priority than this (one that does not fit may evict it)."""
@@ -87,6 +90,17 @@ class Room:
     hold: Hold | None = None  # wait on this (it fits once the gangs chosen for it have gone)
     preemption: PreemptionPlan | None = None  # victims to mark, then the hold
     migration: MigrationPlan | None = None  # movers to ask, then the hold
+
+
+def moves_this_hour_seen(remembered: Sequence[float], jobs: Mapping[Key, Job], now: float, mono: float
+                         ) -> list[float]:
+    """When the last hour's defragmentation moves started (monotonic): this operator's memory, or, when the
+    status says more moved (a new leader's memory is empty), when each moved gang restarted
+    (status.lastMigration): the hourly cap outlives leaders."""
+    recorded = sorted(mono - (now - t.timestamp()) for job in jobs.values()
+                      if (t := job.status.last_migration) is not None and now - t.timestamp() < HOUR)
+    remembered = [t for t in remembered if mono - t < HOUR]
+    return list(remembered) if len(remembered) >= len(recorded) else recorded
 
 
 def make_room(view: RoomView, job: Job, candidate: QueuedJob, snapshot: Snapshot) -> Room | None:
@@ -119,8 +133,8 @@ def victims(view: RoomView, priority: int, exclude: Key) -> list[RunningGang]:
     for key, job in view.jobs.items():
         if key == exclude or job.deleting or job.finished or job.placement is None or job.spec is None:
             continue
-        own = resolve(job.priority_class_name, view.classes)
-        if own is None or own.value >= priority:
+        own = ranked_priority(job, view.classes)
+        if own >= priority:
             continue  # first: on most clusters most gangs share a priority (asked per waiting gang)
         placed = job.condition(ConditionType.PLACED)
         if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
@@ -137,7 +151,7 @@ def victims(view: RoomView, priority: int, exclude: Key) -> list[RunningGang]:
             return valid_size(n, g, p)
 
         sizes = shrink_sizes(len(slots), spec.effective_min_replicas, valid)
-        out.append(RunningGang(f"{key[0]}/{key[1]}", own.value, slots,
+        out.append(RunningGang(f"{key[0]}/{key[1]}", own, slots,
                                lost_gpu_seconds(gpus, view.last_saved(job), view.now),
                                dict(request.resources) if request is not None else {}, sizes))
     return out
@@ -215,8 +229,8 @@ def movers(view: RoomView, priority: int, exclude: Key) -> list[Mover]:
         placed = job.condition(ConditionType.PLACED)
         if placed is None or placed.reason != PlacedReason.RELEASED or job.is_true(ConditionType.PREEMPTED):
             continue
-        own = resolve(job.priority_class_name, view.classes)
-        if own is None or own.value > priority:
+        own = ranked_priority(job, view.classes)
+        if own > priority:
             continue
         moved = job.status.last_migration
         if moved is not None and view.now - moved.timestamp() < settings.defragmentation.interval_seconds:
@@ -228,7 +242,7 @@ def movers(view: RoomView, priority: int, exclude: Key) -> list[Mover]:
             job.status.start_time
         saved = job.status.last_checkpoint.time if job.status.last_checkpoint is not None else began
         lost = lost_gpu_seconds(gpus, saved.timestamp() if saved is not None else None, view.now)
-        out.append(Mover(RunningGang(f"{key[0]}/{key[1]}", own.value, slots, lost, dict(request.resources)),
+        out.append(Mover(RunningGang(f"{key[0]}/{key[1]}", own, slots, lost, dict(request.resources)),
                          request))
     return out
 

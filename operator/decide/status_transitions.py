@@ -79,14 +79,15 @@ def next_serial(job: Job) -> int:
         return job.restart_count + 1
     return 0
 
-def placing(job: Job, placement: Placement, placement_id: str, now: datetime) -> TrainingJobStatus:
-    """Record the placement: from then on its GPUs are taken (here and for a successor)."""
+def placing(job: Job, placement: Placement, placement_id: str, now: datetime, priority: int) -> TrainingJobStatus:
+    """Record the placement, and the priority it was placed at: from then on its GPUs are taken (here and for
+    a successor)."""
     message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
                f"{placement.spines} spines; {'rail-aligned' if placement.rail_aligned else 'not rail-aligned'}")
     conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.PLACING, message, now)
     serial = next_serial(job)
     return TrainingJobStatus(
-        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas),
+        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority),
         placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name),
         queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 
@@ -221,7 +222,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
     serial = next_serial(job)
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,
-                                   job.desired_replicas or len(placement.replicas)),
+                                   job.desired_replicas or len(placement.replicas),
+                                   job.placement.priority if job.placement is not None else None),
         placements=serial + 1, replicas=len(placement.replicas), restart_count=restart_count,
         process_restarts=job.status.process_restarts + (1 if counted else 0), stragglers=None,
         last_restart=RestartRecord(**restart), conditions=conditions, **fields)
@@ -269,6 +271,11 @@ def recent_and_now(times: Sequence[datetime], now: datetime, hour: float = 3600.
 def shrunk_for_preemption(job: Job, message: str, now: datetime) -> list[Condition]:
     """The conditions of the attempt an elastic victim is shrunk to (act/attempts writes the rest)."""
     return _set(job, job.conditions, ConditionType.PREEMPTED, TRUE, PreemptedReason.SHRUNK, message, now)
+
+
+def room_timed_out(until: datetime) -> TrainingJobStatus:
+    """Its hold timed out: no new room (victims, moves) is made for it before `until`."""
+    return TrainingJobStatus(room_retry_after=until)
 
 
 def preemption_cancelled(job: Job, message: str, now: datetime) -> TrainingJobStatus:

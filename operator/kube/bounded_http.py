@@ -34,6 +34,7 @@ class Request:
     source: str  # the peer's address
     headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
     body: bytes = b""
+    client_certified: bool = False  # the peer presented a certificate the server's client CA verified
 
     @property
     def keep_alive(self) -> bool:
@@ -138,6 +139,9 @@ class BoundedHttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         source = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        # With a client CA (CERT_OPTIONAL), a presented certificate is verified in the handshake or the
+        # connection fails: one that is here was verified.
+        certified = bool(writer.get_extra_info("peercert"))
         self.connections += 1
         try:
             if self.connections > self.limits.max_connections:
@@ -146,7 +150,7 @@ class BoundedHttpServer:
             wait = self.limits.header_seconds
             while True:
                 try:
-                    request = await self._read(reader, source, wait)
+                    request = await self._read(reader, source, wait, certified)
                 except _TooLarge:
                     await self._respond(writer, 413, {"accepted": False, "reason": "too_large",
                                                       "message": f"at most {self.limits.max_body} bytes"}, False)
@@ -178,7 +182,8 @@ class BoundedHttpServer:
                 while left > 0 and (chunk := await reader.read(min(left, 64 * 1024))):
                     left -= len(chunk)
 
-    async def _read(self, reader: asyncio.StreamReader, source: str, wait: float) -> Request | None:
+    async def _read(self, reader: asyncio.StreamReader, source: str, wait: float,
+                    certified: bool = False) -> Request | None:
         """One request; None when the peer closed the connection between requests."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait)
@@ -199,7 +204,7 @@ class BoundedHttpServer:
         if length < 0 or length > self.limits.max_body:
             raise _TooLarge()
         body = await asyncio.wait_for(reader.readexactly(length), self.limits.body_seconds) if length else b""
-        return Request(method, target.split("?", 1)[0], source, headers, body)
+        return Request(method, target.split("?", 1)[0], source, headers, body, certified)
 
     async def _respond(self, writer: asyncio.StreamWriter, status: int, answer: dict[str, Any],
                        keep_alive: bool) -> None:

@@ -38,7 +38,7 @@ __all__ = ["ApiException", "ClusterAccessError", "Fenced", "KubeApi", "cli_conne
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # create(): kinds outside the core group
-_GROUP_PATHS = {"poddisruptionbudgets": "/apis/policy/v1", "resourceclaims": "/apis/resource.k8s.io/v1",
+_GROUP_PATHS = {"resourceclaims": "/apis/resource.k8s.io/v1",
                 "endpointslices": "/apis/discovery.k8s.io/v1"}
 
 
@@ -342,6 +342,11 @@ class KubeApi:
             if e.status == 404:
                 return False, None  # deleted between the two calls: the next iteration retries
             raise
+
+    async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        path = f"{_GROUP_PATHS.get(plural, '/api/v1')}/namespaces/{ns}/{plural}"
+        await self.arequest("POST", path, body, query=[("fieldManager", FIELD_MANAGER), ("dryRun", "All")])
 
     async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """PUT the whole object, unconditionally (its writer owns it: last write wins); None when it

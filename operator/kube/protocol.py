@@ -23,6 +23,11 @@ class ClusterApi(Protocol):
         """(True, stored) when created; (False, the existing object or None) on a name conflict."""
         ...
 
+    async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
+        """POST with dryRun=All: every admission step runs (quota, PriorityClass, webhooks), nothing is stored.
+        Raises ApiException as `create` would."""
+        ...
+
     async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """PUT the whole object; None when it does not exist."""
         ...

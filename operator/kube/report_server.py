@@ -38,6 +38,7 @@ from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.decide import eviction_review
+from railyard.operator.decide.checkpoint_wait import nobody_reports
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
 from railyard.topology.planner.documents import format_validation
@@ -105,8 +106,9 @@ class _Buckets:
 class ReportServer:
     def __init__(self, state: ClusterState, book: ProgressBook, reviewer: TokenReviewer, settings: ReportSettings,
                  is_leader: Callable[[], bool], clock: Callable[[], float] = time.monotonic,
-                 evictions: EvictionBook | None = None) -> None:
+                 evictions: EvictionBook | None = None, hold_seconds: float = 300.0) -> None:
         self.state = state
+        self.hold_seconds = hold_seconds  # how long an eviction of a draining gang's rank is held at most
         self.book = book
         self.evictions = evictions if evictions is not None else EvictionBook()
         self.reviewer = reviewer  # its own client, no fence: a TokenReview changes nothing
@@ -121,6 +123,7 @@ class ReportServer:
         self._waiting = 0
         self.http: BoundedHttpServer | None = None
         self._cert_stamp: tuple[float, float] = (0.0, 0.0)
+        self._led_from: float | None = None  # first request seen while leading (None: not leading)
 
     def start(self, ephemeral: bool = False) -> bool:
         """Listen on the configured port from a thread of its own; False when off or the port is taken
@@ -132,6 +135,9 @@ class ReportServer:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key or None)
             self._cert_stamp = self._stamp()
+            if self.settings.webhook_client_ca:  # reports come with tokens; the API server with its certificate
+                context.verify_mode = ssl.CERT_OPTIONAL
+                context.load_verify_locations(self.settings.webhook_client_ca)
         self.http = BoundedHttpServer(self.answer, 0 if ephemeral else self.settings.port, context,
                                       name="railyard-reports",
                                       every=(CERT_CHECK_SECONDS, lambda: self._reload(context)) if context else None,
@@ -171,12 +177,22 @@ class ReportServer:
         metrics.REPORTS.labels("accepted").inc()
         return 200, {"accepted": True, **answer}
 
+    def _leading_since(self, now: float) -> float:
+        """Since when this replica has led, as far as its requests saw (reports come to the leader only)."""
+        if self._led_from is None:
+            self._led_from = now
+        return self._led_from
+
     def _eviction(self, request: Request) -> tuple[int, dict[str, Any]]:
-        """The API server asks before evicting a pod (the chart's ValidatingWebhookConfiguration). Always
-        allowed (the PodDisruptionBudget decides); an eviction of a running gang's rank is noted, and
-        the placement loop moves the gang after a checkpoint when the node is cordoned (a drain)."""
+        """The API server asks before evicting a pod (the chart's ValidatingWebhookConfiguration): an eviction
+        of a running gang's rank on a node being drained is noted — the placement loop moves the gang after a
+        checkpoint — and held (429) meanwhile, boundedly (decide/eviction_review.judge); every other is
+        allowed. With RAILYARD_WEBHOOK_CLIENT_CA only the API server (its client certificate) is answered."""
         if request.method != "POST":
             return 405, {"message": "POST an AdmissionReview"}
+        if self.settings.webhook_client_ca and not request.client_certified:
+            return 403, {"message": "the eviction webhook answers the API server only: present a client "
+                                    "certificate signed by RAILYARD_WEBHOOK_CLIENT_CA"}
         if not self._sources.take(request.source, self.clock()):
             return 429, {"message": "too many requests"}
         try:
@@ -184,13 +200,24 @@ class ReportServer:
         except ValueError as e:
             return 400, {"message": str(e)}
         pod = self.state.pods.get((ask.namespace, ask.pod))
+        if not self.is_leader():
+            self._led_from = None
         if pod is None or pod.job is None or ask.dry_run or not self.is_leader():
-            return 200, eviction_review.allow(ask.uid)
-        if self.evictions.note((ask.namespace, ask.pod), self.clock()):
+            return 200, eviction_review.answer(ask.uid, eviction_review.Verdict(False))
+        now, key = self.clock(), (ask.namespace, ask.pod)
+        if self.evictions.note(key, now):
             log.info("eviction of %s/%s (job %s, node %s) asked for", ask.namespace, ask.pod, pod.job, pod.node_name)
             metrics.EVICTIONS_SEEN.inc()
-        return 200, eviction_review.allow(ask.uid, eviction_review.drain_warning(ask.namespace, pod.job,
-                                                                                  pod.node_name or ""))
+        job = self.state.jobs.get((ask.namespace, pod.job))
+        with self.book.lock:
+            progress = self.book.jobs.get((ask.namespace, pod.job))
+            heard = progress is not None and job is not None and progress.restart_count == job.restart_count
+        # A new leader's empty book is not silence (decide/checkpoint_wait.nobody_reports).
+        reports = heard or not nobody_reports(bool(self.settings.url), now - self._leading_since(now),
+                                              self.settings.worker_interval_seconds)
+        verdict = eviction_review.judge(pod, job, self.state.health.get(pod.node_name or ""), reports,
+                                        now - (self.evictions.first_asked(key) or now), self.hold_seconds)
+        return 200, eviction_review.answer(ask.uid, verdict)
 
     async def _judge(self, request: Request) -> tuple[Refusal | None, dict[str, Any]]:
         if request.path != PATH:
@@ -198,8 +225,10 @@ class ReportServer:
         if request.method != "POST":
             return Refusal(405, "method", "POST a report"), {}
         if not self.is_leader():
+            self._led_from = None
             return Refusal(503, "not_leader", "this replica is not the leader; retry"), {}
         now = self.clock()
+        self._leading_since(now)
         if not self._sources.take(request.source, now):  # before any work for the request
             return Refusal(429, "rate_limited", f"more than {self.settings.source_rate_per_second:g}/s from "
                            f"{request.source}"), {}

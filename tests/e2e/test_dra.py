@@ -9,13 +9,26 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from tests.support.jobs import create_job, gpus_of, make_job, on_nodes, wait_bound, wait_condition
+from tests.support.faults import FAULT, bound_generation, ranks_of, untaint
+from tests.support.jobs import (
+    create_job,
+    get_job,
+    gpus_of,
+    make_job,
+    on_nodes,
+    pinned,
+    placeable_by_tor,
+    wait_bound,
+    wait_condition,
+)
 from tests.support.poll import poll
+from tests.support.rig import rig_binary
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -173,3 +186,80 @@ def test_a_claim_that_cannot_be_allocated_rolls_back_naming_the_device(slices, o
     job = wait_condition(custom, namespace, "raced", "Placed", "False", reason="Unschedulable", timeout=60)
     assert not [p for p in core.list_namespaced_pod(namespace, label_selector="railyard.dev/job-name=raced").items
                 if not p.metadata.deletion_timestamp], job["status"]
+
+
+SLOW_EXIT = "e2e.railyard.dev/slow-exit"  # stands in for ranks that take their grace period to save and exit
+
+
+def _slow_exits(core, namespace: str, job: str) -> None:
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"railyard.dev/job-name={job}").items:
+        core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": [SLOW_EXIT]}})
+
+
+def _exits_done(core, namespace: str) -> None:
+    for pod in core.list_namespaced_pod(namespace).items:
+        if SLOW_EXIT in (pod.metadata.finalizers or []):
+            with contextlib.suppress(client.ApiException):
+                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": None}})
+
+
+def _watch_restart(core, custom, namespace: str, name: str, kept: dict[str, str], seconds: float) -> None:
+    """While the old pods take their time to exit, the restart waits for its own predecessors' claims: no
+    DeviceUnavailable roll-back, and the healthy ranks keep their nodes (observed for `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        events = [e for e in core.list_namespaced_event(namespace).items
+                  if e.reason == "DeviceUnavailable" and e.involved_object.name == name]
+        assert not events, [e.message for e in events]
+        ranks = {str(r["rank"]): r["node"] for r in get_job(custom, namespace, name)["status"]["placement"]["ranks"]}
+        assert all(ranks[r] == node for r, node in kept.items()), (ranks, kept)
+        time.sleep(1)  # an observation window: nothing is awaited, a failure is caught as it happens
+
+
+def test_a_dra_gang_through_a_drain_and_a_node_loss_with_slow_exits_keeps_its_healthy_ranks(
+        slices, operator, api_client, core, custom, namespace, kubeconfig):
+    """A 3 x 8 gang pinning GPUs and NICs through claims: a node is drained (cordoned, its rank evicted), then
+    another is lost (a NoExecute GPU-fault taint), each while the ranks take their time to exit. The new
+    attempt's claims name the devices the survivors' old claims still hold: it waits for them, never rolls back
+    on its own devices, and the healthy ranks keep their nodes."""
+    tor, nodes = max(placeable_by_tor(core).items(), key=lambda kv: (len(kv[1]), kv[0]))
+    assert len(nodes) >= 5, nodes
+    create_job(custom, namespace, pinned("pinned", 3, tor, gpus=8, topology={"requiredTier": "tor"}))
+    before = ranks_of(wait_bound(api_client, core, namespace, "pinned", 3, timeout=120))
+    wait_condition(custom, namespace, "pinned", "Running", timeout=60)
+    drained, lost = before["2"], before["0"]
+    try:
+        _slow_exits(core, namespace, "pinned")
+        drain = subprocess.Popen([str(rig_binary("kubectl")), "--kubeconfig", kubeconfig, "drain", drained,
+                                  "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        poll(lambda: (get_job(custom, namespace, "pinned").get("status") or {}).get("restartCount") == 1, 60,
+             "the drained gang restarted")
+        _watch_restart(core, custom, namespace, "pinned", {"0": before["0"], "1": before["1"]}, 15)
+        _exits_done(core, namespace)
+        output, _ = drain.communicate(timeout=120)
+        assert drain.returncode == 0, output
+        after = ranks_of(bound_generation(api_client, core, namespace, "pinned", 3))
+        assert after["0"] == before["0"] and after["1"] == before["1"] and after["2"] != drained, after
+        devices = _devices(api_client)
+        for pod in bound_generation(api_client, core, namespace, "pinned", 3):
+            got, _ = _allocated(api_client, pod, devices)
+            assert sorted(g["index"] for g in got) == sorted(gpus_of(pod)), "claims exact after the drain"
+        wait_condition(custom, namespace, "pinned", "Running", timeout=60)
+        # Now a node is lost under the gang, the survivors again slow to exit.
+        _slow_exits(core, namespace, "pinned")
+        core.patch_node(lost, {"spec": {"taints": [FAULT]}})
+        poll(lambda: (get_job(custom, namespace, "pinned").get("status") or {}).get("restartCount") == 2, 60,
+             "the gang restarted after the node loss")
+        _watch_restart(core, custom, namespace, "pinned", {"1": after["1"], "2": after["2"]}, 15)
+        _exits_done(core, namespace)
+        final = ranks_of(bound_generation(api_client, core, namespace, "pinned", 3, gen=2))
+        assert final["1"] == after["1"] and final["2"] == after["2"] and final["0"] != lost, final
+        for pod in bound_generation(api_client, core, namespace, "pinned", 3, gen=2):
+            got, _ = _allocated(api_client, pod, _devices(api_client))
+            assert sorted(g["index"] for g in got) == sorted(gpus_of(pod)), "claims exact after the loss"
+        assert get_job(custom, namespace, "pinned")["status"]["restartCount"] == 2, "no roll-back, no extra attempt"
+    finally:
+        _exits_done(core, namespace)
+        core.patch_node(drained, {"spec": {"unschedulable": None}})
+        untaint(core, lost, FAULT["key"])

@@ -323,6 +323,107 @@ def test_a_non_retryable_exit_fails_the_job_and_exit_1_restarts_it(release, api_
     assert not (get_job(custom, namespace, "flaky").get("status") or {}).get("completionTime")
 
 
+def test_a_kubelet_restart_under_a_running_gang_restarts_nothing(release, api_client, core, custom, namespace,
+                                                                  shared):
+    """The real node's kubelet is stopped and started again (an upgrade, a crash) under a training gang: its
+    containers run on under containerd, so nothing is lost — no restart, the same pods, training advancing."""
+    create_job(custom, namespace, _trainer_job("steady", 2, shared))
+    pods = wait_bound(api_client, core, namespace, "steady", 2, timeout=120)
+    uids = sorted(p["metadata"]["uid"] for p in pods)
+    wait_condition(custom, namespace, "steady", "Running", timeout=120)
+    poll(lambda: (get_job(custom, namespace, "steady").get("status") or {}).get("lastCheckpoint"), 120,
+         "status.lastCheckpoint from the ranks' reports")
+    away = load_hack_module("cluster", "cluster.py").realnode().restart_kubelet()
+    before = get_job(custom, namespace, "steady")["status"]["lastCheckpoint"]["step"]
+    poll(lambda: get_job(custom, namespace, "steady")["status"]["lastCheckpoint"]["step"] > before, 120,
+         "training advancing after the kubelet came back")
+    status = get_job(custom, namespace, "steady")["status"]
+    assert not status.get("restartCount"), status.get("lastRestart")
+    assert sorted(p["metadata"]["uid"] for p in pods_of(api_client, core, namespace, "steady")) == uids
+    assert next(c for c in status["conditions"] if c["type"] == "Running")["status"] == "True"
+    print(json.dumps({"kubelet_away_seconds": round(away, 1)}))
+
+
+def _report_to_pod(ip: str, token: str, namespace: str, job: str, rank: int, step: int,
+                   saved: int | None = None) -> dict:
+    """A rank's report, sent to the operator pod's address (the test runs on the host, outside the cluster's
+    DNS; the certificate names the Service, so it is not checked here — the gang pods check it)."""
+    import requests
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    checkpoints = [{"step": saved, "path": f"/c/step-{saved}"}] if saved is not None else []
+    answer = requests.post(f"https://{ip}:8090/v1/reports", timeout=10, verify=False,
+                           headers={"Authorization": f"Bearer {token}"},
+                           json={"namespace": namespace, "job": job, "rank": rank, "restartCount": 0, "step": step,
+                                 "checkpoints": checkpoints})
+    assert answer.status_code in (200, 403, 409, 429), answer.text  # 403/409: the attempt moved on
+    return answer.json().get("directives") or {} if answer.ok else {}
+
+
+def _drain(kubeconfig: str, node: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(rig_binary("kubectl")), "--kubeconfig", kubeconfig, "drain", node,
+                             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_drain_goes_through_the_charts_webhook_and_completes_with_the_operator_scaled_to_zero(
+        release, api_client, core, custom, namespace, kubeconfig):
+    """The chart's eviction webhook, served by the operator in its pod: kubectl drain of a node under a gang is
+    held (429) while the ranks save the step asked for, then completes, and the gang resumes from that step.
+    With the operator scaled to zero the webhook fails open: a drain completes at once."""
+    from tests.support.faults import ranks_of
+    from tests.support.worker import pod_token
+
+    create_job(custom, namespace, make_job("drained", 2, checkpoint={"path": "/c"}))  # on simulated nodes
+    pods = wait_bound(api_client, core, namespace, "drained", 2, timeout=120)
+    wait_condition(custom, namespace, "drained", "Running", timeout=60)
+    nodes = ranks_of(pods)
+    tokens = {int(p["metadata"]["labels"]["railyard.dev/rank"]): pod_token(core, namespace, p) for p in pods}
+    ip = _operator_pod(core).status.pod_ip
+    for rank, token in tokens.items():
+        _report_to_pod(ip, token, namespace, "drained", rank, 10)
+    apps = client.AppsV1Api(api_client)
+    drained_too: list[str] = []
+    drain = _drain(kubeconfig, nodes["0"])
+    try:
+        step, target = 10, None
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (get_job(custom, namespace, "drained").get("status") or {}).get(
+                "restartCount"):
+            saved = target if target is not None and step >= target else None
+            for rank, token in tokens.items():
+                asked = (_report_to_pod(ip, token, namespace, "drained", rank, step, saved).get("checkpoint") or {})
+                target = asked.get("step", target)
+            step += 5
+            time.sleep(1)  # the simulated ranks' pace
+        output, _ = drain.communicate(timeout=150)
+        assert drain.returncode == 0, output
+        assert "saves a checkpoint" in output, "the webhook held the eviction (429) while the gang saved"
+        restart = get_job(custom, namespace, "drained")["status"]["lastRestart"]
+        assert restart["reason"] == "Maintenance" and restart["resumeStep"] == target, restart
+        # The operator scaled to zero: nothing answers the webhook, which fails open.
+        apps.patch_namespaced_deployment_scale(FULLNAME, NAMESPACE, {"spec": {"replicas": 0}})
+        poll(lambda: not [p for p in core.list_namespaced_pod(NAMESPACE).items
+                          if p.metadata.labels.get("app.kubernetes.io/instance") == RELEASE], 120,
+             "the operator's pods gone")
+        other = next(n for r, n in ranks_of(pods_of(api_client, core, namespace, "drained")).items() if r == "1")
+        drained_too.append(other)
+        started = time.monotonic()
+        second = _drain(kubeconfig, other)
+        output, _ = second.communicate(timeout=120)
+        assert second.returncode == 0, output
+        print(json.dumps({"drain_with_operator_down_seconds": round(time.monotonic() - started, 1)}))
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        apps.patch_namespaced_deployment_scale(FULLNAME, NAMESPACE, {"spec": {"replicas": 1}})
+        poll(lambda: (apps.read_namespaced_deployment(FULLNAME, NAMESPACE).status.available_replicas or 0) >= 1, 180,
+             "the operator back")
+        for node in {nodes["0"], *drained_too}:
+            core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
 def test_helm_upgrade_rolls_the_operator_over_with_nothing_lost_or_doubled(release, kubeconfig, api_client, core,
                                                                            custom, namespace, shared):
     ctr = load_hack_module("cluster", "cluster.py").STATE / "realnode" / "containerd" / "containerd.sock"
@@ -357,3 +458,4 @@ def test_helm_uninstall_leaves_the_trainingjobs_and_the_crd(release, kubeconfig,
     assert get_job(custom, namespace, "kept")["metadata"]["name"] == "kept"
     ext = client.ApiextensionsV1Api(api_client)
     assert ext.read_custom_resource_definition("trainingjobs.railyard.dev").metadata.name
+

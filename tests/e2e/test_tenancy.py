@@ -124,7 +124,7 @@ def test_the_operators_account_cannot_take_over_another_services_endpoint_slice(
     assert mine.read_namespaced_endpoint_slice("payments", namespace).endpoints[0].addresses == ["10.1.2.3"]
 
 
-def test_the_operators_account_changes_only_railyards_taints_and_annotations_on_nodes(identity, core):
+def test_the_operators_account_changes_only_its_quarantine_taint_and_annotations_on_nodes(identity, core):
     node = sorted(n.metadata.name for n in core.list_node().items)[-1]
     other = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
     taints = [t.to_dict() for t in core.read_node(node).spec.taints or []]
@@ -138,11 +138,17 @@ def test_the_operators_account_changes_only_railyards_taints_and_annotations_on_
             "label the node": {"metadata": {"labels": {"stolen": "yes"}}},
             "annotate outside railyard.dev/": {"metadata": {"annotations": {"example.com/x": "y"}}},
             "cordon": {"spec": {"unschedulable": True}},
+            "its taint as NoExecute (evicts every pod)": {"spec": {"taints": [
+                *taints, other, {**mine, "effect": "NoExecute"}]}},
+            "another railyard.dev/ taint": {"spec": {"taints": [
+                *taints, other, mine, {"key": "railyard.dev/drain", "value": "x", "effect": "NoExecute"}]}},
+            "another railyard.dev/ annotation": {"metadata": {"annotations": {"railyard.dev/anything": "y"}}},
         }
         for what, patch in attempts.items():
             with pytest.raises(client.ApiException) as err:
                 operator.patch_node(node, patch)
-            assert err.value.status == 403 and "only railyard.dev/ taints" in err.value.body, (what, err.value.body)
+            assert err.value.status == 403 and "only the railyard.dev/unhealthy:NoSchedule taint" in err.value.body, \
+                (what, err.value.body)
     finally:
         current = [t.to_dict() for t in core.read_node(node).spec.taints or []]
         core.patch_node(node, {"spec": {"taints": [t for t in current if t["key"] not in (

@@ -150,6 +150,11 @@ class FakeApi:
             return False, copy.deepcopy(self.objects[plural][key])
         return True, self._store(plural, copy.deepcopy(body), "ADDED")
 
+    async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
+        self._write("POST", f"{plural}?dryRun")
+        if plural == "pods" and self.refuse_pods is not None:
+            raise self.refuse_pods
+
     async def replace(self, plural: str, body: dict[str, Any]) -> dict[str, Any] | None:
         self._write("PUT", plural)
         key = self._key(body)
@@ -171,7 +176,8 @@ class FakeApi:
         pod = self.objects["pods"].get((namespace, name))
         if pod is None or (uid is not None and pod["metadata"]["uid"] != uid):
             return
-        if self.graceful and grace_seconds != 0:
+        # The API server deletes a pod no kubelet runs (never bound) at once, whatever the grace.
+        if self.graceful and grace_seconds != 0 and pod["spec"].get("nodeName"):
             if not pod["metadata"].get("deletionTimestamp"):
                 pod = copy.deepcopy(pod)
                 pod["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -74,6 +74,14 @@ class Rig:
         self.api.finish_terminating()
         self.deliver()
 
+    def edit_spec(self, name: str, **changes: Any) -> None:
+        """A user's edit of the job's spec (`kubectl edit`, `kubectl scale`): a new generation, and the watch tells."""
+        body = copy.deepcopy(self.api.objects["trainingjobs"][("default", name)])
+        body["spec"].update(changes)
+        body["metadata"]["generation"] = body["metadata"].get("generation", 1) + 1
+        self.api._store("trainingjobs", body, "MODIFIED")
+        self.deliver()
+
     def status(self, name: str) -> dict[str, Any]:
         return self.api.objects["trainingjobs"][("default", name)].get("status") or {}
 

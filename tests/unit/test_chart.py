@@ -127,11 +127,17 @@ def test_the_eviction_webhook_reaches_the_leader_over_the_reports_tls_and_never_
         f"railyard-system/{by_kind(managed, 'Certificate')[0]['metadata']['name']}"
     env = {e["name"]: e.get("value") for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"][
         "containers"][0]["env"]}
-    assert env["RAILYARD_DISRUPTION_BUDGETS"] == "true", "budgets only where the webhook shows drains"
+    assert "RAILYARD_WEBHOOK_CLIENT_CA" not in env, "no client CA given: the NetworkPolicy keeps pods out"
+    assert not [r for r in by_kind(docs, "ClusterRole")[0]["rules"] if "poddisruptionbudgets" in r["resources"]], \
+        "no disruption budgets: a drain never stalls on an operator that is gone"
+    authed = render(helm, "maintenance.evictionWebhook.clientCA.existingSecret=apiserver-webhook-client-ca")
+    pod = by_kind(authed, "Deployment")[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAILYARD_WEBHOOK_CLIENT_CA"] == "/etc/railyard/webhook-client-ca/ca.crt"
+    assert {"name": "webhook-client-ca", "secret": {"secretName": "apiserver-webhook-client-ca", "items": [
+        {"key": "ca.crt", "path": "ca.crt"}]}} in pod["volumes"]
     off = render(helm, "maintenance.evictionWebhook.enabled=false")
     assert not by_kind(off, "ValidatingWebhookConfiguration")
-    assert "RAILYARD_DISRUPTION_BUDGETS" not in {e["name"] for e in by_kind(off, "Deployment")[0]["spec"][
-        "template"]["spec"]["containers"][0]["env"]}
 
 
 def test_least_privilege_objects_name_the_operators_account_and_ports(helm):
@@ -158,7 +164,6 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("", "pods"): {"list", "watch", "get", "create", "patch", "delete"},
         ("", "services"): {"create", "get"},
         ("discovery.k8s.io", "endpointslices"): {"create", "get", "update"},  # the selectorless Service's
-        ("policy", "poddisruptionbudgets"): {"create", "get"},
         ("", "events"): {"create", "patch"},
         ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
         ("railyard.dev", "trainingjobs/status"): {"patch"},

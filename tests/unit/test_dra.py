@@ -11,13 +11,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from railyard.operator.decide.resource_claims import CLAIM_REF, use_claim
-from railyard.topology.cluster.dra_devices import PCIE_ROOT, inventory, rail_order, unpinnable
+from railyard.topology.cluster.dra_devices import PCIE_ROOT, allocated, inventory, rail_order, unpinnable
 from railyard.topology.cluster.nodes import build_snapshot, node_from_object
 
 from tests.support import status as cond
 from tests.support.clusters import profile_nodes
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
+from tests.support.nodes import taint
 from tests.support.rig import load_hack_module
 
 publisher = load_hack_module("dra_slices", "dra_slices.py")
@@ -253,3 +254,63 @@ def test_a_claim_seen_before_its_nodes_slices_counts_once_they_arrive_and_stops_
     r.api._remove("resourceslices", ("", f"{node}-gpus"))
     r.deliver()
     assert not r.state.snapshot().used
+
+
+def _allocate_ranks(r: Rig, job: str, only_free: bool = False) -> None:
+    """kube-scheduler allocates the claims of the job's current placement, as pinned (`only_free`: those whose
+    devices no other claim holds), and binds the pods whose claims are allocated."""
+    held = {d for c in _claims(r).values() for d in allocated(c)}
+    for rank in r.status(job)["placement"]["ranks"]:
+        claim = _claims(r).get(rank["pod"])
+        if claim is None or claim.get("status"):
+            continue
+        devices = inventory(r.api.objects["resourceslices"].values())[rank["node"]]
+        if only_free and any(devices.gpus[g].key in held for g in rank["gpus"]):
+            continue
+        _allocate(r, "default", rank["pod"], rank["node"], rank["gpus"])
+    r.api.bind_released(lambda pod: bool((_claims(r).get(pod["metadata"]["name"]) or {}).get("status")))
+    r.deliver()
+
+
+def test_a_restart_behind_slow_exits_waits_for_its_own_predecessors_claims():
+    """A DRA-pinned gang loses a node while its survivors take their time to exit: the new attempt's claims pin
+    the devices the survivors' old claims still hold. That is the gang's own past, not someone else's: the
+    restart waits for it (no DeviceUnavailable roll-back), and the healthy ranks keep their nodes."""
+    r = rig(nodes=3, dra=True)
+    r.api.graceful = True  # a graceful delete leaves the pod Terminating (a checkpoint on SIGTERM)
+    r.submit(make_job("j", 2, gpus=8))
+    r.step()
+    _allocate_ranks(r, "j")
+    r.step()
+    assert r.reason("j", cond.RUNNING) == "AllRunning"
+    before = r.nodes_of("j")
+    taint(r.api, r.state, before[1], "nvidia.com/gpu-fault", "NoExecute")
+    r.step()
+    status = r.status("j")
+    assert status["restartCount"] == 1 and r.nodes_of("j")[0] == before[0] and r.nodes_of("j")[1] != before[1]
+    old = [p for p in _claims(r) if _claims(r)[p].get("status") and p.startswith("j-")]
+    assert old, "the survivors' old claims still hold their devices while their pods exit"
+    # kube-scheduler binds a pod once its claim is allocated: the new rank 1; the new rank 0's claim waits
+    # for rank 0's old one.
+    _allocate_ranks(r, "j", only_free=True)
+    for _ in range(3):
+        r.step()
+        assert r.reason("j") != "DeviceUnavailable", r.condition("j", cond.PLACED)
+    assert r.nodes_of("j")[0] == before[0], "the healthy rank keeps its node"
+    r.pods_gone()  # the survivors exit; their claims go with them
+    _allocate_ranks(r, "j")
+    r.step()
+    assert r.status("j")["restartCount"] == 1 and r.reason("j", cond.RUNNING) == "AllRunning"
+    assert r.nodes_of("j")[0] == before[0]
+
+
+def test_a_foreign_claim_still_blocks_a_restart_at_once():
+    """Only the gang's own predecessors are waited for: another tenant's allocation on a pinned device rolls
+    back as before."""
+    r = rig(nodes=1, dra=True)
+    r.submit(make_job("j", 1, gpus=8))
+    r.step()
+    node = next(iter(r.state.nodes))
+    _allocate(r, "tenant", "j-0", node, [6], nics=False)  # a foreign claim that even looks like a rank's name
+    r.step()
+    assert r.reason("j") == "DeviceUnavailable"

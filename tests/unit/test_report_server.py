@@ -232,7 +232,7 @@ def _review(pod: str, dry_run: bool = False) -> bytes:
                                    "operation": "CREATE", "dryRun": dry_run}}).encode()
 
 
-async def test_the_eviction_webhook_allows_and_notes_a_gang_pods_eviction_only(served):
+async def test_the_eviction_webhook_notes_a_gang_pods_eviction_only(served):
     server = served(Reviewer())
     status, answer = await post(_port(server), None, _review("llm.p0-0", dry_run=True), path="/v1/evictions")
     assert (status, answer["response"]["allowed"]) == (200, True)
@@ -240,8 +240,8 @@ async def test_the_eviction_webhook_allows_and_notes_a_gang_pods_eviction_only(s
     status, answer = await post(_port(server), None, _review("someone-elses"), path="/v1/evictions")
     assert answer["response"] == {"uid": "r-1", "allowed": True}
     status, answer = await post(_port(server), None, _review("llm.p0-0"), path="/v1/evictions")
-    assert status == 200 and answer["response"]["allowed"] is True and answer["response"]["uid"] == "r-1"
-    assert "saves a checkpoint" in answer["response"]["warnings"][0]
+    assert status == 200 and answer["response"]["allowed"] is True and answer["response"]["uid"] == "r-1", \
+        "not on a draining node: allowed (decide/eviction_review.judge; test_maintenance holds one)"
     assert server.evictions.requested("ml", time.monotonic()) == {"llm.p0-0"}, "a gang pod's only"
     assert not server.evictions.requested("other", time.monotonic())
     status, answer = await post(_port(server), None, b'{"kind": "Pod"}', path="/v1/evictions")

@@ -13,7 +13,7 @@ import pytest
 from railyard.topology.api.job import PlacementStatus, RankPlacement, TrainingJobStatus
 
 from tests.support import status as cond
-from tests.support.harness import rig
+from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
 from tests.support.nodes import cordon, not_ready, ready, taint, update_node
 
@@ -250,10 +250,8 @@ def test_a_job_that_can_never_fit_says_so_and_never_reserves_the_cluster():
     assert r.reason("small") == "Released", "nothing is reserved for a job that cannot fit"
 
 
-@pytest.mark.parametrize("retry_seconds", [0, 1e9], ids=["solved-every-pass", "no-retry-no-capacity-freed"])
-def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seconds: float):
-    """With no retry due and nothing freed, the job whose box ran out is still solved on that pass: its
-    Placed reason must leave Reserving, or the next pass takes it for a holder and restarts its box."""
+def _first_reserving(retry_seconds: float) -> Rig:
+    """Two nodes a hog fills; `first`, then `second`, starving for both: `first` holds the reservation."""
     r = rig(nodes=2, starvation_seconds=0, reservation_seconds=100, retry_seconds=retry_seconds,
             bind_timeout_seconds=1e9)
     r.submit(make_job("hog", 2))
@@ -264,9 +262,32 @@ def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seco
     r.clock.advance(1)
     r.step()
     assert (r.reason("first"), r.reason("second")) == ("Reserving", "Unschedulable")
+    return r
+
+
+@pytest.mark.parametrize("retry_seconds", [0, 1e9], ids=["solved-every-pass", "no-retry-no-capacity-freed"])
+def test_reservations_are_time_boxed_and_rotate_between_starving_jobs(retry_seconds: float):
+    """With no retry due and nothing freed, the job whose box ran out is still solved on that pass: its
+    Placed reason must leave Reserving, or the next pass takes it for a holder and restarts its box."""
+    r = _first_reserving(retry_seconds)
     r.clock.advance(101)
     r.step()
     assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "the box ran out: rotated"
+
+
+def test_a_reservation_time_box_survives_a_leader_change():
+    """A new leader with a blank memory takes the box as starting when Reserving did (the status says), not
+    when it took over: a holder cannot keep its nodes for ever by outliving leaders."""
+    import asyncio
+
+    from railyard.operator.act.loop import PlacementLoop
+
+    r = _first_reserving(0)
+    r.clock.advance(101)
+    successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # blank memory
+    asyncio.run(successor.run_once())
+    r.deliver()
+    assert (r.reason("first"), r.reason("second")) == ("Unschedulable", "Reserving"), "its box ran out meanwhile"
 
 
 def _starving_pair(**settings):
@@ -467,3 +488,24 @@ def test_process_failure_backoff_doubles_for_quick_failures_and_resets_after_a_l
     r.clock.advance(700)  # the attempt runs healthy for over 10 minutes
     r.step()
     assert fail_and_wait() <= quick[0] + 1, "a long healthy run resets the backoff (as the kubelet's)"
+
+
+def test_a_job_whose_namespace_is_being_deleted_waits_to_go_with_it_not_invalid():
+    """The API server refuses every create in a namespace being deleted: the job holds nothing and says why
+    (NamespaceTerminating), not InvalidSpec, and is not retried while it waits to go."""
+    import json
+
+    from railyard.operator.kube.client import ApiException
+
+    r = rig(nodes=2)
+    refusal = ApiException(status=403, reason="Forbidden")
+    refusal.body = json.dumps({"message": 'pods "doomed-0" is forbidden: unable to create new content in '
+                                          "namespace default because it is being terminated"})
+    r.api.refuse_pods = refusal
+    r.submit(make_job("doomed", 1))
+    r.step()
+    assert r.reason("doomed") == "NamespaceTerminating" and not r.status("doomed").get("placement")
+    creates = sum(1 for w in r.api.writes if w == ("POST", "pods"))
+    r.clock.advance(120)
+    r.step(2)
+    assert sum(1 for w in r.api.writes if w == ("POST", "pods")) == creates, "not retried"

@@ -85,3 +85,63 @@ def test_a_backfilled_spare_is_given_back_checkpoint_first_when_a_replacement_ne
     assert status["lastRestart"]["replacements"][0]["new"] == spare
     assert status["lastRestart"]["replacements"][0]["sameTor"] is True
     assert r.status("filler").get("placement") is None, "the filler waits for a spare again"
+
+
+def _scale(r: Rig, name: str, replicas: int) -> None:
+    """`kubectl scale tj NAME --replicas=N`."""
+    r.edit_spec(name, replicas=replicas)
+
+
+def test_an_elastic_gang_does_not_grow_onto_the_spare():
+    """Growth is a placement like any other: the TOR's last free node is its spare, kept for replacements."""
+    r = rig(nodes=4, spares_per_tor=1, starvation_seconds=1e9)
+    r.submit(make_job("main", 2))
+    r.submit(make_job("elastic", 1, minReplicas=1, maxReplicas=4))
+    r.running()
+    _scale(r, "elastic", 2)
+    r.step()
+    status = r.status("elastic")
+    assert not status.get("restartCount") and len(status["placement"]["ranks"]) == 1, "the spare is not taken"
+    assert (r.condition("elastic", "BelowDesired") or {}).get("status") == "True"
+
+
+def test_an_elastic_gang_that_backfills_may_grow_onto_the_spare():
+    r = rig(nodes=4, spares_per_tor=1, starvation_seconds=1e9)
+    r.submit(make_job("main", 2))
+    r.submit(make_job("elastic", 1, minReplicas=1, maxReplicas=4, preemption={"backfillSpares": True}))
+    r.running()
+    _scale(r, "elastic", 2)
+    r.step()
+    assert r.status("elastic")["restartCount"] == 1 and len(r.status("elastic")["placement"]["ranks"]) == 2
+
+
+def test_lent_spares_are_reclaimed_even_from_a_backfiller_at_its_hourly_preemption_cap():
+    """A backfiller takes the spares on the promise to give them back: the hourly cap, which shields gangs
+    from evictions for others' first placements, does not shield it from that."""
+    r = rig(nodes=4, spares_per_tor=1, preemptions_per_hour=0)
+    r.submit(make_job("main", 3, topology={"requiredTier": "tor"}))
+    r.running()
+    r.submit(make_job("filler", 1, preemption={"backfillSpares": True}))
+    r.running()
+    _fault(r, r.nodes_of("main")[0])
+    r.step()
+    assert r.status("filler").get("preemptedBy") == "default/main"
+
+
+def test_an_elastic_gang_with_a_rank_on_a_cordoned_node_resizes_only_once_it_is_usable():
+    """A resize restarts the gang with a pod pinned to each kept rank's node: not onto a cordoned one (it
+    would never bind). It waits, and resizes when the node is uncordoned."""
+    from tests.support.nodes import cordon
+
+    r = rig(nodes=4)
+    r.submit(make_job("e", 1, minReplicas=1, maxReplicas=4))
+    r.running()
+    (node,) = r.nodes_of("e")
+    cordon(r.api, r.state, node)
+    _scale(r, "e", 2)
+    r.step(2)
+    assert not r.status("e").get("restartCount") and not [
+        e for e in r.api.posted_events if e["reason"] == "InternalError"], "no crash, no restart onto it"
+    cordon(r.api, r.state, node, on=False)
+    r.step()
+    assert r.status("e")["restartCount"] == 1 and len(r.nodes_of("e")) == 2

@@ -104,6 +104,9 @@ class PlacementStatus(_Model):
     rail_aligned: bool = Field(False, alias="railAligned")
     desired_replicas: int | None = Field(None, alias="desiredReplicas")  # spec.replicas when it was decided
     released_at: Timestamp | None = Field(None, alias="releasedAt")  # when the whole gang was ungated
+    # The PriorityClass value it was placed at, kept by its restarts: a tenant renaming the class later can
+    # lower the gang's rank when others look for room, never raise it (decide/priority.ranked_priority).
+    priority: int | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +247,9 @@ class TrainingJobStatus(_Model):
     shrink_ranks: list[int] | None = Field(None, alias="shrinkRanks")  # the ranks it drops, as planned
     # When the job was last moved for defragmentation (the per-job interval reads it).
     last_migration: Timestamp | None = Field(None, alias="lastMigration")
+    # The nodes held for it while others made room were not free in time: it plans no new room before this
+    # (kept in status, so a new leader does not let it evict a second set of gangs at once).
+    room_retry_after: Timestamp | None = Field(None, alias="roomRetryAfter")
 
     def as_patch(self) -> dict[str, Any]:
         """The merge patch body this partial status stands for."""

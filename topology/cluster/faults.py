@@ -49,6 +49,10 @@ DEFAULT_FAULT_CONDITIONS: tuple[str, ...] = (
     "GPUMissing", "GPUXIDErrors",
 )
 _LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# Autoscalers drain a node by tainting it, not by cordoning it: Karpenter (`karpenter.sh/disrupted`, before
+# v1 `karpenter.sh/disruption`) and Cluster Autoscaler (`ToBeDeletedByClusterAutoscaler`). Such a node is
+# being drained as surely as a cordoned one.
+DRAIN_TAINTS = ("karpenter.sh/disrupted", "karpenter.sh/disruption", "ToBeDeletedByClusterAutoscaler")
 
 
 class LossReason(StrEnum):
@@ -93,6 +97,12 @@ class NodeHealth:
     not_ready_seen: float | None = None  # first seen not Ready
     allocatable_seen: float = 0.0  # the current allocatable value first seen
     maintenance: str | None = None  # planned maintenance announced on the node (maintenance_of)
+
+    @property
+    def draining(self) -> bool:
+        """Cordoned, or tainted for removal by an autoscaler (DRAIN_TAINTS): its pods are being evicted."""
+        return self.unschedulable or any(t.key in DRAIN_TAINTS and t.effect != "PreferNoSchedule"
+                                         for t in self.taints)
 
     @property
     def quarantined(self) -> bool:

@@ -15,6 +15,17 @@ from railyard.topology.api.job import PlacementStatus
 from railyard.topology.cluster.nodes import Trust
 
 
+def of_job(pod: str, job_name: str) -> bool:
+    """Whether `pod` is a name `pod_name` gives the job's ranks (any placement's)."""
+    rest = pod[len(job_name):] if pod.startswith(job_name) else ""
+    if rest.startswith(".p"):
+        serial, _, rest = rest[2:].partition("-")
+        if not serial.isdigit():
+            return False
+        rest = "-" + rest
+    return rest.startswith("-") and rest[1:].isdigit()
+
+
 def pod_name(job_name: str, rank: int, serial: int = 0) -> str:
     """`<job>-<rank>` for the job's first placement, `<job>.p<serial>-<rank>` for every later one (a
     restart, a re-placement): a pod stuck Terminating never blocks its successor's name, and job names
