@@ -25,6 +25,7 @@ from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
 from railyard.operator.decide import status_transitions as transitions
+from railyard.operator.decide.adopted_gangs import rank_order
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
@@ -193,8 +194,14 @@ class QueuePass:
 
     async def _record(self, job: Job, decision: Decision, priority: int) -> None:
         assert decision.placement is not None
+        adopted = None
+        if job.spec is not None and job.spec.adopt is not None:  # the owner's pods, by rank
+            ordered = rank_order(job, self.ctx.state.group_pods(job.namespace, job.spec.adopt.group))
+            if ordered is None:
+                return  # a pod went away since the pass began: the next pass queues it again
+            adopted = [(p.name, p.uid) for p in ordered]
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
-                                    priority)
+                                    priority, adopted)
         await self.writer.patch(job, patch)
 
     async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:

@@ -80,11 +80,15 @@ class ClusterState:
         self.resets = 0  # kinds dropped because a list went back in time (etcd restore)
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
+        # The gangs of workloads Railyard places without owning them: (namespace, group key) -> their pods.
+        self._pods_by_group: dict[Key, set[Key]] = {}
         self.pods_changed: dict[Key, int] = {}  # job -> a number new at each change to one of its pods
         self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
         self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
+        # An adopted gang's placement names its owner's pods by uid too: only those pods' claims are believed.
+        self._adopted_uids: dict[Key, dict[str, str]] = {}
         self._snapshot: Snapshot | None = None
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
         self._clashes: tuple[Exclusion, ...] = ()  # nodes whose domain ids clash (nodes.ambiguous_domains)
@@ -223,16 +227,46 @@ class ClusterState:
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
             self._pod_of_job_changed(view.job_key, view.name)
+        if held is not None and held.member is not None and (view.member is None or
+                                                              held.member.group != view.member.group):
+            self._ungroup(held)
+        if view.member is not None:
+            self._pods_by_group.setdefault((view.namespace, view.member.group), set()).add(key)
         self._snapshot = None
+
+    def _ungroup(self, view: PodView) -> None:
+        if view.member is None:
+            return
+        group = (view.namespace, view.member.group)
+        members = self._pods_by_group.get(group)
+        if members is not None:
+            members.discard(view.key)
+            if not members:
+                del self._pods_by_group[group]
+
+    def group_pods(self, namespace: str, group: str) -> list[PodView]:
+        """The pods of a gang of a workload Railyard places without owning it."""
+        return [self.pods[k] for k in sorted(self._pods_by_group.get((namespace, group), ())) if k in self.pods]
+
+    @property
+    def groups(self) -> list[Key]:
+        """(namespace, group key) of every such gang with a pod."""
+        return sorted(self._pods_by_group)
 
     def _trusted(self, view: PodView) -> bool:
         """Is the pod's claim (GPU annotation, node pin) believed? Only for a pod owned by the
-        TrainingJob whose current placement names it (topology.claims)."""
-        if view.job_key is None or view.owner_uid is None:
+        TrainingJob whose current placement names it (topology.claims), or, of an adopted gang (its owner's
+        pod), the pod of the uid that placement records."""
+        if view.job_key is None:
             return False
         job = self.jobs.get(view.job_key)
         entry = self._plans.get(view.job_key)
-        return job is not None and job.uid == view.owner_uid and entry is not None and view.name in entry[1]
+        if job is None or entry is None or view.name not in entry[1]:
+            return False
+        adopted = self._adopted_uids.get(view.job_key)
+        if adopted is not None and view.name in adopted:
+            return view.uid == adopted[view.name]
+        return view.owner_uid is not None and job.uid == view.owner_uid
 
     def _counted(self, view: PodView) -> PodUsage | None:
         return view.usage if self._trusted(view) else view.bound_usage
@@ -243,6 +277,7 @@ class ClusterState:
         if view is None:
             return
         self.usage.set(("pod", key), None)
+        self._ungroup(view)
         if view.job_key:
             members = self._pods_by_job.get(view.job_key)
             if members is not None:
@@ -395,8 +430,14 @@ class ClusterState:
                 gpus = tuple(sorted(r.gpus))
                 plan[r.pod or ""] = (r.rank, PodUsage(r.node, gpus, len(gpus), requests))
             self._plans[key] = (placement.id, plan)
+            uids = {r.pod or "": r.pod_uid for r in placement.ranks if r.pod_uid}
+            if uids:
+                self._adopted_uids[key] = uids
+            else:
+                self._adopted_uids.pop(key, None)
         else:
             self._plans.pop(key, None)
+            self._adopted_uids.pop(key, None)
             if job is None:
                 self.pods_changed.pop(key, None)
         planned = {rank for rank, _ in plan.values()}

@@ -79,7 +79,8 @@ def next_serial(job: Job) -> int:
         return job.restart_count + 1
     return 0
 
-def placing(job: Job, placement: Placement, placement_id: str, now: datetime, priority: int) -> TrainingJobStatus:
+def placing(job: Job, placement: Placement, placement_id: str, now: datetime, priority: int,
+            adopted: Sequence[tuple[str, str]] | None = None) -> TrainingJobStatus:
     """Record the placement, and the priority it was placed at: from then on its GPUs are taken (here and for
     a successor)."""
     message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
@@ -87,7 +88,8 @@ def placing(job: Job, placement: Placement, placement_id: str, now: datetime, pr
     conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.PLACING, message, now)
     serial = next_serial(job)
     return TrainingJobStatus(
-        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority),
+        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority,
+                                   adopted),
         placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name),
         queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 

@@ -1,0 +1,115 @@
+"""Workloads Railyard places without owning them (issue 46) against the decision core (in-memory API): a JobSet's
+pods, gated, become one gang; Railyard keeps a TrainingJob for it, places it with the same solver, pins each pod
+to its node by rank (the Job's offset plus the completion index) and ungates them together; it never creates or
+deletes the owner's pods, and their GPUs count exactly like a TrainingJob's."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from railyard.topology.cluster.nodes import pinned_node
+
+from tests.support import status as cond
+from tests.support.harness import Rig, rig
+from tests.support.jobs import make_job
+
+GATE = {"name": "railyard.dev/gang"}
+
+
+def _jobset(r: Rig, name: str, jobs: int, parallelism: int, gpus: int = 8, **annotations: str) -> list[str]:
+    """A JobSet of `jobs` Jobs of `parallelism` pods each, as its controller and the Job controller make them:
+    labelled, owned by their Job, gated by Railyard's gate (the pod webhook's work). Returns the pod names."""
+    uid = uuid.uuid4().hex
+    r.api.owners[f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{name}"] = {
+        "metadata": {"name": name, "uid": uid},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": jobs,
+                                     "template": {"spec": {"parallelism": parallelism}}}]}}
+    names = []
+    for j in range(jobs):
+        job, job_uid = f"{name}-w-{j}", uuid.uuid4().hex
+        for i in range(parallelism):
+            pod = f"{job}-{i}-{uuid.uuid4().hex[:5]}"
+            names.append(pod)
+            labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": uid,
+                      "jobset.sigs.k8s.io/restart-attempt": "0", "jobset.sigs.k8s.io/job-global-index": str(j),
+                      "batch.kubernetes.io/job-name": job, "batch.kubernetes.io/controller-uid": job_uid,
+                      "batch.kubernetes.io/job-completion-index": str(i), "railyard.dev/scheduling": "gang"}
+            body: dict[str, Any] = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": "default", "labels": labels, "annotations": dict(annotations),
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                                  "uid": job_uid, "controller": True}]},
+                "spec": {"restartPolicy": "OnFailure", "schedulingGates": [GATE],
+                         "containers": [{"name": "train", "image": "trainer:1",
+                                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+                "status": {"phase": "Pending"}}
+            r.api._store("pods", body, "ADDED")
+    r.deliver()
+    return names
+
+
+def _adopted(r: Rig) -> dict[str, Any]:
+    jobs = [j for j in r.api.objects["trainingjobs"].values() if (j["spec"].get("adopt") or {})]
+    assert len(jobs) == 1, [j["metadata"]["name"] for j in jobs]
+    return jobs[0]
+
+
+def test_a_jobsets_pods_are_placed_as_one_gang_pinned_by_rank_and_released_together():
+    r = rig(nodes=4, tors=1)
+    names = _jobset(r, "train", jobs=2, parallelism=2)
+    creates = sum(1 for w in r.api.writes if w == ("POST", "pods"))
+    r.step()  # the TrainingJob for the gang is created
+    job = _adopted(r)
+    assert job["spec"]["replicas"] == 4 and job["spec"]["adopt"]["kind"] == "JobSet"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "JobSet", "gone with the JobSet"
+    r.step(2)  # queued, placed, pinned, ungated
+    status = _adopted(r)["status"]
+    assert cond.get(status["conditions"], cond.PLACED)["reason"] in ("Placing", "Released")
+    ranks = {rk["rank"]: rk for rk in status["placement"]["ranks"]}
+    # rank = the Job's offset (global index x parallelism) + the completion index
+    assert [ranks[i]["pod"] for i in range(4)] == names
+    for rank in ranks.values():
+        pod = r.api.objects["pods"][("default", rank["pod"])]
+        assert pinned_node(pod["spec"]) == rank["node"] and not pod["spec"].get("schedulingGates")
+        assert pod["metadata"]["annotations"]["railyard.dev/gpus"] == ",".join(map(str, rank["gpus"]))
+        assert pod["metadata"]["uid"] == rank["podUid"]
+    assert sum(1 for w in r.api.writes if w == ("POST", "pods")) == creates, "Railyard created no pod"
+    assert len(r.state.snapshot().used) == 4, "their GPUs count"
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    assert cond.get(_adopted(r)["status"]["conditions"], cond.RUNNING)["status"] == "True"
+
+
+def test_a_gang_waits_until_every_pod_exists_and_holds_nothing_meanwhile():
+    r = rig(nodes=4, tors=1)
+    names = _jobset(r, "partial", jobs=2, parallelism=2)
+    import copy
+
+    last = copy.deepcopy(r.api.objects["pods"][("default", names[-1])])
+    r.api._remove("pods", ("default", names[-1]))  # as if not created yet (the Job controller is slow)
+    r.deliver()
+    r.step(3)
+    assert not (_adopted(r).get("status") or {}).get("placement"), "no placement before every pod exists"
+    assert all(p["spec"].get("schedulingGates") for p in r.api.objects["pods"].values())
+    del last["metadata"]["resourceVersion"]
+    last["metadata"]["uid"] = uuid.uuid4().hex
+    r.api._store("pods", last, "ADDED")
+    r.deliver()
+    r.step(2)
+    assert _adopted(r)["status"]["placement"]["ranks"]
+
+
+def test_adopted_gangs_and_trainingjobs_never_share_a_gpu():
+    r = rig(nodes=5, tors=1)
+    r.submit(make_job("own", 2))
+    _jobset(r, "theirs", jobs=1, parallelism=2)
+    r.step(4)
+    r.submit(make_job("late", 2))  # one node left: it waits, whoever holds the other four
+    r.step(2)
+    placed = [rk for j in r.api.objects["trainingjobs"].values()
+              for rk in ((j.get("status") or {}).get("placement") or {}).get("ranks") or []]
+    slots = [(rk["node"], g) for rk in placed for g in rk["gpus"]]
+    assert len(slots) == len(set(slots)), "a GPU in two placements"
+    assert len(placed) == 4 and r.reason("late") in ("Unschedulable", "Reserving")
