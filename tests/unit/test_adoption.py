@@ -113,3 +113,32 @@ def test_adopted_gangs_and_trainingjobs_never_share_a_gpu():
     slots = [(rk["node"], g) for rk in placed for g in rk["gpus"]]
     assert len(slots) == len(set(slots)), "a GPU in two placements"
     assert len(placed) == 4 and r.reason("late") in ("Unschedulable", "Reserving")
+
+
+def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_pods_do():
+    """A higher-priority TrainingJob needs the nodes: the adopted gang's pods are deleted (its owner makes them
+    again, gated), it is requeued, never failed; Railyard created none of its pods."""
+    r = rig(nodes=2, tors=1)
+    for name, value in (("low", 10), ("high", 1000)):
+        r.api._store("priorityclasses", {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                         "metadata": {"name": name}, "value": value}, "ADDED")
+    r.deliver()
+    names = _jobset(r, "theirs", jobs=1, parallelism=2)
+    for pod in names:
+        r.api.objects["pods"][("default", pod)]["spec"]["priorityClassName"] = "low"
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    adopted = _adopted(r)["metadata"]["name"]
+    assert r.reason(adopted, cond.RUNNING) == "AllRunning"
+    urgent = make_job("urgent", 2)
+    urgent["spec"]["priorityClassName"] = "high"
+    r.submit(urgent)
+    r.step(2)  # victims marked, then (nobody reports) requeued: the owner's pods deleted
+    status = _adopted(r)["status"]
+    assert cond.get(status["conditions"], "Preempted")["status"] == "True" and not status.get("placement")
+    assert not cond.is_true(status["conditions"], cond.FAILED)
+    assert all(("default", n) not in r.api.objects["pods"] for n in names), "its pods deleted (the owner re-makes)"
+    r.step()
+    assert r.status("urgent").get("placement"), "the preemptor got the room"

@@ -54,7 +54,8 @@ def test_defaults_render_a_hardened_leader_elected_operator(helm):
     assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
                                          "Secret", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                                         "NetworkPolicy", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+                                         "NetworkPolicy", "ValidatingWebhookConfiguration",
+                                         "MutatingWebhookConfiguration"}
     crd = by_kind(docs, "CustomResourceDefinition")[0]
     source = yaml.safe_load((REPO / "crds" / "railyard.dev_trainingjobs.yaml").read_text())
     assert crd["spec"] == source["spec"]
