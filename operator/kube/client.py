@@ -369,8 +369,7 @@ class KubeApi:
             raise
 
     async def patch_pod(self, namespace: str, name: str, uid: str, patch: dict[str, Any]) -> dict[str, Any] | None:
-        """The uid rides in the patch: the API server refuses it (409/422) for another pod of the same name."""
-        body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}
+        body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}  # refused for another pod (409/422)
         try:
             return await self.arequest("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
                                        "application/merge-patch+json", [("fieldManager", FIELD_MANAGER)])

@@ -1,0 +1,216 @@
+"""Workloads Railyard places without owning them, on the real control plane with their real controllers (built
+from the Go module proxy at the versions hack/versions.env pins, started only here): JobSet's own example, adapted
+only by the opt-in label and a GPU request (tests/e2e/upstream/), gated by Railyard's pod webhook as the chart
+registers it, placed by Railyard as one gang, ranks mapped by the JobSet's indices, released together."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.operator import OperatorProcess, free_port, wait_for_leader
+from tests.support.poll import poll
+from tests.support.rig import REPO, load_hack_module, rig_binary
+from tests.support.tls import ca_bundle, certs, client_ca
+
+pytestmark = pytest.mark.e2e
+UPSTREAM = Path(__file__).parent / "upstream"
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+
+
+def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str], group: str = "",
+             versions: tuple[str, ...] = ("v1",), selector: dict | None = None) -> dict:
+    hook = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+            "timeoutSeconds": 10, "clientConfig": {"url": url, "caBundle": ca},
+            "rules": [{"apiGroups": [group], "apiVersions": list(versions), "operations": operations,
+                       "resources": [resource], "scope": "Namespaced"}]}
+    if selector is not None:
+        hook["objectSelector"] = selector
+    return hook
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
+    """The JobSet controller (its webhooks registered as its manifests do, pointed at this process)."""
+    cluster = load_hack_module("cluster", "cluster.py")
+    binary = cluster.binary("jobset")
+    if not binary.exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "jobset"], check=True)
+    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
+                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
+    directory = tmp_path_factory.mktemp("jobset")
+    made = certs(directory)
+    (directory / "serving").mkdir()
+    (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())
+    (directory / "serving" / "tls.key").write_bytes(made["key"].read_bytes())
+    port, health = free_port(), free_port()
+    config = directory / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(directory / "serving")},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}}))
+    log = directory / "jobset.log"
+    proc = subprocess.Popen([str(binary), f"--kubeconfig={cluster.KUBECONFIG}", f"--config={config}",
+                             "--leader-elect=false"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    admission = client.AdmissionregistrationV1Api(api_client)
+    base, ca = f"https://127.0.0.1:{port}", ca_bundle(made["ca"])
+    jobset_pods = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+    names = [f"e2e-jobset-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
+    admission.create_mutating_webhook_configuration({"metadata": {"name": names[0]}, "webhooks": [
+        _webhook("mjobset.kb.io", f"{base}/mutate-jobset-x-k8s-io-v1alpha2-jobset", ca, "jobsets", ["CREATE"],
+                 JOBSET[0], (JOBSET[1],)),
+        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", ["CREATE"], selector=jobset_pods)]})
+    admission.create_validating_webhook_configuration({"metadata": {"name": names[1]}, "webhooks": [
+        _webhook("vjobset.kb.io", f"{base}/validate-jobset-x-k8s-io-v1alpha2-jobset", ca, "jobsets",
+                 ["CREATE", "UPDATE"], JOBSET[0], (JOBSET[1],)),
+        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", ["CREATE"], selector=jobset_pods)]})
+    try:
+        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
+             "the JobSet controller ready")
+        yield
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(names[0])
+        with contextlib.suppress(client.ApiException):
+            admission.delete_validating_webhook_configuration(names[1])
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        print(log.read_text(errors="replace")[-3000:])
+
+
+@pytest.fixture
+def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    """An operator serving the pod webhook over TLS, registered as the chart registers it (opted-in pods of
+    this test's namespace only)."""
+    made = certs(tmp_path)
+    lease, port = f"railyard-e2e-{uuid.uuid4().hex[:6]}", free_port()
+    op = OperatorProcess(identity, lease, tmp_path, name="workloads", extra_env={
+        "RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_TLS_CERT": str(made["crt"]),
+        "RAILYARD_REPORT_TLS_KEY": str(made["key"]), **client_ca()})
+    admission = client.AdmissionregistrationV1Api(api_client)
+    hook = f"railyard-e2e-gang-pods-{namespace}"
+    admission.create_mutating_webhook_configuration({"metadata": {"name": hook}, "webhooks": [{
+        **_webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
+                   "pods", ["CREATE"], selector={"matchLabels": {"railyard.dev/scheduling": "gang"}}),
+        "reinvocationPolicy": "IfNeeded",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})
+    try:
+        wait_for_leader(coordination, lease)
+        yield op
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(hook)
+        op.stop()
+        print(op.log_tail(30))
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(lease)
+
+
+def _gang(custom, namespace: str, kind: str) -> dict | None:
+    jobs = custom.list_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                label_selector=f"railyard.dev/adopted-kind={kind}")["items"]
+    return jobs[0] if len(jobs) == 1 else None
+
+
+def test_jobsets_own_example_is_placed_by_railyard_as_one_gang_ranked_by_its_indices(
+        jobset_controller, gang_operator, api_client, core, custom, namespace):
+    body = yaml.safe_load((UPSTREAM / "jobset-paralleljobs.yaml").read_text())
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(*JOBSET, namespace, "jobsets", body)
+
+    def released() -> dict | None:
+        gang = _gang(custom, namespace, "JobSet")
+        placed = next((c for c in ((gang or {}).get("status") or {}).get("conditions") or []
+                       if c["type"] == "Placed"), None)
+        return gang if placed and placed["reason"] == "Released" else None
+
+    gang = poll(released, 120, "the JobSet's gang placed and released by Railyard")
+    assert gang["spec"]["replicas"] == 5 and gang["spec"]["adopt"]["name"] == "paralleljobs"
+    assert gang["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(
+        namespace, label_selector="jobset.sigs.k8s.io/jobset-name=paralleljobs").items}
+    assert len(pods) == 5 and all(p.metadata.owner_references[0].kind == "Job" for p in pods.values()), \
+        "every pod is the JobSet's Jobs' own"
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+
+    def bound() -> bool:
+        fresh = {p.metadata.name: p for p in core.list_namespaced_pod(
+            namespace, label_selector="jobset.sigs.k8s.io/jobset-name=paralleljobs").items}
+        return all(fresh[r["pod"]].spec.node_name == r["node"] for r in ranks.values())
+
+    poll(bound, 60, "every pod bound to the node Railyard chose")
+    for rank, entry in ranks.items():
+        pod = pods[entry["pod"]]
+        labels = pod.metadata.labels
+        expected = 4 * int(labels["jobset.sigs.k8s.io/job-global-index"]) + \
+            int(labels["batch.kubernetes.io/job-completion-index"])
+        assert rank == expected, f"{pod.metadata.name}: rank {rank}, its indices say {expected}"
+        assert pod.metadata.annotations["railyard.dev/gpus"] == ",".join(map(str, entry["gpus"]))
+    assert_no_gpu_double_booked(api_client, core)
+
+
+@pytest.fixture
+def kueue_admits(jobset_controller, api_client, namespace) -> Iterator[int]:
+    """Kueue (built like the rest, TAS off) admitting JobSets of this namespace by quota: 40 GPUs."""
+    from bench.peers import kueue as peers_kueue
+    from railyard.operator.kube.client import KubeApi
+
+    cluster = load_hack_module("cluster", "cluster.py")
+    if not cluster.binary("kueue").exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "kueue"], check=True)
+    api = KubeApi(str(cluster.KUBECONFIG))
+    quota = 40
+    proc = peers_kueue.start(api, namespace, quota, frameworks=("jobset.x-k8s.io/jobset",), topology=False)
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        yield quota
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        for plural, name in (("clusterqueues", "gpus"), ("resourceflavors", "gpu")):
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, name)
+
+
+def _queued_jobset(name: str, pods: int) -> dict:
+    """JobSet's example shape, queued to Kueue (created suspended, as Kueue's webhook would make it)."""
+    body = yaml.safe_load((UPSTREAM / "jobset-paralleljobs.yaml").read_text())
+    body["metadata"] = {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "train"}}
+    body["spec"]["suspend"] = True
+    body["spec"]["replicatedJobs"] = body["spec"]["replicatedJobs"][:1]
+    job = body["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["parallelism"] = job["completions"] = pods
+    return body
+
+
+def test_kueue_admits_by_quota_and_railyard_places_what_it_admitted(kueue_admits, gang_operator, api_client, core,
+                                                                    custom, namespace):
+    jobsets = client.CustomObjectsApi(api_client)
+    jobsets.create_namespaced_custom_object(*JOBSET, namespace, "jobsets", _queued_jobset("first", 4))
+    jobsets.create_namespaced_custom_object(*JOBSET, namespace, "jobsets", _queued_jobset("second", 2))
+
+    def placed(name: str) -> bool:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        return bool(pods) and all(p.spec.node_name and not p.spec.scheduling_gates for p in pods)
+
+    poll(lambda: placed("first"), 120, "the admitted JobSet placed by Railyard")
+    # 32 of 40 GPUs admitted: the second (16) waits for quota, so Kueue keeps it suspended: no pod, nothing placed.
+    second = jobsets.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", "second")
+    assert second["spec"].get("suspend") is True
+    assert not core.list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name=second").items
+    gang = _gang(custom, namespace, "JobSet")
+    assert gang is not None and gang["spec"]["adopt"]["name"] == "first", "only what Kueue admitted is a gang"
+    jobsets.delete_namespaced_custom_object(*JOBSET, namespace, "jobsets", "first",
+                                            body={"propagationPolicy": "Foreground"})
+    poll(lambda: placed("second"), 180, "once quota frees, Kueue admits the second and Railyard places it")
+    assert_no_gpu_double_booked(api_client, core)
