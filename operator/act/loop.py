@@ -16,6 +16,7 @@ from functools import partial
 from typing import assert_never
 
 from railyard.operator.act.actor_context import Context
+from railyard.operator.act.adopted_replacement import ReplacedPods
 from railyard.operator.act.adoption import Adoption
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
@@ -51,6 +52,7 @@ from railyard.operator.decide.actions import (
     Finish,
     Invalid,
     MarkRunning,
+    PlaceReplaced,
     Queue,
     RecordRelease,
     Resize,
@@ -102,6 +104,7 @@ class PlacementLoop:
                                self.moves)
         self.observer = Observer(ctx)
         self.adoption = Adoption(ctx)
+        self.replaced = ReplacedPods(ctx, self.events, self.attempts, self.materialiser)
         self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
@@ -331,6 +334,8 @@ class PlacementLoop:
                 await self.lifecycle.finish(job, action)
             case Evict():
                 await self.victims.evict(job)
+            case PlaceReplaced():
+                await self.replaced.place(job, action)
             case Queue() | Wait() | Done():
                 pass
             case _:

@@ -171,9 +171,9 @@ class Materialiser:
         assert placement is not None
         for r in placement.ranks:
             view = self.ctx.state.pods.get((job.namespace, r.pod or ""))
+            if view is not None and not view.gated and view.uid == r.pod_uid:
+                continue  # released already (a survivor of a replacement, or a resumed release)
             if view is None or (r.pod_uid and view.uid != r.pod_uid) or not view.gated:
-                if view is not None and not view.gated and view.placement_id == placement.id:
-                    continue  # pinned and released already (a resumed release)
                 log.info("job %s/%s: adopted pod %s changed before it was pinned", *job.key, r.pod)
                 return False
             if view.placement_id == placement.id:

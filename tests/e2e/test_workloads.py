@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
+from railyard.topology.cluster.labels import LABEL_TOR
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.operator import OperatorProcess, free_port, wait_for_leader
@@ -158,6 +159,48 @@ def test_jobsets_own_example_is_placed_by_railyard_as_one_gang_ranked_by_its_ind
     assert_no_gpu_double_booked(api_client, core)
 
 
+
+INDEXED_JOB = {
+    "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "indexed"},
+    "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3, "backoffLimit": 3,
+             "template": {"metadata": {"labels": {"railyard.dev/scheduling": "gang"}},
+                          "spec": {"restartPolicy": "Never", "containers": [{
+                              "name": "train", "image": "busybox", "command": ["sleep", "3600"],
+                              "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+
+
+def test_an_indexed_jobs_pod_made_again_is_placed_alone_next_to_the_survivors(gang_operator, api_client, core,
+                                                                              custom, namespace):
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, INDEXED_JOB)
+
+    def released(restarts: int) -> dict | None:
+        gang = _gang(custom, namespace, "Job")
+        status = (gang or {}).get("status") or {}
+        placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
+        ok = placed and placed["reason"] == "Released" and status.get("restartCount", 0) == restarts
+        return gang if ok else None
+
+    gang = poll(lambda: released(0), 120, "the indexed Job's gang placed and released by Railyard")
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+    for rank, entry in ranks.items():
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert int(pod.metadata.labels["batch.kubernetes.io/job-completion-index"]) == rank
+    # A rank's pod is deleted (its process lost): the Job makes it again, gated; Railyard places only that pod,
+    # next to the survivors, whose pods stay as they are.
+    victim = ranks[1]
+    core.delete_namespaced_pod(victim["pod"], namespace, grace_period_seconds=0)
+    again = poll(lambda: released(1), 120, "the re-made pod placed by Railyard")
+    after = {r["rank"]: r for r in again["status"]["placement"]["ranks"]}
+    assert after[1]["pod"] != victim["pod"]
+    assert {k: (v["pod"], v["podUid"], v["node"]) for k, v in after.items() if k != 1} == \
+        {k: (v["pod"], v["podUid"], v["node"]) for k, v in ranks.items() if k != 1}, "the survivors untouched"
+    nodes = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
+    assert nodes[after[1]["node"]][LABEL_TOR] == nodes[victim["node"]][LABEL_TOR], "in the lost rank's TOR"
+    poll(lambda: core.read_namespaced_pod(after[1]["pod"], namespace).spec.node_name == after[1]["node"], 60,
+         "the re-made pod bound where Railyard chose")
+    assert_no_gpu_double_booked(api_client, core)
+
+
 @pytest.fixture
 def kueue_admits(jobset_controller, api_client, namespace) -> Iterator[int]:
     """Kueue (built like the rest, TAS off) admitting JobSets of this namespace by quota: 40 GPUs."""
@@ -167,7 +210,7 @@ def kueue_admits(jobset_controller, api_client, namespace) -> Iterator[int]:
     cluster = load_hack_module("cluster", "cluster.py")
     if not cluster.binary("kueue").exists():
         subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "kueue"], check=True)
-    api = KubeApi(str(cluster.KUBECONFIG))
+    api = KubeApi(kubeconfig=str(cluster.KUBECONFIG))
     quota = 40
     proc = peers_kueue.start(api, namespace, quota, frameworks=("jobset.x-k8s.io/jobset",), topology=False)
     custom = client.CustomObjectsApi(api_client)

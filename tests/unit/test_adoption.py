@@ -142,3 +142,120 @@ def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_
     assert all(("default", n) not in r.api.objects["pods"] for n in names), "its pods deleted (the owner re-makes)"
     r.step()
     assert r.status("urgent").get("placement"), "the preemptor got the room"
+
+
+def _remake(r: Rig, name: str) -> str:
+    """The pod's Job makes it again (a new name and uid, the same indices, gated by the webhook); the old one is
+    gone. Returns the new pod's name."""
+    import copy
+
+    old = copy.deepcopy(r.api.objects["pods"][("default", name)])
+    r.api._remove("pods", ("default", name))
+    fresh = f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}"
+    old["metadata"] = {k: v for k, v in old["metadata"].items() if k not in ("resourceVersion", "uid")}
+    old["metadata"]["name"] = fresh
+    old["metadata"]["uid"] = uuid.uuid4().hex
+    for key in ("railyard.dev/job", "railyard.dev/rank", "railyard.dev/restart"):
+        old["metadata"]["labels"].pop(key, None)
+    old["metadata"]["annotations"] = {}
+    old["spec"] = {k: v for k, v in old["spec"].items() if k not in ("affinity", "nodeName")}
+    old["spec"]["schedulingGates"] = [GATE]
+    old["status"] = {"phase": "Pending"}
+    r.api._store("pods", old, "ADDED")
+    r.deliver()
+    return fresh
+
+
+def _running_jobset(r: Rig, name: str, jobs: int, parallelism: int) -> list[str]:
+    names = _jobset(r, name, jobs=jobs, parallelism=parallelism)
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    assert r.reason(_adopted(r)["metadata"]["name"], cond.RUNNING) == "AllRunning"
+    return names
+
+
+def test_a_pod_its_owner_makes_again_is_placed_alone_next_to_the_survivors_which_are_not_touched():
+    r = rig(nodes=6, tors=2)
+    names = _running_jobset(r, "train", jobs=2, parallelism=2)
+    before = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    writes = len(r.api.writes)
+    fresh = _remake(r, names[1])
+    r.step(2)
+    status = _adopted(r)["status"]
+    after = {rk["rank"]: rk for rk in status["placement"]["ranks"]}
+    assert after[1]["pod"] == fresh
+    assert after[1]["podUid"] == r.api.objects["pods"][("default", fresh)]["metadata"]["uid"]
+    assert after[1]["node"] == before[1]["node"], "its old node is free again: the nearest home"
+    assert {k: (v["pod"], v["node"], v["gpus"]) for k, v in after.items() if k != 1} == \
+        {k: (v["pod"], v["node"], v["gpus"]) for k, v in before.items() if k != 1}, "the survivors keep everything"
+    touched = {w[1] for w in r.api.writes[writes:] if w[0] in ("PATCH", "DELETE", "POST") and w[1].startswith("pods")}
+    assert touched == {f"pods/{fresh}"}, touched
+    pod = r.api.objects["pods"][("default", fresh)]
+    assert pinned_node(pod["spec"]) == after[1]["node"] and not pod["spec"].get("schedulingGates")
+    assert status["restartCount"] == 1 and status["lastRestart"]["reason"] == "PodDeleted"
+    assert cond.get(status["conditions"], cond.PLACED)["reason"] == "Released"
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    assert r.reason(_adopted(r)["metadata"]["name"], cond.RUNNING) == "AllRunning"
+    slots = [(rk["node"], g) for rk in _adopted(r)["status"]["placement"]["ranks"] for g in rk["gpus"]]
+    assert len(slots) == len(set(slots))
+
+
+def test_a_pod_re_made_after_its_node_is_lost_lands_in_the_survivors_tor_and_never_on_the_lost_node():
+    r = rig(nodes=6, tors=2)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    before = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    lost = before[0]["node"]
+    r.api._remove("nodes", ("", lost))
+    r.deliver()
+    fresh = _remake(r, names[0])
+    r.step(2)
+    after = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    assert after[0]["pod"] == fresh and after[0]["node"] != lost
+    tor = r.state.nodes[before[1]["node"]].domain(1) if before[1]["node"] in r.state.nodes else None
+    assert tor is None or r.state.nodes[after[0]["node"]].domain(1) == tor, "next to the survivor"
+    assert after[1] == before[1]
+
+
+def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_is_gone_it_ends():
+    r = rig(nodes=4, tors=1)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    r.api._remove("pods", ("default", names[0]))
+    r.deliver()
+    r.step(2)
+    status = _adopted(r)["status"]
+    assert status["placement"]["ranks"] and status.get("restartCount", 0) == 0, "waits for its owner"
+    r.api._remove("pods", ("default", names[1]))
+    r.deliver()
+    r.step()
+    assert cond.is_true(_adopted(r)["status"]["conditions"], cond.FAILED)
+
+
+def test_a_leader_killed_between_recording_the_new_home_and_pinning_it_is_finished_by_the_successor(monkeypatch):
+    from railyard.operator.act.loop import PlacementLoop
+    from railyard.operator.cache.state import ClusterState
+
+    from tests.support.settings import settings as operator_settings
+
+    r = rig(nodes=6, tors=2)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    fresh = _remake(r, names[1])
+    monkeypatch.setattr(r.loop.replaced.materialiser, "enqueue", lambda *a, **k: None)  # killed after the write
+    r.step()
+    recorded = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    assert recorded[1]["pod"] == fresh and r.api.objects["pods"][("default", fresh)]["spec"].get("schedulingGates")
+    state = ClusterState(clock=r.clock)
+    for kind in state.kinds:
+        items, rv = r.api.listing(kind)
+        state.replace(kind, items, rv)
+    r.api.log.clear()
+    successor = Rig(r.api, state, PlacementLoop(state, r.api, operator_settings(
+        loss_debounce_seconds=0, not_ready_debounce_seconds=0, metrics_publish_seconds=0.0), lambda: True), r.clock)
+    successor.step(2)
+    pod = r.api.objects["pods"][("default", fresh)]
+    assert pinned_node(pod["spec"]) == recorded[1]["node"] and not pod["spec"].get("schedulingGates")
+    assert _adopted(r)["status"]["restartCount"] == 1, "finished, not a second restart"
+    assert cond.get(_adopted(r)["status"]["conditions"], cond.PLACED)["reason"] == "Released"

@@ -1,0 +1,64 @@
+"""Places the pods an adopted gang's owner re-made (decide/adopted_gangs.PlaceReplaced): the new homes chosen by the
+replacement rule next to the survivors, recorded as a new attempt first (write-ahead: a successor pins and
+releases them, see assess -> Resume), then those pods pinned and released; the survivors' pods are never touched,
+and nothing is deleted or created — the pods are their owner's."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from railyard.operator.act.actor_context import Context
+from railyard.operator.act.attempts import Attempts
+from railyard.operator.act.events import Events
+from railyard.operator.act.materialiser import Materialiser
+from railyard.operator.base import metrics
+from railyard.operator.base.objects import Job
+from railyard.operator.base.reasons import EventReason, RecoveryReason, RestartReason
+from railyard.operator.cache.memory import holds
+from railyard.operator.cache.state_views import pod_infos
+from railyard.operator.decide.actions import PlaceReplaced
+from railyard.operator.decide.adopted_gangs import plan_replaced, replaced_ranks
+from railyard.operator.decide.holds import held_for_others
+from railyard.topology.solver.decision import inter_pod_limits
+
+log = logging.getLogger("railyard.adoption")
+
+
+class ReplacedPods:
+    def __init__(self, ctx: Context, events: Events, attempts: Attempts, materialiser: Materialiser) -> None:
+        self.ctx = ctx
+        self.events = events
+        self.attempts = attempts
+        self.materialiser = materialiser
+
+    async def place(self, job: Job, action: PlaceReplaced) -> None:
+        state = self.ctx.state
+        snapshot = state.snapshot()
+        models = {**state.last_model, **state.nodes}
+        limits = inter_pod_limits(snapshot, action.request, partial(pod_infos, state)())
+        decision = plan_replaced(job, action, snapshot, models, limits,
+                                 held_for_others(holds(self.ctx.memories, state.jobs), job.key))
+        names = ", ".join(action.pods[r][0] for r in action.ranks)
+        if not decision.found:  # tried again every pass, as capacity frees
+            message = f"pods {names} re-made by their owner: no node for them yet ({decision.reason})"
+            await self.events.warning(job, RecoveryReason.NO_REPLACEMENT, message, key=f"waiting/{names}")
+            return
+        replicas = replaced_ranks(job, action, decision, snapshot)
+        replacements = [{"rank": r.rank, "lost": r.lost, "new": r.new, "same_tor": r.same_tor}
+                        for r in decision.replacements]
+        restart_count = job.restart_count + 1
+        message = (f"restart {restart_count}: pods {names} re-made by their owner placed "
+                   f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); the others keep running")
+        record: dict[str, object] = {"lost_nodes": sorted({r.lost for r in decision.replacements}),
+                                     "replacements": replacements}
+        metrics.RESTARTS.labels(RestartReason.POD_DELETED).inc()
+        fresh = await self.attempts.record(job, RestartReason.POD_DELETED, message, replicas, record,
+                                           adopted=list(action.pods))
+        if fresh is None:
+            return
+        log.info("job %s/%s: %s", *job.key, message)
+        await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(
+            f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['same_tor'] else ''}"
+            for r in replacements), key=str(restart_count))
+        self.materialiser.enqueue(fresh)
