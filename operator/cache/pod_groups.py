@@ -10,9 +10,14 @@ from railyard.operator.base.objects import Key, PodView
 class PodGroups:
     def __init__(self) -> None:
         self._pods: dict[Key, set[Key]] = {}  # (namespace, group key) -> pod keys
+        self._changed: dict[Key, int] = {}  # (namespace, group key) -> the stamp of its last change
 
-    def changed(self, held: PodView | None, view: PodView | None) -> None:
-        """A pod was stored (`view`) over what was held (`held`), or removed (`view` None)."""
+    def changed(self, held: PodView | None, view: PodView | None, stamp: int) -> None:
+        """A pod was stored (`view`) over what was held (`held`), or removed (`view` None); `stamp`: a number new
+        at each change (ClusterState's)."""
+        for pod in (held, view):
+            if pod is not None and pod.member is not None:
+                self._changed[(pod.namespace, pod.member.group)] = stamp
         if held is not None and held.member is not None and (
                 view is None or view.member is None or view.member.group != held.member.group):
             group = (held.namespace, held.member.group)
@@ -21,8 +26,13 @@ class PodGroups:
                 members.discard(held.key)
                 if not members:
                     del self._pods[group]
+                    self._changed.pop(group, None)
         if view is not None and view.member is not None:
             self._pods.setdefault((view.namespace, view.member.group), set()).add(view.key)
+
+    def version(self, namespace: str, group: str) -> int:
+        """Changes whenever one of the group's pods does (what a pass may skip its gang on); -1: no pods."""
+        return self._changed.get((namespace, group), -1)
 
     def pods(self, namespace: str, group: str) -> list[Key]:
         return sorted(self._pods.get((namespace, group), ()))

@@ -226,16 +226,14 @@ class ClusterState:
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
             self._pod_of_job_changed(view.job_key, view.name)
-        self._groups.changed(held, view)
+        self._groups.changed(held, view, next(_CHANGES))
         self._snapshot = None
 
-    def group_pods(self, namespace: str, group: str) -> list[PodView]:
-        """The pods of a gang of a workload Railyard places without owning it."""
+    def group_pods(self, namespace: str, group: str) -> list[PodView]:  # an adopted gang's (its owner's) pods
         return [self.pods[k] for k in self._groups.pods(namespace, group) if k in self.pods]
 
     @property
-    def groups(self) -> list[Key]:
-        """(namespace, group key) of every such gang with a pod."""
+    def groups(self) -> list[Key]:  # (namespace, group key) of every adopted gang with a pod
         return self._groups.groups
 
     def _trusted(self, view: PodView) -> bool:
@@ -262,7 +260,7 @@ class ClusterState:
         if view is None:
             return
         self.usage.set(("pod", key), None)
-        self._groups.changed(view, None)
+        self._groups.changed(view, None, next(_CHANGES))
         if view.job_key:
             members = self._pods_by_job.get(view.job_key)
             if members is not None:
@@ -464,7 +462,9 @@ class ClusterState:
     # --- queries --------------------------------------------------------------------------------
 
     def job_version(self, job: Job) -> tuple[int | None, str | None]:
-        """Changes whenever the job or one of its pods does (what a pass may skip a job on)."""
+        """Changes whenever the job or one of its pods does (an adopted gang: its group's; a pass skips on it)."""
+        if job.spec is not None and job.spec.adopt is not None:
+            return self._groups.version(job.namespace, job.spec.adopt.group), job.resource_version
         return self.pods_changed.get(job.key), job.resource_version
 
     def job_pods(self, key: Key) -> list[PodView]:

@@ -217,6 +217,16 @@ def kueue_admits(jobset_controller, api_client, namespace) -> Iterator[int]:
     try:
         yield quota
     finally:
+        # Kueue's Workloads carry its finalizer: they go while Kueue runs, or the namespace never does.
+        custom.delete_collection_namespaced_custom_object(*JOBSET, namespace, "jobsets")
+        with contextlib.suppress(Exception):
+            poll(lambda: not custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace,
+                                                                  "workloads")["items"], 60, "Kueue's Workloads gone")
+        for workload in custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace,
+                                                             "workloads")["items"]:
+            with contextlib.suppress(client.ApiException):
+                custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "workloads",
+                                                      workload["metadata"]["name"], {"metadata": {"finalizers": []}})
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)

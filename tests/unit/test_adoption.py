@@ -144,18 +144,20 @@ def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_
     assert r.status("urgent").get("placement"), "the preemptor got the room"
 
 
-def _remake(r: Rig, name: str) -> str:
-    """The pod's Job makes it again (a new name and uid, the same indices, gated by the webhook); the old one is
-    gone. Returns the new pod's name."""
+def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
+    """The pod's Job makes it again (a new name and uid, the same indices, gated by the webhook) after
+    `passes_between` passes of the operator; the old one is gone. Returns the new pod's name."""
     import copy
 
     old = copy.deepcopy(r.api.objects["pods"][("default", name)])
     r.api._remove("pods", ("default", name))
+    r.deliver()
+    r.step(passes_between)
     fresh = f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}"
     old["metadata"] = {k: v for k, v in old["metadata"].items() if k not in ("resourceVersion", "uid")}
     old["metadata"]["name"] = fresh
     old["metadata"]["uid"] = uuid.uuid4().hex
-    for key in ("railyard.dev/job", "railyard.dev/rank", "railyard.dev/restart"):
+    for key in ("railyard.dev/job-name", "railyard.dev/rank", "railyard.dev/restart-count"):
         old["metadata"]["labels"].pop(key, None)
     old["metadata"]["annotations"] = {}
     old["spec"] = {k: v for k, v in old["spec"].items() if k not in ("affinity", "nodeName")}
@@ -181,7 +183,7 @@ def test_a_pod_its_owner_makes_again_is_placed_alone_next_to_the_survivors_which
     names = _running_jobset(r, "train", jobs=2, parallelism=2)
     before = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
     writes = len(r.api.writes)
-    fresh = _remake(r, names[1])
+    fresh = _remake(r, names[1], passes_between=2)  # the operator sees the gang short of a pod meanwhile
     r.step(2)
     status = _adopted(r)["status"]
     after = {rk["rank"]: rk for rk in status["placement"]["ranks"]}

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from bench.common import cluster, served, wait
 from bench.peers.translators import kueue_cluster_objects
+from kubernetes.client.exceptions import ApiException
 from railyard.operator.kube.client import KubeApi
 
 PORTS = {"health": 17281, "metrics": 17282, "webhook": 17283}
@@ -44,7 +45,11 @@ def start(api: KubeApi, namespace: str, gpus: int, frameworks: tuple[str, ...] =
     for kind in ("clusterqueues", "localqueues", "workloads", "resourceflavors", "topologies"):
         wait(lambda k=kind: served(api, f"/apis/kueue.x-k8s.io/v1beta2/{k}"), 60, f"Kueue CRD {kind} served",
              interval=0.5)
-    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "kueue-system"}})
+    try:
+        api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "kueue-system"}})
+    except ApiException as e:
+        if e.status != 409:  # there already (an earlier run's)
+            raise
     state = cluster.STATE / "kueue"
     (state / "certs").mkdir(parents=True, exist_ok=True)
     pki = cluster.STATE / "pki"
