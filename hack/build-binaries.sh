@@ -224,6 +224,22 @@ build_jobset() {
   publish "jobset $JOBSET_VERSION" "$out" "$t0"
 }
 
+# LeaderWorkerSet, for the same tests (from a wrapper module, as JobSet).
+build_lws() {
+  local out="$cache/bin/lws-$LWS_VERSION"
+  if [[ -x $out/lws && -d $out/crds ]]; then say "lws $LWS_VERSION: cached in $out"; return; fi
+  local t0; t0=$(stamp)
+  mkdir -p "$out.tmp/crds"
+  say "lws $LWS_VERSION: building"
+  local src="$cache/src/lws-$LWS_VERSION"
+  mkdir -p "$src"
+  printf 'module railyard.dev/hack/lws\n\ngo 1.24\n\nrequire sigs.k8s.io/lws %s\n' "$LWS_VERSION" > "$src/go.mod"
+  printf 'package main\n' > "$src/doc.go"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/lws" sigs.k8s.io/lws/cmd)
+  cp "$(cd "$src" && module_dir "sigs.k8s.io/lws@$LWS_VERSION")"/config/crd/bases/*.yaml "$out.tmp/crds/"
+  publish "lws $LWS_VERSION" "$out" "$t0"
+}
+
 # Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis
 # module it replaces). Its go.mod has replace directives a consumer must copy, so it is built from a
 # wrapper module, with volcano.sh/apis pinned to v1.14.0 (the same source as its staging copy).
@@ -273,6 +289,7 @@ for t in "${targets[@]}"; do
     kueue) build_kueue ;;
     volcano) build_volcano ;;
     jobset) build_jobset ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano|jobset)" >&2; exit 2 ;;
+    lws) build_lws ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano|jobset|lws)" >&2; exit 2 ;;
   esac
 done

@@ -76,6 +76,7 @@ def binary(component: str) -> Path:
         "etcd": CACHE / "bin" / f"etcd-{v['ETCD_VERSION']}" / "etcd",
         "kueue": CACHE / "bin" / f"kueue-{v['KUEUE_VERSION']}" / "kueue",
         "jobset": CACHE / "bin" / f"jobset-{v['JOBSET_VERSION']}" / "jobset",
+        "lws": CACHE / "bin" / f"lws-{v['LWS_VERSION']}" / "lws",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
         "vc-scheduler": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-scheduler",

@@ -17,6 +17,7 @@ from railyard.operator.decide.actions import (
     MarkRunning,
     PlaceReplaced,
     Queue,
+    RecordRelease,
     Resume,
     Rollback,
     Wait,
@@ -69,6 +70,9 @@ def assess_adopted(job: Job, pods: Sequence[PodView]) -> Action:
         return Finish(True, FinishReason.ALL_SUCCEEDED, f"all {len(current)} pods succeeded")
     if all(p.phase == "Running" for p in current) and not job.is_true(ConditionType.RUNNING):
         return MarkRunning(f"all {len(current)} pods running")
+    placed_now = job.condition(ConditionType.PLACED)
+    if placed_now is None or placed_now.reason != PlacedReason.RELEASED:
+        return RecordRelease()  # every pod released (and running already, or by a predecessor): say so
     return Wait()
 
 
@@ -83,7 +87,10 @@ def _replaced(job: Job, pods: Sequence[PodView]) -> Action:
         ended = [p for p in pods if p.member is not None and p.member.group == group and p.finished]
         if ended and all(p.phase == "Succeeded" for p in ended):
             return Finish(True, FinishReason.ALL_SUCCEEDED, f"all {len(ended)} pods left succeeded")
-        return Finish(False, FinishReason.POD_FAILED, "its owner ended every pod of this gang")
+        # Gone for now (an LWS group re-created whole passes through none): the placement is given back and the
+        # gang placed anew if its owner makes its pods again (a JobSet restart makes a new gang instead).
+        return Rollback(PlacedReason.NODE_LOST, "every pod of the gang is gone; placed anew when its owner makes "
+                        "them again", ())
     ordered = rank_order(job, pods)
     if ordered is None or job.request is None:
         return Wait()  # the owner is re-making them

@@ -25,6 +25,7 @@ from tests.support.tls import ca_bundle, certs, client_ca
 pytestmark = pytest.mark.e2e
 UPSTREAM = Path(__file__).parent / "upstream"
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+LWS = ("leaderworkerset.x-k8s.io", "v1")
 
 
 def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str], group: str = "",
@@ -38,16 +39,17 @@ def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str],
     return hook
 
 
-@pytest.fixture(scope="module")
-def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
-    """The JobSet controller (its webhooks registered as its manifests do, pointed at this process)."""
+@contextlib.contextmanager
+def _controller(api_client, directory: Path, name: str, config_group: str, group: str, version: str,
+                resource: str, pod_selector_label: str, pod_operations: list[str]) -> Iterator[None]:
+    """A workload controller built at its pinned version (hack/build-binaries.sh `name`), its CRDs applied and
+    its four webhooks registered as its own manifests register them, pointed at this process."""
     cluster = load_hack_module("cluster", "cluster.py")
-    binary = cluster.binary("jobset")
+    binary = cluster.binary(name)
     if not binary.exists():
-        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "jobset"], check=True)
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), name], check=True)
     subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
                     "-f", str(binary.parent / "crds")], check=True, capture_output=True)
-    directory = tmp_path_factory.mktemp("jobset")
     made = certs(directory)
     (directory / "serving").mkdir()
     (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())
@@ -55,28 +57,28 @@ def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
     port, health = free_port(), free_port()
     config = directory / "config.yaml"
     config.write_text(yaml.safe_dump({
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "apiVersion": f"{config_group}/v1alpha1", "kind": "Configuration",
         "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
         "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(directory / "serving")},
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}}))
-    log = directory / "jobset.log"
+    log = directory / f"{name}.log"
     proc = subprocess.Popen([str(binary), f"--kubeconfig={cluster.KUBECONFIG}", f"--config={config}",
                              "--leader-elect=false"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     admission = client.AdmissionregistrationV1Api(api_client)
     base, ca = f"https://127.0.0.1:{port}", ca_bundle(made["ca"])
-    jobset_pods = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
-    names = [f"e2e-jobset-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
+    path = f"{group.replace('.', '-')}-{version}-{resource[:-1]}"
+    pods = {"matchExpressions": [{"key": pod_selector_label, "operator": "Exists"}]}
+    names = [f"e2e-{name}-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
     admission.create_mutating_webhook_configuration({"metadata": {"name": names[0]}, "webhooks": [
-        _webhook("mjobset.kb.io", f"{base}/mutate-jobset-x-k8s-io-v1alpha2-jobset", ca, "jobsets", ["CREATE"],
-                 JOBSET[0], (JOBSET[1],)),
-        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", ["CREATE"], selector=jobset_pods)]})
+        _webhook(f"m{resource[:-1]}.kb.io", f"{base}/mutate-{path}", ca, resource, ["CREATE"], group, (version,)),
+        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
     admission.create_validating_webhook_configuration({"metadata": {"name": names[1]}, "webhooks": [
-        _webhook("vjobset.kb.io", f"{base}/validate-jobset-x-k8s-io-v1alpha2-jobset", ca, "jobsets",
-                 ["CREATE", "UPDATE"], JOBSET[0], (JOBSET[1],)),
-        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", ["CREATE"], selector=jobset_pods)]})
+        _webhook(f"v{resource[:-1]}.kb.io", f"{base}/validate-{path}", ca, resource, ["CREATE", "UPDATE"], group,
+                 (version,)),
+        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
     try:
         poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
-             "the JobSet controller ready")
+             f"the {name} controller ready")
         yield
     finally:
         with contextlib.suppress(client.ApiException):
@@ -87,6 +89,20 @@ def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
         print(log.read_text(errors="replace")[-3000:])
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
+    with _controller(api_client, tmp_path_factory.mktemp("jobset"), "jobset", "config.jobset.x-k8s.io", *JOBSET,
+                     "jobsets", "jobset.sigs.k8s.io/jobset-name", ["CREATE"]):
+        yield
+
+
+@pytest.fixture(scope="module")
+def lws_controller(api_client, tmp_path_factory) -> Iterator[None]:
+    with _controller(api_client, tmp_path_factory.mktemp("lws"), "lws", "config.lws.x-k8s.io", *LWS,
+                     "leaderworkersets", "leaderworkerset.sigs.k8s.io/name", ["CREATE", "UPDATE"]):
+        yield
 
 
 @pytest.fixture
@@ -198,6 +214,54 @@ def test_an_indexed_jobs_pod_made_again_is_placed_alone_next_to_the_survivors(ga
     assert nodes[after[1]["node"]][LABEL_TOR] == nodes[victim["node"]][LABEL_TOR], "in the lost rank's TOR"
     poll(lambda: core.read_namespaced_pod(after[1]["pod"], namespace).spec.node_name == after[1]["node"], 60,
          "the re-made pod bound where Railyard chose")
+    assert_no_gpu_double_booked(api_client, core)
+
+
+def _placed(gang: dict | None, restarts: int = 0) -> bool:
+    status = (gang or {}).get("status") or {}
+    placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
+    return bool(placed and placed["reason"] == "Released" and status.get("restartCount", 0) == restarts)
+
+
+def test_leaderworkersets_own_example_is_placed_one_gang_per_group_ranked_by_worker_index(
+        lws_controller, gang_operator, api_client, core, custom, namespace):
+    body = yaml.safe_load((UPSTREAM / "lws-sample.yaml").read_text())
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(*LWS, namespace, "leaderworkersets", body)
+
+    def gangs() -> list[dict] | None:
+        found = custom.list_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                     label_selector="railyard.dev/adopted-kind=LeaderWorkerSet")
+        items = found["items"]
+        return items if len(items) == 3 and all(_placed(g) for g in items) else None
+
+    placed = poll(gangs, 180, "three LWS groups placed and released by Railyard, one gang each")
+    for gang in placed:
+        assert gang["spec"]["replicas"] == 4
+        for entry in gang["status"]["placement"]["ranks"]:
+            pod = core.read_namespaced_pod(entry["pod"], namespace)
+            assert int(pod.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]) == entry["rank"]
+            assert pod.metadata.uid == entry["podUid"]
+    poll(lambda: all(p.spec.node_name for p in core.list_namespaced_pod(namespace).items), 60, "every pod bound")
+    assert_no_gpu_double_booked(api_client, core)
+    # The group's leader pod is deleted: LWS re-creates the whole group (the workers' StatefulSet is the leader's),
+    # so no rank survives; Railyard gives the placement back and places the group anew once its pods are back.
+    gang = placed[0]
+    before = {r["podUid"] for r in gang["status"]["placement"]["ranks"]}
+    leader = next(r["pod"] for r in gang["status"]["placement"]["ranks"] if r["rank"] == 0)
+    core.delete_namespaced_pod(leader, namespace)
+
+    def anew() -> dict | None:
+        fresh = custom.get_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                    gang["metadata"]["name"])
+        ranks = ((fresh.get("status") or {}).get("placement") or {}).get("ranks") or []
+        return fresh if _placed(fresh) and ranks and not before & {r["podUid"] for r in ranks} else None
+
+    again = poll(anew, 180, "the re-created group placed anew as one gang")
+    for entry in again["status"]["placement"]["ranks"]:
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert pod.metadata.uid == entry["podUid"]
+        assert int(pod.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]) == entry["rank"]
+    poll(lambda: all(p.spec.node_name for p in core.list_namespaced_pod(namespace).items), 60, "every pod bound")
     assert_no_gpu_double_booked(api_client, core)
 
 

@@ -144,26 +144,32 @@ def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_
     assert r.status("urgent").get("placement"), "the preemptor got the room"
 
 
-def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
-    """The pod's Job makes it again (a new name and uid, the same indices, gated by the webhook) after
-    `passes_between` passes of the operator; the old one is gone. Returns the new pod's name."""
+def _fresh(old: dict[str, Any], name: str) -> dict[str, Any]:
+    """`old` as its owner makes it again under `name`: a new uid, the same indices, gated by the webhook."""
     import copy
 
-    old = copy.deepcopy(r.api.objects["pods"][("default", name)])
+    pod = copy.deepcopy(old)
+    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "uid")}
+    pod["metadata"]["name"] = name
+    pod["metadata"]["uid"] = uuid.uuid4().hex
+    for key in ("railyard.dev/job-name", "railyard.dev/rank", "railyard.dev/restart-count"):
+        pod["metadata"]["labels"].pop(key, None)
+    pod["metadata"]["annotations"] = {}
+    pod["spec"] = {k: v for k, v in pod["spec"].items() if k not in ("affinity", "nodeName")}
+    pod["spec"]["schedulingGates"] = [GATE]
+    pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
+    """The pod's Job makes it again (a new name) after `passes_between` passes of the operator; the old one is
+    gone. Returns the new pod's name."""
+    old = r.api.objects["pods"][("default", name)]
     r.api._remove("pods", ("default", name))
     r.deliver()
     r.step(passes_between)
     fresh = f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}"
-    old["metadata"] = {k: v for k, v in old["metadata"].items() if k not in ("resourceVersion", "uid")}
-    old["metadata"]["name"] = fresh
-    old["metadata"]["uid"] = uuid.uuid4().hex
-    for key in ("railyard.dev/job-name", "railyard.dev/rank", "railyard.dev/restart-count"):
-        old["metadata"]["labels"].pop(key, None)
-    old["metadata"]["annotations"] = {}
-    old["spec"] = {k: v for k, v in old["spec"].items() if k not in ("affinity", "nodeName")}
-    old["spec"]["schedulingGates"] = [GATE]
-    old["status"] = {"phase": "Pending"}
-    r.api._store("pods", old, "ADDED")
+    r.api._store("pods", _fresh(old, fresh), "ADDED")
     r.deliver()
     return fresh
 
@@ -222,9 +228,10 @@ def test_a_pod_re_made_after_its_node_is_lost_lands_in_the_survivors_tor_and_nev
     assert after[1] == before[1]
 
 
-def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_is_gone_it_ends():
-    r = rig(nodes=4, tors=1)
+def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_is_gone_it_gives_its_nodes_back():
+    r = rig(nodes=4, tors=1, release_record_seconds=10.0)  # the operator's default: the release recorded later
     names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    bodies = {n: r.api.objects["pods"][("default", n)] for n in names}
     r.api._remove("pods", ("default", names[0]))
     r.deliver()
     r.step(2)
@@ -233,7 +240,21 @@ def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_i
     r.api._remove("pods", ("default", names[1]))
     r.deliver()
     r.step()
-    assert cond.is_true(_adopted(r)["status"]["conditions"], cond.FAILED)
+    status = _adopted(r)["status"]
+    assert not status.get("placement") and not cond.is_true(status["conditions"], cond.FAILED)
+    assert not r.state.snapshot().used, "it holds nothing while its owner has no pod for it"
+    # Its owner makes them again (an LWS group re-created whole): placed anew, released, running.
+    for name in names:  # the same names, as a StatefulSet makes them
+        r.api._store("pods", _fresh(bodies[name], name), "ADDED")
+    r.deliver()
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step(2)
+    status = _adopted(r)["status"]
+    assert cond.get(status["conditions"], cond.PLACED)["reason"] == "Released"
+    assert cond.is_true(status["conditions"], cond.RUNNING)
+    assert {rk["pod"] for rk in status["placement"]["ranks"]} == set(names)
 
 
 def test_a_leader_killed_between_recording_the_new_home_and_pinning_it_is_finished_by_the_successor(monkeypatch):
