@@ -6,6 +6,7 @@ registers it, placed by Railyard as one gang, ranks mapped by the JobSet's indic
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,10 @@ from tests.support.poll import poll
 from tests.support.rig import REPO, load_hack_module, rig_binary
 from tests.support.tls import ca_bundle, certs, client_ca
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    not os.environ.get("RAILYARD_LOCAL_RIG"),
+    reason="the workload controllers and Railyard's pod webhook run in this process: the API server must reach "
+           "127.0.0.1 (the local rig)")]
 UPSTREAM = Path(__file__).parent / "upstream"
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 LWS = ("leaderworkerset.x-k8s.io", "v1")
