@@ -8,6 +8,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from railyard.topology.cluster.nodes import pinned_node
 
 from tests.support import status as cond
@@ -282,3 +284,37 @@ def test_a_leader_killed_between_recording_the_new_home_and_pinning_it_is_finish
     assert pinned_node(pod["spec"]) == recorded[1]["node"] and not pod["spec"].get("schedulingGates")
     assert _adopted(r)["status"]["restartCount"] == 1, "finished, not a second restart"
     assert cond.get(_adopted(r)["status"]["conditions"], cond.PLACED)["reason"] == "Released"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(("trainingjob", "jobset", "remake", "bind", "finish")), st.integers(1, 3),
+                          st.integers(0, 50)), min_size=1, max_size=10))
+def test_adopted_gangs_and_trainingjobs_never_share_a_gpu_whatever_their_owners_do(steps):
+    """Property: TrainingJobs and adopted gangs arriving, their pods re-made by their owners, bound, finished, in
+    any order: no GPU is ever in two live placements, and no two live pods name the same GPU."""
+    r = rig(nodes=3, tors=2)
+    for i, (what, size, pick) in enumerate(steps):
+        adopted = sorted(n for (_, n), p in r.api.objects["pods"].items()
+                         if "jobset.sigs.k8s.io/jobset-name" in p["metadata"]["labels"])
+        if what == "trainingjob":
+            r.submit(make_job(f"own{i}", size))
+        elif what == "jobset":
+            _jobset(r, f"theirs{i}", jobs=1, parallelism=size)
+        elif what == "remake" and adopted:
+            _remake(r, adopted[pick % len(adopted)])
+        elif what == "bind":
+            r.api.bind_released()
+            r.deliver()
+        elif what == "finish" and adopted:
+            r.api._remove("pods", ("default", adopted[pick % len(adopted)]))
+            r.deliver()
+        r.step()
+        live = [j for j in r.api.objects["trainingjobs"].values()
+                if not cond.is_true((j.get("status") or {}).get("conditions") or [], cond.FAILED)]
+        slots = [(rk["node"], g) for j in live
+                 for rk in ((j.get("status") or {}).get("placement") or {}).get("ranks") or [] for g in rk["gpus"]]
+        assert len(slots) == len(set(slots)), "a GPU in two placements"
+        named = [(pinned_node(p["spec"]), g) for p in r.api.objects["pods"].values()
+                 if (p["metadata"].get("annotations") or {}).get("railyard.dev/gpus") and pinned_node(p["spec"])
+                 for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(",")]
+        assert len(named) == len(set(named)), "two live pods name one GPU"
