@@ -1,11 +1,8 @@
 """The TrainingJob Railyard keeps for a gang of pods it places without owning them (a JobSet, a LeaderWorkerSet
 group, an indexed Job, a pod group): built from the gang's pods once its size is known. Through it the gang is
 queued, placed, preempted, reserved for and shown like any TrainingJob (`kubectl get tj`, `railyard status`);
-`spec.adopt` says whose pods they are. Pure: act/adoption.py reads the owners and creates it.
-
-The gang's topology intent comes from its pods' annotations, Railyard's (`railyard.dev/required-tier`,
-`railyard.dev/preferred-tier`, `railyard.dev/rail-alignment`) or Kueue TAS's (`kueue.x-k8s.io/podset-required-
-topology` / `podset-preferred-topology`, a node label key: the level whose label it is)."""
+`spec.adopt` says whose pods they are; its topology intent is its pods' (topology/cluster/workload_intent.py).
+Pure: act/adoption.py reads the owners and creates it."""
 
 from __future__ import annotations
 
@@ -25,19 +22,10 @@ from railyard.operator.base.keys import (
 )
 from railyard.operator.decide.builders import pin_to
 from railyard.topology.cluster.workload_groups import GroupMember
+from railyard.topology.cluster.workload_intent import placement_spec, tier_intent
 
 ADOPTED_KIND = "railyard.dev/adopted-kind"  # label on the TrainingJob: what it places (JobSet, ...)
 ADOPTED_NAME = "railyard.dev/adopted-name"
-REQUIRED_TIER = "railyard.dev/required-tier"
-PREFERRED_TIER = "railyard.dev/preferred-tier"
-RAIL_ALIGNMENT = "railyard.dev/rail-alignment"
-KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-# Pod fields that are the owner's business, not placement's: left out of the TrainingJob's template.
-_OWNERS_FIELDS = ("restartPolicy", "schedulingGates", "priorityClassName", "priority", "schedulerName",
-                  "schedulingGroup", "nodeName", "hostname", "subdomain", "volumes", "initContainers",
-                  "serviceAccountName", "serviceAccount", "securityContext", "overhead", "readinessGates",
-                  "resourceClaims", "ephemeralContainers", "preemptionPolicy")
 
 
 def adopted_name(member: GroupMember) -> str:
@@ -48,28 +36,11 @@ def adopted_name(member: GroupMember) -> str:
     return f"{base}-{digest}"
 
 
-def tier_intent(annotations: Mapping[str, str], tier_of_label: Mapping[str, str]) -> dict[str, Any]:
-    """spec.topology from the pod's annotations; Kueue's node label keys read as the level they label."""
-    topology: dict[str, Any] = {}
-    for railyard, kueue, field in ((REQUIRED_TIER, KUEUE_REQUIRED, "requiredTier"),
-                                   (PREFERRED_TIER, KUEUE_PREFERRED, "preferredTier")):
-        if annotations.get(railyard):
-            topology[field] = annotations[railyard]
-        elif annotations.get(kueue):
-            label = annotations[kueue]
-            topology[field] = tier_of_label.get(label, label)  # an unknown label is named as it is (InvalidSpec)
-    if annotations.get(RAIL_ALIGNMENT):
-        topology["railAlignment"] = annotations[RAIL_ALIGNMENT]
-    return topology
-
-
 def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespace: str,
                 tier_of_label: Mapping[str, str]) -> dict[str, Any]:
     """The TrainingJob body for the gang `member` belongs to (`pod`: one of its pods, for the template)."""
     meta = pod.get("metadata") or {}
-    spec = copy.deepcopy(dict(pod.get("spec") or {}))
-    for field in _OWNERS_FIELDS:
-        spec.pop(field, None)
+    spec = placement_spec(pod.get("spec") or {})
     body: dict[str, Any] = {
         "apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": adopted_name(member), "namespace": namespace,
