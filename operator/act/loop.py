@@ -104,7 +104,8 @@ class PlacementLoop:
                                self.moves)
         self.observer = Observer(ctx)
         self.adoption = Adoption(ctx)
-        self.replaced = ReplacedPods(ctx, self.events, self.attempts, self.materialiser)
+        self.replaced = ReplacedPods(ctx, self.events, self.attempts, self.materialiser, self.quarantine,
+                                     self.breaker)
         self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0

@@ -318,3 +318,22 @@ def test_adopted_gangs_and_trainingjobs_never_share_a_gpu_whatever_their_owners_
                  if (p["metadata"].get("annotations") or {}).get("railyard.dev/gpus") and pinned_node(p["spec"])
                  for g in p["metadata"]["annotations"]["railyard.dev/gpus"].split(",")]
         assert len(named) == len(set(named)), "two live pods name one GPU"
+
+
+def test_a_node_lost_under_an_adopted_gang_is_quarantined_when_its_pod_is_re_made_elsewhere():
+    from tests.support.nodes import not_ready
+
+    r = rig(nodes=6, tors=2)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    before = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    lost = before[0]["node"]
+    not_ready(r.api, r.state, lost)  # dark for an hour: the kubelet's pods get evicted, the Job makes it again
+    r.step()
+    fresh = _remake(r, names[0])
+    r.step(2)
+    status = _adopted(r)["status"]
+    after = {rk["rank"]: rk for rk in status["placement"]["ranks"]}
+    assert after[0]["pod"] == fresh and after[0]["node"] != lost and after[1] == before[1]
+    assert status["lastRestart"]["reason"] == "NodeNotReady" and status["lastRestart"]["lostNodes"] == [lost]
+    assert {"key": "railyard.dev/unhealthy", "value": "NodeNotReady", "effect": "NoSchedule"} in r.taints(lost)
+    assert any(e["reason"] == "NodeLost" for e in r.api.posted_events)
