@@ -206,6 +206,40 @@ build_kueue() {
   publish "kueue $KUEUE_VERSION" "$out" "$t0"
 }
 
+# JobSet, for the e2e tests of the workloads Railyard places without owning them (docs/workloads.md).
+build_jobset() {
+  local out="$cache/bin/jobset-$JOBSET_VERSION"
+  if [[ -x $out/jobset && -d $out/crds ]]; then say "jobset $JOBSET_VERSION: cached in $out"; return; fi
+  local t0; t0=$(stamp)
+  mkdir -p "$out.tmp/crds"
+  say "jobset $JOBSET_VERSION: building"
+  # From a wrapper module: the proxy serves the exact version but refuses to list the module's versions,
+  # which `go install pkg@version` asks for (its deprecation check).
+  local src="$cache/src/jobset-$JOBSET_VERSION"
+  mkdir -p "$src"
+  printf 'module railyard.dev/hack/jobset\n\ngo 1.24\n\nrequire sigs.k8s.io/jobset %s\n' "$JOBSET_VERSION" > "$src/go.mod"
+  printf 'package main\n' > "$src/doc.go"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/jobset" sigs.k8s.io/jobset)
+  cp "$(cd "$src" && module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
+  publish "jobset $JOBSET_VERSION" "$out" "$t0"
+}
+
+# LeaderWorkerSet, for the same tests (from a wrapper module, as JobSet).
+build_lws() {
+  local out="$cache/bin/lws-$LWS_VERSION"
+  if [[ -x $out/lws && -d $out/crds ]]; then say "lws $LWS_VERSION: cached in $out"; return; fi
+  local t0; t0=$(stamp)
+  mkdir -p "$out.tmp/crds"
+  say "lws $LWS_VERSION: building"
+  local src="$cache/src/lws-$LWS_VERSION"
+  mkdir -p "$src"
+  printf 'module railyard.dev/hack/lws\n\ngo 1.24\n\nrequire sigs.k8s.io/lws %s\n' "$LWS_VERSION" > "$src/go.mod"
+  printf 'package main\n' > "$src/doc.go"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/lws" sigs.k8s.io/lws/cmd)
+  cp "$(cd "$src" && module_dir "sigs.k8s.io/lws@$LWS_VERSION")"/config/crd/bases/*.yaml "$out.tmp/crds/"
+  publish "lws $LWS_VERSION" "$out" "$t0"
+}
+
 # Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis
 # module it replaces). Its go.mod has replace directives a consumer must copy, so it is built from a
 # wrapper module, with volcano.sh/apis pinned to v1.14.0 (the same source as its staging copy).
@@ -254,6 +288,8 @@ for t in "${targets[@]}"; do
     coredns) build_coredns ;;
     kueue) build_kueue ;;
     volcano) build_volcano ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano)" >&2; exit 2 ;;
+    jobset) build_jobset ;;
+    lws) build_lws ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano|jobset|lws)" >&2; exit 2 ;;
   esac
 done

@@ -75,6 +75,8 @@ def binary(component: str) -> Path:
     where = {
         "etcd": CACHE / "bin" / f"etcd-{v['ETCD_VERSION']}" / "etcd",
         "kueue": CACHE / "bin" / f"kueue-{v['KUEUE_VERSION']}" / "kueue",
+        "jobset": CACHE / "bin" / f"jobset-{v['JOBSET_VERSION']}" / "jobset",
+        "lws": CACHE / "bin" / f"lws-{v['LWS_VERSION']}" / "lws",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
         "vc-scheduler": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-scheduler",
@@ -402,8 +404,18 @@ options:
   podPlayStageParallelism: 16
   podsOnNodeSyncParallelism: 4
 """]
-    documents += [f.read_text() for f in stage_files]
+    documents += [_opted_in_pods_run(f.read_text()) if f.name == "pod-complete.yaml" else f.read_text()
+                  for f in stage_files]
     (STATE / "kwok.yaml").write_text("\n---\n".join(d.strip() + "\n" for d in documents))
+
+
+def _opted_in_pods_run(stage: str) -> str:
+    """kwok's pod-complete stage ends every Job-owned pod at once; the Job-owned pods Railyard places (the opt-in
+    label, docs/workloads.md) run until deleted instead, as a training job's pods would."""
+    anchor = "    - key: '.metadata.deletionTimestamp'\n"
+    assert anchor in stage, "kwok's pod-complete stage changed: review _opted_in_pods_run"
+    return stage.replace(anchor, "    - key: '.metadata.labels[\"railyard.dev/scheduling\"]'\n"
+                                 "      operator: 'DoesNotExist'\n" + anchor, 1)
 
 
 def _pid_file(name: str) -> Path:

@@ -31,6 +31,8 @@ if [[ -z ${RAILYARD_E2E_CLUSTER:-} ]]; then
 fi
 if [[ -z ${KUBECONFIG:-} ]]; then
   phase build hack/build-binaries.sh
+  # The controllers of the workloads Railyard places without owning them (tests/e2e/test_workloads.py).
+  phase build-peers hack/build-binaries.sh jobset lws kueue
 else
   phase build hack/build-binaries.sh helm  # the chart tests need it against any cluster
 fi

@@ -36,13 +36,14 @@ class Attempts:
                      record: dict[str, object], unhealthy: list[UnhealthyNode] | None = None,
                      counted: bool = False, conditions: list[Condition] | None = None,
                      straggler_evictions: list[datetime] | None = None,
-                     preemptions: list[datetime] | None = None) -> Job | None:
+                     preemptions: list[datetime] | None = None,
+                     adopted: Sequence[tuple[str, str]] | None = None) -> Job | None:
         """Write the new attempt (its placement in rank order, the restart record with the resume
         point); None when the write did not happen (job gone)."""
         placement = Placement.from_replicas(list(replicas), self.ctx.state.scheme.levels)
         patch = transitions.new_attempt(job, cause, message, placement, uuid.uuid4().hex[:10],
                                         utc(self.ctx.clock.time()), record, self.checkpoints.committed(job), counted,
-                                        unhealthy, conditions, straggler_evictions, preemptions)
+                                        unhealthy, conditions, straggler_evictions, preemptions, adopted)
         fresh = await self.writer.patch(job, patch)
         if fresh is None:
             return None

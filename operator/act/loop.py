@@ -16,6 +16,8 @@ from functools import partial
 from typing import assert_never
 
 from railyard.operator.act.actor_context import Context
+from railyard.operator.act.adopted_replacement import ReplacedPods
+from railyard.operator.act.adoption import Adoption
 from railyard.operator.act.attempts import Attempts
 from railyard.operator.act.breaker import Breaker
 from railyard.operator.act.checkpoints import Checkpoints
@@ -50,6 +52,7 @@ from railyard.operator.decide.actions import (
     Finish,
     Invalid,
     MarkRunning,
+    PlaceReplaced,
     Queue,
     RecordRelease,
     Resize,
@@ -100,6 +103,9 @@ class PlacementLoop:
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
                                self.moves)
         self.observer = Observer(ctx)
+        self.adoption = Adoption(ctx)
+        self.replaced = ReplacedPods(ctx, self.events, self.attempts, self.materialiser, self.quarantine,
+                                     self.breaker)
         self.endpoints = EndpointsWriter(ctx)
         self.last_iteration = ctx.clock.monotonic()  # liveness: the loop is turning
         self.iterations = 0
@@ -196,6 +202,7 @@ class PlacementLoop:
         snapshot = state.snapshot()
         ctx.memories.retain(state.jobs.values())
         await self.moves.prune()
+        await self.adoption.run()
         waiting: list[QueuedJob] = []
         work: list[Awaitable[None]] = []
         placement = ctx.settings.placement
@@ -219,7 +226,8 @@ class PlacementLoop:
                 action: Action = Wait()  # a steady gang, nothing changed since it was last assessed Wait
                 pods = []
             else:
-                pods = state.job_pods(key)
+                adopt = job.spec.adopt if job.spec is not None else None
+                pods = state.group_pods(key[0], adopt.group) if adopt is not None else state.job_pods(key)
                 try:
                     action = assess(job, pods, snapshot, now, placement.bind_timeout_seconds,
                                     force_after, health=state.health, seen=self._seen(job),
@@ -327,6 +335,8 @@ class PlacementLoop:
                 await self.lifecycle.finish(job, action)
             case Evict():
                 await self.victims.evict(job)
+            case PlaceReplaced():
+                await self.replaced.place(job, action)
             case Queue() | Wait() | Done():
                 pass
             case _:

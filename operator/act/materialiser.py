@@ -29,6 +29,7 @@ from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
 from railyard.operator.decide import status_transitions as transitions
+from railyard.operator.decide.adoption import pin_patch
 from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
 from railyard.operator.decide.resource_claims import build_claim, claim_name
@@ -140,6 +141,10 @@ class Materialiser:
         placement = job.placement
         assert placement is not None
         ranks = placement.ranks
+        if job.spec is not None and job.spec.adopt is not None:
+            if await self._pin_adopted(job):
+                await self._release(job, 0)
+            return
         pinned = {r.rank: self._devices(r.node, list(r.gpus)) for r in ranks}
         gpus = {r.rank: self._rail_order(r.node, r.gpus) if pinned[r.rank] is not None else list(r.gpus)
                 for r in ranks}
@@ -156,7 +161,39 @@ class Materialiser:
         except CreateRefused as refused:
             await self._refuse(job, refused)
             return
-        gate = len(((job.body["spec"].get("template") or {}).get("spec") or {}).get("schedulingGates") or [])
+        await self._release(job, len(((job.body["spec"].get("template") or {}).get("spec") or {}).get(
+            "schedulingGates") or []))
+
+    async def _pin_adopted(self, job: Job) -> bool:
+        """An adopted gang's pods (their owner's) pinned to the placement's nodes, each still the pod the placement
+        names (its uid); False when one is gone or replaced (the next pass decides again)."""
+        placement = job.placement
+        assert placement is not None
+        for r in placement.ranks:
+            view = self.ctx.state.pods.get((job.namespace, r.pod or ""))
+            if view is not None and not view.gated and view.uid == r.pod_uid:
+                continue  # released already (a survivor of a replacement, or a resumed release)
+            if view is None or (r.pod_uid and view.uid != r.pod_uid) or not view.gated:
+                log.info("job %s/%s: adopted pod %s changed before it was pinned", *job.key, r.pod)
+                return False
+            if view.placement_id == placement.id:
+                continue  # pinned already
+            pod = await self.ctx.api.read(f"/api/v1/namespaces/{job.namespace}/pods/{r.pod}")
+            if pod is None or pod["metadata"].get("uid") != view.uid:
+                return False
+            patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
+            stored = await self.ctx.limited(self.ctx.api.patch_pod, job.namespace, r.pod or "", view.uid, patch)
+            if stored is None:
+                return False
+            self.ctx.state.apply_pod("MODIFIED", stored)
+        self.ctx.crash_point("pods-created")
+        return True
+
+    async def _release(self, job: Job, gate: int) -> None:
+        """Remove every rank's gate at once, then say so (Placed=Released), now or with its Running."""
+        placement = job.placement
+        assert placement is not None
+        ranks = placement.ranks
         # A pod the state already holds ungated (a resumed release) costs no request.
         held = self.ctx.state.pods
         gated = [r for r in ranks if (view := held.get((job.namespace, r.pod or ""))) is None or view.gated]

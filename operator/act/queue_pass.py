@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
+from functools import partial
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.errors import JobErrors
@@ -24,7 +25,9 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
+from railyard.operator.cache.state_views import leaving, pod_infos
 from railyard.operator.decide import status_transitions as transitions
+from railyard.operator.decide.adopted_gangs import rank_order
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
@@ -64,15 +67,16 @@ class QueuePass:
 
         started = moves_this_hour_seen(memories.moves_started, jobs, now, mono)
         room = RoomView(jobs, dict(state.priority_classes), holds(memories, jobs), cooling(memories, jobs),
-                        moves(memories, jobs), started, state.leaving, last_saved, settings,
+                        moves(memories, jobs), started, partial(leaving, state), last_saved, settings,
                         now, mono, decide=lambda s, r: Decision(r, None, "no decision function"))
         memory = {key: m.queue_memory() for key, job in jobs.items() if (m := memories.peek(job)) is not None}
         reserving = frozenset(key for key, job in jobs.items()
                               if (placed := job.condition(ConditionType.PLACED)) is not None
                               and placed.reason == PlacedReason.RESERVING)
         deadline = time.perf_counter() + settings.placement.solve_budget_seconds
-        return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, state.pod_infos, state.usage.freed,
-                         state.node_epoch, now, mono, settings, over_budget=lambda: time.perf_counter() > deadline)
+        return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, partial(pod_infos, state),
+                         state.usage.freed, state.node_epoch, now, mono, settings,
+                         over_budget=lambda: time.perf_counter() > deadline)
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""
@@ -193,8 +197,14 @@ class QueuePass:
 
     async def _record(self, job: Job, decision: Decision, priority: int) -> None:
         assert decision.placement is not None
+        adopted = None
+        if job.spec is not None and job.spec.adopt is not None:  # the owner's pods, by rank
+            ordered = rank_order(job, self.ctx.state.group_pods(job.namespace, job.spec.adopt.group))
+            if ordered is None:
+                return  # a pod went away since the pass began: the next pass queues it again
+            adopted = [(p.name, p.uid) for p in ordered]
         patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
-                                    priority)
+                                    priority, adopted)
         await self.writer.patch(job, patch)
 
     async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
@@ -26,6 +27,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, FinishReason, RecoveryReason
 from railyard.operator.cache.memory import JobMemory, holds
+from railyard.operator.cache.state_views import pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.restart_plan import (
@@ -144,8 +146,8 @@ class Recovery:
             job, action, state.snapshot(), self.models(), state.excluded, state.health, len(state.last_model),
             state.job_pods(job.key), holds(self.ctx.memories, state.jobs), self.breaker.tripped,
             lambda node: self.quarantine.corroborating(job, node),
-            self.quarantine.straggler_quarantines(self.ctx.clock.time()), state.pod_infos, self.ctx.clock.time(),
-            self.ctx.settings))
+            self.quarantine.straggler_quarantines(self.ctx.clock.time()), partial(pod_infos, state),
+            self.ctx.clock.time(), self.ctx.settings))
         if plan.kind is RestartKind.NO_ROOM:
             await self.moves.no_room(job, plan.message)
             return False

@@ -139,6 +139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from railyard.operator.app.planning import plan_in_queue_order
     from railyard.topology.planner.plan import plan_json
     from railyard.topology.planner.render import render_table
+    from railyard.topology.planner.workloads import as_trainingjobs
 
     objects = [(obj, path) for path in _files(args.jobs) for obj in load_objects(_read(path), path)]
     classes = [o for o, _ in objects if o.get("kind") == "PriorityClass"]
@@ -164,7 +165,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     scheme = _scheme(args, cluster)
     jobs = []
     for path in dict.fromkeys(p for _, p in objects):
-        mine = [o for o, p in objects if p == path and o.get("kind") != "PriorityClass"]
+        mine, left_out = as_trainingjobs([o for o, p in objects if p == path and o.get("kind") != "PriorityClass"],
+                                         scheme.tier_of_label())
+        for note in left_out:
+            print(f"railyard plan: {path}: {note}", file=sys.stderr)
         jobs += parse_jobs(mine, path, scheme.levels)
     args.progress(f"planning {len(jobs)} jobs")
     result = plan_in_queue_order(nodes, pods, trusted, scheme, jobs, classes, args.defragment)

@@ -31,6 +31,7 @@ from railyard.topology.api.timestamps import parse_time
 from railyard.topology.cluster.affinity import template_problem
 from railyard.topology.cluster.nodes import PodUsage, pod_usage
 from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.cluster.workload_groups import GroupMember, member_of
 from railyard.topology.planner.documents import format_validation
 from railyard.topology.solver.request import GangRequest
 
@@ -72,6 +73,9 @@ class PodView:
     usage: PodUsage | None  # what it claims to hold (None: nothing); believed only for a placement's pod
     bound_usage: PodUsage | None  # what it holds if not believed: its requests once bound
     labels: Mapping[str, str]  # for inter-pod rules (anti-affinity, topology spread) of other jobs
+    # The gang of a workload Railyard places without owning it (topology/cluster/workload_groups.py): kept for a
+    # pod that opted in (Railyard's gate) or that Railyard placed (its job label); None for every other pod.
+    member: GroupMember | None = None
 
     @property
     def key(self) -> Key:
@@ -105,7 +109,20 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
         disruption=_disruption(status), scheduled_at=_scheduled_at(status),
         usage=pod_usage(pod), bound_usage=pod_usage(pod, trusted=False), labels=labels,
+        member=_member(pod, labels),
     )
+
+
+def _member(pod: Mapping[str, Any], labels: Mapping[str, str]) -> GroupMember | None:
+    """Its gang, when Railyard may place it: it carries Railyard's gate, or it was placed by Railyard (its job
+    label) without being a TrainingJob's own pod (it has no rank label of Railyard's from creation)."""
+    gated = any(g.get("name") == SCHEDULING_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+    if not gated and LABEL_JOB not in labels:
+        return None
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    if any(o.get("kind") == "TrainingJob" and o.get("controller") for o in owners):
+        return None  # a TrainingJob's own pod
+    return member_of(pod)
 
 
 def _scheduled_at(status: Mapping[str, Any]) -> str | None:

@@ -30,10 +30,10 @@ from railyard.operator.base.objects import Job, Key, PodView, parse_job, pod_vie
 from railyard.operator.cache import device_book as dra
 from railyard.operator.cache.device_book import ClaimView, Devices
 from railyard.operator.cache.node_fingerprint import node_fingerprint
+from railyard.operator.cache.pod_groups import PodGroups
 from railyard.operator.cache.snapshot_usage import SnapshotUsage
-from railyard.operator.cache.usage import Holder, Usage
+from railyard.operator.cache.usage import Usage
 from railyard.operator.decide.priority import PriorityClassView
-from railyard.topology.cluster.affinity import PodInfo
 from railyard.topology.cluster.dra_devices import DeviceNames
 from railyard.topology.cluster.faults import NodeHealth, read_health
 from railyard.topology.cluster.labels import GPU_RESOURCE, NATIVE, LabelScheme
@@ -80,11 +80,14 @@ class ClusterState:
         self.resets = 0  # kinds dropped because a list went back in time (etcd restore)
         self._node_meta: dict[str, tuple[int | None, tuple]] = {}  # name -> (resourceVersion, fingerprint)
         self._pods_by_job: dict[Key, set[Key]] = {}
+        self._groups = PodGroups()  # the gangs of workloads Railyard places without owning them
         self.pods_changed: dict[Key, int] = {}  # job -> a number new at each change to one of its pods
         self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
         self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
+        # An adopted gang's placement names its owner's pods by uid too: only those pods' claims are believed.
+        self._adopted_uids: dict[Key, dict[str, str]] = {}
         self._snapshot: Snapshot | None = None
         self._nodes_sorted: tuple[GpuNode, ...] | None = None
         self._clashes: tuple[Exclusion, ...] = ()  # nodes whose domain ids clash (nodes.ambiguous_domains)
@@ -219,22 +222,36 @@ class ClusterState:
             now = self.clock.monotonic()
             self._pod_seen[key] = (bound if bound is not None or not view.node_name else now,
                                    terminating if terminating is not None or not view.terminating else now)
-        self.usage.set(("pod", key), self._counted(view))
+        self.usage.set(("pod", key), self.counted(view))
         if view.job_key:
             self._pods_by_job.setdefault(view.job_key, set()).add(key)
             self._pod_of_job_changed(view.job_key, view.name)
+        self._groups.changed(held, view, next(_CHANGES))
         self._snapshot = None
+
+    def group_pods(self, namespace: str, group: str) -> list[PodView]:  # an adopted gang's (its owner's) pods
+        return [self.pods[k] for k in self._groups.pods(namespace, group) if k in self.pods]
+
+    @property
+    def groups(self) -> list[Key]:  # (namespace, group key) of every adopted gang with a pod
+        return self._groups.groups
 
     def _trusted(self, view: PodView) -> bool:
         """Is the pod's claim (GPU annotation, node pin) believed? Only for a pod owned by the
-        TrainingJob whose current placement names it (topology.claims)."""
-        if view.job_key is None or view.owner_uid is None:
+        TrainingJob whose current placement names it (topology.claims), or, of an adopted gang (its owner's
+        pod), the pod of the uid that placement records."""
+        if view.job_key is None:
             return False
         job = self.jobs.get(view.job_key)
         entry = self._plans.get(view.job_key)
-        return job is not None and job.uid == view.owner_uid and entry is not None and view.name in entry[1]
+        if job is None or entry is None or view.name not in entry[1]:
+            return False
+        adopted = self._adopted_uids.get(view.job_key)
+        if adopted is not None and view.name in adopted:
+            return view.uid == adopted[view.name]
+        return view.owner_uid is not None and job.uid == view.owner_uid
 
-    def _counted(self, view: PodView) -> PodUsage | None:
+    def counted(self, view: PodView) -> PodUsage | None:  # its claim when believed, else its requests once bound
         return view.usage if self._trusted(view) else view.bound_usage
 
     def _remove_pod(self, key: Key) -> None:
@@ -243,6 +260,7 @@ class ClusterState:
         if view is None:
             return
         self.usage.set(("pod", key), None)
+        self._groups.changed(view, None, next(_CHANGES))
         if view.job_key:
             members = self._pods_by_job.get(view.job_key)
             if members is not None:
@@ -395,8 +413,14 @@ class ClusterState:
                 gpus = tuple(sorted(r.gpus))
                 plan[r.pod or ""] = (r.rank, PodUsage(r.node, gpus, len(gpus), requests))
             self._plans[key] = (placement.id, plan)
+            uids = {r.pod or "": r.pod_uid for r in placement.ranks if r.pod_uid}
+            if uids:
+                self._adopted_uids[key] = uids
+            else:
+                self._adopted_uids.pop(key, None)
         else:
             self._plans.pop(key, None)
+            self._adopted_uids.pop(key, None)
             if job is None:
                 self.pods_changed.pop(key, None)
         planned = {rank for rank, _ in plan.values()}
@@ -406,7 +430,7 @@ class ClusterState:
         for pod_key in self._pods_by_job.get(key, ()):  # the plan decides whose claims are believed
             view = self.pods.get(pod_key)
             if view is not None:
-                self.usage.set(("pod", pod_key), self._counted(view))
+                self.usage.set(("pod", pod_key), self.counted(view))
         for pod_name in plan:
             self._sync_rank(key, pod_name)
         self._snapshot = None
@@ -438,7 +462,9 @@ class ClusterState:
     # --- queries --------------------------------------------------------------------------------
 
     def job_version(self, job: Job) -> tuple[int | None, str | None]:
-        """Changes whenever the job or one of its pods does (what a pass may skip a job on)."""
+        """Changes whenever the job or one of its pods does (an adopted gang: its group's; a pass skips on it)."""
+        if job.spec is not None and job.spec.adopt is not None:
+            return self._groups.version(job.namespace, job.spec.adopt.group), job.resource_version
         return self.pods_changed.get(job.key), job.resource_version
 
     def job_pods(self, key: Key) -> list[PodView]:
@@ -459,37 +485,12 @@ class ClusterState:
     def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
         return [p for p in self.job_pods(key) if p.placement_id == placement_id]
 
-    def pod_infos(self) -> list[PodInfo]:
-        """Pods on a node as the inter-pod rules of a template see them: live pods, and the ranks of
-        recorded placements whose pods do not exist yet (with the labels their pods will carry)."""
-        out = [PodInfo(p.namespace, p.labels, u.node) for p in self.pods.values()
-               if (u := self._counted(p)) is not None and not p.finished]
+    def reserved_ranks(self) -> Iterable[tuple[Key, Job, list[PodUsage]]]:
+        """Every recorded placement's ranks whose pods do not exist yet: (job key, job, what each holds)."""
         for key, ranks in self._reserved.items():
             entry, job = self._plans.get(key), self.jobs.get(key)
-            if not ranks or entry is None or job is None:
-                continue
-            labels = job.request.pod_labels if job.request is not None else {}
-            out += [PodInfo(key[0], labels, usage.node) for rank, usage in entry[1].values() if rank in ranks]
-        return out
-
-    def leaving(self, jobs: Iterable[Key] | None = None) -> list[tuple[str, tuple[int, ...], Mapping[str, int]]]:
-        """(node, GPUs, requests) held by each Terminating pod (of these jobs; None: of anyone): free once
-        they have gone. A preemption already under way frees them, so a preemptor waits for them rather
-        than choosing more victims."""
-        pods = self.pods.values() if jobs is None else [p for key in jobs for p in self.job_pods(key)]
-        out = []
-        for pod in pods:  # a few jobs' pods when asked for some (a pass asks per waiting gang)
-            key = pod.key
-            if not pod.terminating or not pod.node_name:
-                continue
-            node = self.nodes.get(pod.node_name)
-            usage = self._counted(pod)
-            if node is None or usage is None:
-                continue
-            holder: set[Holder] = {("pod", key)}
-            freed = self.usage.gpus(node) - self.usage.gpus_without(node, holder)
-            out.append((pod.node_name, tuple(sorted(freed)), usage.requests))
-        return out
+            if ranks and entry is not None and job is not None:
+                yield key, job, [usage for rank, usage in entry[1].values() if rank in ranks]
 
     def snapshot(self) -> Snapshot:
         """An immutable snapshot; cached until something it reads changes."""

@@ -110,5 +110,15 @@ class Evict:
     out), shrink it, or let it go on if its preemptor no longer needs the room."""
 
 
+@dataclass(frozen=True)
+class PlaceReplaced:
+    """An adopted gang's owner re-made some of its pods (gated) while the others run: place only those ranks,
+    next to the survivors (the replacement rule), then pin and release them; the survivors are not touched."""
+
+    ranks: tuple[int, ...]
+    pods: tuple[tuple[str, str], ...]  # the gang's pods (name, uid), in rank order
+    request: GangRequest
+
+
 Action = (Done | Wait | Queue | Invalid | Resume | Rollback | Cleanup | MarkRunning | RecordRelease | Finish
-          | Restart | Resize | Evict)
+          | Restart | Resize | Evict | PlaceReplaced)

@@ -35,6 +35,7 @@ from railyard.operator.decide.actions import (
     Rollback,
     Wait,
 )
+from railyard.operator.decide.adopted_gangs import assess_adopted
 from railyard.operator.decide.conditions import saving_for_preemption
 from railyard.topology.api.job import PlacementStatus
 from railyard.topology.api.timestamps import epoch
@@ -176,6 +177,8 @@ def assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bi
 def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, bind_timeout: float,
             force_after: float, conflict_retry: float, health: Mapping[str, NodeHealth] | None,
             seen: Seen | None, record_release_after: float) -> Action:
+    if job.spec is not None and job.spec.adopt is not None:
+        return assess_adopted(job, pods)
     generation = job.generation
     force = _stuck(pods, snapshot, now, force_after, seen, health)
     if job.finished:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +60,14 @@ def pod_labels(job: Job) -> dict[str, str]:
 
 
 def placement_status(placement: Placement, job_name: str, placement_id: str, serial: int = 0,
-                     desired_replicas: int | None = None, priority: int | None = None) -> PlacementStatus:
+                     desired_replicas: int | None = None, priority: int | None = None,
+                     adopted: Sequence[tuple[str, str]] | None = None) -> PlacementStatus:
+    """`adopted`: an adopted gang's pods (name, uid) by rank, their owner's names instead of Railyard's."""
     return PlacementStatus(
         id=placement_id, serial=serial,
-        ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus), pod=pod_name(job_name, r.rank, serial))
+        ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus),
+                             pod=adopted[r.rank][0] if adopted else pod_name(job_name, r.rank, serial),
+                             pod_uid=adopted[r.rank][1] if adopted else None)
                for r in placement.replicas],
         tors=placement.tors, leaves=placement.leaves, spines=placement.spines,
         domains=[DomainCount(level=level, count=count) for level, count in placement.domains],
@@ -141,7 +146,7 @@ def build_pod(job: Job, rank: int, node: str, gpus: list[int], world: int, rail_
         container["env"] = [e for e in container.get("env") or [] if e.get("name") not in names] + env
     if options.report_url:
         _mount_token(spec, options)
-    _pin(spec, node)
+    pin_to(spec, node)
     spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": SCHEDULING_GATE}]
     spec["hostname"] = pod_name(job.name, rank)  # stable across attempts: MASTER_ADDR names rank 0
     spec["subdomain"] = service_name(job.name)
@@ -169,7 +174,7 @@ def _mount_token(spec: dict[str, Any], options: PodOptions) -> None:
                                      if m.get("name") != TOKEN_VOLUME] + [mount]
 
 
-def _pin(spec: dict[str, Any], node: str) -> None:
+def pin_to(spec: dict[str, Any], node: str) -> None:
     """Pin to the node by its name (node affinity on the field metadata.name): the hostname label can
     differ from the node name on some clouds. Added to every required term, so the template's own
     node affinity still holds (terms are ORed, expressions inside a term ANDed)."""

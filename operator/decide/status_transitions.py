@@ -79,7 +79,8 @@ def next_serial(job: Job) -> int:
         return job.restart_count + 1
     return 0
 
-def placing(job: Job, placement: Placement, placement_id: str, now: datetime, priority: int) -> TrainingJobStatus:
+def placing(job: Job, placement: Placement, placement_id: str, now: datetime, priority: int,
+            adopted: Sequence[tuple[str, str]] | None = None) -> TrainingJobStatus:
     """Record the placement, and the priority it was placed at: from then on its GPUs are taken (here and for
     a successor)."""
     message = (f"{len(placement.replicas)} replicas on {placement.tors} TORs, {placement.leaves} leaves, "
@@ -87,7 +88,8 @@ def placing(job: Job, placement: Placement, placement_id: str, now: datetime, pr
     conditions = _set(job, job.conditions, ConditionType.PLACED, TRUE, PlacedReason.PLACING, message, now)
     serial = next_serial(job)
     return TrainingJobStatus(
-        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority),
+        placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority,
+                                   adopted),
         placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name),
         queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 
@@ -191,9 +193,11 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
                 unhealthy: list[UnhealthyNode] | None = None,
                 conditions: list[Condition] | None = None,
                 straggler_evictions: list[datetime] | None = None,
-                preemptions: list[datetime] | None = None) -> TrainingJobStatus:
+                preemptions: list[datetime] | None = None,
+                adopted: Sequence[tuple[str, str]] | None = None) -> TrainingJobStatus:
     """A new attempt of the gang (write-ahead: an operator killed after this finishes it, see assess ->
-    Resume): its placement in rank order, the restart record with the resume point, the conditions."""
+    Resume): its placement in rank order, the restart record with the resume point, the conditions.
+    `adopted`: an adopted gang's pods (name, uid) by rank."""
     restart_count = job.restart_count + 1
     current = job.placement
     conditions = _set(job, job.conditions if conditions is None else conditions, ConditionType.PLACED, TRUE,
@@ -223,7 +227,7 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,
                                    job.desired_replicas or len(placement.replicas),
-                                   job.placement.priority if job.placement is not None else None),
+                                   job.placement.priority if job.placement is not None else None, adopted),
         placements=serial + 1, replicas=len(placement.replicas), restart_count=restart_count,
         process_restarts=job.status.process_restarts + (1 if counted else 0), stragglers=None,
         last_restart=RestartRecord(**restart), conditions=conditions, **fields)

@@ -39,7 +39,7 @@ __all__ = ["ApiException", "ClusterAccessError", "Fenced", "KubeApi", "cli_conne
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # create(): kinds outside the core group
 _GROUP_PATHS = {"resourceclaims": "/apis/resource.k8s.io/v1",
-                "endpointslices": "/apis/discovery.k8s.io/v1"}
+                "endpointslices": "/apis/discovery.k8s.io/v1", "trainingjobs": "/apis/railyard.dev/v1alpha1"}
 
 
 class Fenced(RuntimeError):
@@ -357,6 +357,24 @@ class KubeApi:
             return await self.arequest("PUT", path, body, query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as e:
             if e.status == 404:
+                return None
+            raise
+
+    async def read(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.arequest("GET", path)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}  # refused for another pod (409/422)
+        try:
+            return await self.arequest("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
+                                       "application/merge-patch+json", [("fieldManager", FIELD_MANAGER)])
+        except ApiException as e:
+            if e.status in (404, 409, 422):
                 return None
             raise
 

@@ -34,6 +34,14 @@ class ClusterApi(Protocol):
 
     async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None: ...
 
+    async def read(self, path: str) -> dict[str, Any] | None:
+        """GET an object by its API path (None: it does not exist)."""
+        ...
+
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of a pod that is still the one of this uid (None: gone, or another pod by now)."""
+        ...
+
     async def delete_pod(self, namespace: str, name: str, uid: str | None = None,
                          grace_seconds: int | None = None) -> None: ...
 

@@ -37,7 +37,7 @@ from railyard.operator.base.settings import ReportSettings
 from railyard.operator.cache.evictions import EvictionBook
 from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
-from railyard.operator.decide import eviction_review
+from railyard.operator.decide import eviction_review, gang_admission
 from railyard.operator.decide.checkpoint_wait import nobody_reports
 from railyard.operator.decide.reports import Refusal, WorkerReport, check_report
 from railyard.operator.kube.bounded_http import BoundedHttpServer, Request
@@ -170,6 +170,8 @@ class ReportServer:
     async def answer(self, request: Request) -> tuple[int, dict[str, Any]]:
         if request.path == eviction_review.PATH:
             return self._eviction(request)
+        if request.path == gang_admission.PATH:
+            return self._gang_pod(request)
         refusal, answer = await self._judge(request)
         if refusal is not None:
             metrics.REPORTS.labels(refusal.reason).inc()
@@ -182,6 +184,20 @@ class ReportServer:
         if self._led_from is None:
             self._led_from = now
         return self._led_from
+
+    def _gang_pod(self, request: Request) -> tuple[int, dict[str, Any]]:
+        """The API server asks before creating an opted-in pod (the chart's MutatingWebhookConfiguration): it
+        gets Railyard's scheduling gate (decide/gang_admission). Any replica answers (nothing is decided)."""
+        if request.method != "POST":
+            return 405, {"message": "POST an AdmissionReview"}
+        if self.settings.webhook_client_ca and not request.client_certified:
+            return 403, {"message": "the pod webhook answers the API server only: present a client certificate "
+                                    "signed by RAILYARD_WEBHOOK_CLIENT_CA"}
+        try:
+            creation = gang_admission.parse_review(json.loads(request.body or b"null"))
+        except ValueError as e:
+            return 400, {"message": str(e)}
+        return 200, gang_admission.answer(creation.uid, gang_admission.gate_patch(creation.pod))
 
     def _eviction(self, request: Request) -> tuple[int, dict[str, Any]]:
         """The API server asks before evicting a pod (the chart's ValidatingWebhookConfiguration): an eviction

@@ -1,79 +1,44 @@
-"""Planned maintenance on the real control plane: `kubectl drain` of a node under a running gang. The
-gang's PodDisruptionBudget holds the drain's eviction; the eviction webhook (registered here as the
-chart registers it, over TLS) tells the operator; it asks every rank to save a step (the test reports on
+"""Planned maintenance on the real control plane: `kubectl drain` of a node under a running gang. The eviction
+webhook (registered here as the chart registers it, over TLS) tells the operator and holds the drain's evictions
+(429) meanwhile; it asks every rank to save a step (the test reports on
 behalf of the ranks with pod-bound tokens, as railyard.worker does); once they have, the gang restarts
 with that node's rank replaced and the drain completes; the new attempt resumes after the saved step."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from kubernetes import client
 
 from tests.support.faults import bound_generation, ranks_of
 from tests.support.jobs import create_job, get_job, make_job, wait_bound, wait_condition
 from tests.support.operator import OperatorProcess, free_port, wait_for_leader
 from tests.support.poll import poll
-from tests.support.rig import load_hack_module, rig_binary
+from tests.support.rig import rig_binary
+from tests.support.tls import ca_bundle, certs, client_ca
 from tests.support.worker import pod_token
 
 pytestmark = pytest.mark.e2e
-
-CERTS = """\
-{{- $ca := genCA "railyard-e2e-ca" 1 }}
-{{- $cert := genSignedCert "127.0.0.1" (list "127.0.0.1") nil 1 $ca }}
-ca: {{ $ca.Cert | b64enc }}
-crt: {{ $cert.Cert | b64enc }}
-key: {{ $cert.Key | b64enc }}
-"""
-
-
-def _certs(directory: Path) -> dict[str, Path]:
-    """A CA and a serving certificate for 127.0.0.1, made as the chart makes its own (helm's genCA)."""
-    chart = directory / "certs"
-    (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: certs\nversion: 0.0.1\n")
-    (chart / "templates" / "certs.yaml").write_text(CERTS)
-    out = subprocess.run([str(rig_binary("helm")), "template", "x", str(chart)], capture_output=True, text=True,
-                         check=True).stdout
-    paths = {}
-    for key, value in yaml.safe_load(out).items():
-        paths[key] = directory / f"{key}.pem"
-        paths[key].write_bytes(base64.b64decode(value))
-    return paths
-
-
-def _client_ca() -> dict[str, str]:
-    """On the local rig the API server presents its client certificate to webhooks (hack/cluster.py's
-    AdmissionConfiguration): the operator answers only that. A cluster given by opt-in may not: not set there."""
-    if not os.environ.get("RAILYARD_LOCAL_RIG"):
-        return {}
-    pki = load_hack_module("cluster", "cluster.py").STATE / "pki"
-    return {"RAILYARD_WEBHOOK_CLIENT_CA": str(pki / "ca.crt")}
-
 
 @pytest.fixture
 def tls_operator(identity, crds, api_client, coordination, core, namespace, tmp_path) -> Iterator[OperatorProcess]:
     """An operator serving reports and the eviction webhook over TLS, and the webhook registered for
     this test's namespace (the chart's ValidatingWebhookConfiguration, pointed at this process)."""
-    certs = _certs(tmp_path)
+    made = certs(tmp_path)
     lease = f"railyard-e2e-{uuid.uuid4().hex[:6]}"
     port = free_port()
     url = f"https://127.0.0.1:{port}/v1/reports"
     op = OperatorProcess(identity, lease, tmp_path, name="maintenance", extra_env={
         "RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_URL": url,
-        "RAILYARD_REPORT_TLS_CERT": str(certs["crt"]), "RAILYARD_REPORT_TLS_KEY": str(certs["key"]),
-        "RAILYARD_REPORT_CA_FILE": str(certs["ca"]), **_client_ca()})
+        "RAILYARD_REPORT_TLS_CERT": str(made["crt"]), "RAILYARD_REPORT_TLS_KEY": str(made["key"]),
+        "RAILYARD_REPORT_CA_FILE": str(made["ca"]), **client_ca()})
     op.report_url, op.report_port = url, port
     admission = client.AdmissionregistrationV1Api(api_client)
     hook = f"railyard-e2e-evictions-{namespace}"
@@ -82,7 +47,7 @@ def tls_operator(identity, crds, api_client, coordination, core, namespace, tmp_
         "webhooks": [{"name": "evictions.railyard.dev", "admissionReviewVersions": ["v1"],
                       "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore", "timeoutSeconds": 2,
                       "clientConfig": {"url": f"https://127.0.0.1:{port}/v1/evictions",
-                                       "caBundle": base64.b64encode(certs["ca"].read_bytes()).decode()},
+                                       "caBundle": ca_bundle(made["ca"])},
                       "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                  "resources": ["pods/eviction"], "scope": "Namespaced"}],
                       "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})

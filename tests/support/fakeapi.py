@@ -11,7 +11,7 @@ import copy
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from railyard.operator.base.keys import SCHEDULING_GATE
@@ -35,6 +35,8 @@ class FakeApi:
         self.posted_events: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str]] = []
         self.deletions: list[tuple[str, int | None]] = []  # (pod, gracePeriodSeconds asked for)
+        self.owners: dict[str, dict[str, Any]] = {}  # API path -> object: the workloads read by path (JobSets, Jobs)
+        self.reads: list[str] = []
         self.refuse_pods: ApiException | None = None  # set: every pod create is refused with it (a quota)
         self.refuse_status: dict[str, ApiException] = {}  # job name -> the error its status writes get
         self.graceful = False  # set: a graceful pod delete leaves the pod Terminating (a real kubelet's time)
@@ -148,6 +150,8 @@ class FakeApi:
         key = self._key(body)
         if key in self.objects[plural]:
             return False, copy.deepcopy(self.objects[plural][key])
+        if plural == "trainingjobs":  # as the API server fills in a new object's metadata
+            return True, self.create_job(body)
         return True, self._store(plural, copy.deepcopy(body), "ADDED")
 
     async def create_dry_run(self, plural: str, body: dict[str, Any]) -> None:
@@ -161,6 +165,22 @@ class FakeApi:
         if key not in self.objects[plural]:
             return None
         return self._store(plural, copy.deepcopy(body), "MODIFIED")
+
+    async def read(self, path: str) -> dict[str, Any] | None:
+        self.reads.append(path)
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "pods":
+            found = self.objects["pods"].get((parts[3], parts[5]))
+        else:
+            found = self.owners.get(path)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        self._write("PATCH", f"pods/{name}")
+        pod = self.objects["pods"].get((namespace, name))
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return None
+        return self._store("pods", _merge(copy.deepcopy(pod), patch), "MODIFIED")
 
     async def release_pod(self, namespace: str, name: str, gate_index: int) -> dict[str, Any] | None:
         self._write("PATCH", f"pods/{name}")
@@ -247,3 +267,15 @@ def merge_patch(target: Any, patch: Any) -> Any:
 def _conforms(api: FakeApi) -> ClusterApi:
     """mypy checks here that the fake offers what the actors call (kube/protocol.ClusterApi)."""
     return api
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target

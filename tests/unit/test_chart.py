@@ -54,7 +54,8 @@ def test_defaults_render_a_hardened_leader_elected_operator(helm):
     assert {d["kind"] for d in docs} == {"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                          "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
                                          "Secret", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                                         "NetworkPolicy", "ValidatingWebhookConfiguration"}
+                                         "NetworkPolicy", "ValidatingWebhookConfiguration",
+                                         "MutatingWebhookConfiguration"}
     crd = by_kind(docs, "CustomResourceDefinition")[0]
     source = yaml.safe_load((REPO / "crds" / "railyard.dev_trainingjobs.yaml").read_text())
     assert crd["spec"] == source["spec"]
@@ -165,7 +166,10 @@ def test_rbac_is_exactly_what_the_operator_uses(helm):
         ("", "services"): {"create", "get"},
         ("discovery.k8s.io", "endpointslices"): {"create", "get", "update"},  # the selectorless Service's
         ("", "events"): {"create", "patch"},
-        ("railyard.dev", "trainingjobs"): {"list", "watch", "get"},
+        ("railyard.dev", "trainingjobs"): {"list", "watch", "get", "create"},
+        ("jobset.x-k8s.io", "jobsets"): {"get"},
+        ("batch", "jobs"): {"get"},
+        ("scheduling.k8s.io", "podgroups"): {"get"},
         ("railyard.dev", "trainingjobs/status"): {"patch"},
         ("railyard.dev", "trainingjobs/finalizers"): {"update"},
         ("resource.k8s.io", "resourceslices"): {"list", "watch"},
@@ -278,3 +282,13 @@ def test_the_api_servers_addresses_reach_the_webhook_port_through_the_network_po
     policy = by_kind(render(helm, "networkPolicy.apiServerCIDRs[0]=10.0.0.0/24"), "NetworkPolicy")[0]
     reports = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8090)
     assert reports["from"] == [{"namespaceSelector": {}}, {"ipBlock": {"cidr": "10.0.0.0/24"}}]
+
+
+def test_the_gang_pod_webhook_gates_only_opted_in_pods_and_fails_closed(helm):
+    docs = render(helm)
+    hook = by_kind(docs, "MutatingWebhookConfiguration")[0]["webhooks"][0]
+    assert hook["clientConfig"]["service"]["path"] == "/v1/gang-pods" and hook["failurePolicy"] == "Fail"
+    assert hook["objectSelector"] == {"matchLabels": {"railyard.dev/scheduling": "gang"}}
+    assert hook["rules"][0]["operations"] == ["CREATE"], "never on updates (the gate's removal is one)"
+    assert "railyard-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert not by_kind(render(helm, "workloads.podWebhook.enabled=false"), "MutatingWebhookConfiguration")

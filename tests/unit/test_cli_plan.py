@@ -188,3 +188,30 @@ def test_a_dra_dump_with_resource_slices_and_a_foreign_claim_plans_around_its_gp
     assert code == 0, err
     gpus = json.loads(out)["jobs"][0]["ranks"][0]["gpus"]
     assert len(gpus) == 4 and 3 not in gpus
+
+
+def test_plan_reads_the_workloads_railyard_places_without_owning_them_as_their_gangs(capsys, tmp_path):
+    """JobSet's and LeaderWorkerSet's own examples (adapted as docs/workloads.md says) and an indexed Job are
+    planned as the operator would keep them: a JobSet one gang, an LWS one gang per group; one that did not opt in
+    is left out, and said so."""
+    upstream = REPO / "tests" / "e2e" / "upstream"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "indexed", "namespace": "ns"},
+           "spec": {"completionMode": "Indexed", "parallelism": 2, "completions": 2, "template": {
+               "metadata": {"labels": {"railyard.dev/scheduling": "gang"},
+                            "annotations": {"kueue.x-k8s.io/podset-required-topology":
+                                            "topology.railyard.dev/tor"}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    mine = {**job, "metadata": {"name": "not-opted-in"}, "spec": {**job["spec"], "template": {
+        "spec": job["spec"]["template"]["spec"]}}}
+    jobs = [str(upstream / "jobset-paralleljobs.yaml"), str(upstream / "lws-sample.yaml"),
+            write(tmp_path, json.dumps(job), "job.json"), write(tmp_path, json.dumps(mine), "mine.json")]
+    code, out, err = run(capsys, "plan", "--nodes", str(REPO / "examples" / "clusters" / "small.yaml"),
+                         *[a for j in jobs for a in ("--jobs", j)],
+                         "--output", "json")
+    assert code == 0, err
+    placed = {j["name"]: j for j in json.loads(out)["jobs"]}
+    assert set(placed) == {"paralleljobs", "leaderworkerset-sample-0", "leaderworkerset-sample-1",
+                           "leaderworkerset-sample-2", "indexed"}
+    assert len(placed["paralleljobs"]["ranks"]) == 5 and len(placed["leaderworkerset-sample-1"]["ranks"]) == 4
+    assert placed["indexed"]["placed"] and placed["indexed"]["metrics"]["tors"] == 1, "Kueue's annotation read"
+    assert "Job not-opted-in: its pod template does not opt in" in err

@@ -197,6 +197,18 @@ class PreemptionSpec(_Model):
     migratable: bool = False
 
 
+class AdoptSpec(_Model):
+    """The gang of pods of a workload Railyard places without owning them (docs/workloads.md): written by the
+    operator on the TrainingJob it keeps for that gang; Railyard pins and ungates those pods, never creates or
+    deletes what their own controller owns (preempting them deletes their pods: the owner makes them again)."""
+
+    kind: str = Field(max_length=63)  # JobSet, LeaderWorkerSet, Job, PodGroup
+    name: str = Field(max_length=253)  # the workload's name (an LWS group: `<lws>-<group index>`)
+    group: str = Field(max_length=512)  # the gang's key (topology/cluster/workload_groups.member_of)
+    # A JobSet's Jobs' first ranks, by the Job's global index (its pods rank by offset + completion index).
+    offsets: list[int] | None = None
+
+
 class CheckpointSpec(_Model):
     path: str | None = Field(None, max_length=4096)
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
@@ -225,6 +237,7 @@ class TrainingJobSpec(_Model):
     elastic_policy: ElasticPolicy = Field(default_factory=ElasticPolicy, alias="elasticPolicy")
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     template: dict[str, Any] = Field(default_factory=dict)
+    adopt: AdoptSpec | None = None
 
     @model_validator(mode="before")
     @classmethod

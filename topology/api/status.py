@@ -46,6 +46,8 @@ class RankPlacement(_Model):
     node: str
     gpus: list[int]
     pod: str | None = None
+    # An adopted gang's pod (its own controller's, named by it): its GPUs are believed only for this uid.
+    pod_uid: str | None = Field(None, alias="podUid")
 
 
 class DomainCount(_Model):

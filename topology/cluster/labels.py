@@ -70,6 +70,15 @@ class LabelScheme:
     names: tuple[str, str, str] = DEFAULT_NAMES
     nvlink_level: bool = False
 
+    def tier_of_label(self) -> dict[str, str]:
+        """Node label key -> the level it labels (how Kueue TAS's topology annotations, which name label keys,
+        read as Railyard's tiers); `kubernetes.io/hostname` is the node."""
+        out = {"kubernetes.io/hostname": "node"}
+        for name, key in (*self.upper, *zip(self.names, (self.spine, self.leaf, self.tor), strict=True)):
+            if key:
+                out[key] = name
+        return out
+
     def merged_with(self, other: LabelScheme) -> LabelScheme:
         """This scheme with every unset field taken from `other`."""
         updates = {

@@ -125,16 +125,19 @@ def kueue_objects(job: PeerJob) -> list[dict[str, Any]]:
                                    "spec": {"restartPolicy": "Never", "containers": [_container(job)]}}}}]
 
 
-def kueue_cluster_objects(gpus: int, namespace: str) -> list[dict[str, Any]]:
+def kueue_cluster_objects(gpus: int, namespace: str, topology: bool = True) -> list[dict[str, Any]]:
     """Kueue's side of the fabric: a Topology over spine/leaf/TOR/hostname, one flavor on the kwok
-    nodes, and a queue whose quota is every GPU (TAS, not quota, decides placement)."""
+    nodes, and a queue whose quota is `gpus` (with TAS the whole cluster: TAS, not quota, decides placement;
+    without, quota alone: Kueue admits, another scheduler places)."""
     group = "kueue.x-k8s.io/v1beta2"
+    flavor: dict[str, Any] = {"nodeLabels": {"type": "kwok"}}
+    if topology:
+        flavor["topologyName"] = "railyard"
     return [
-        {"apiVersion": group, "kind": "Topology", "metadata": {"name": "railyard"},
-         "spec": {"levels": [{"nodeLabel": LABEL_SPINE}, {"nodeLabel": LABEL_LEAF}, {"nodeLabel": LABEL_TOR},
-                             {"nodeLabel": "kubernetes.io/hostname"}]}},
-        {"apiVersion": group, "kind": "ResourceFlavor", "metadata": {"name": "gpu"},
-         "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "railyard"}},
+        *([{"apiVersion": group, "kind": "Topology", "metadata": {"name": "railyard"},
+            "spec": {"levels": [{"nodeLabel": LABEL_SPINE}, {"nodeLabel": LABEL_LEAF}, {"nodeLabel": LABEL_TOR},
+                                {"nodeLabel": "kubernetes.io/hostname"}]}}] if topology else []),
+        {"apiVersion": group, "kind": "ResourceFlavor", "metadata": {"name": "gpu"}, "spec": flavor},
         {"apiVersion": group, "kind": "ClusterQueue", "metadata": {"name": "gpus"},
          "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
                   "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [

@@ -1,0 +1,89 @@
+"""Keeps a TrainingJob for each gang of a workload Railyard places without owning it (decide/adoption.py): once a
+gang's pods opted in (Railyard's gate) and its size is known — from the pods (an LWS group, a labelled pod
+group) or read once from the owner's spec (a JobSet's replicated jobs, a Job's parallelism, a PodGroup's
+minCount) — the TrainingJob is created, owned by the workload (gone with it). From then on the gang is queued and
+placed as a TrainingJob; act/materialiser.py pins and ungates its pods instead of creating any."""
+
+from __future__ import annotations
+
+import logging
+
+from railyard.operator.act.actor_context import Context
+from railyard.operator.base.objects import Key
+from railyard.operator.decide.adoption import adopted_job, adopted_name
+from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind, jobset_offsets
+
+log = logging.getLogger("railyard.adoption")
+
+
+class Adoption:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        # (namespace, group) -> (size, JobSet offsets), read once; None: the owner could not tell (yet)
+        self._sizes: dict[Key, tuple[int, dict[int, int] | None] | None] = {}
+
+    async def run(self) -> None:
+        """A TrainingJob for every gang with an opted-in pod that has none."""
+        state = self.ctx.state
+        groups = state.groups
+        for gone in [g for g in self._sizes if g not in set(groups)]:
+            del self._sizes[gone]
+        for namespace, group in groups:
+            pods = state.group_pods(namespace, group)
+            gated = [p for p in pods if p.gated and p.member is not None and not p.terminating]
+            if not gated:
+                continue
+            member = gated[0].member
+            assert member is not None
+            if (namespace, adopted_name(member)) in state.jobs:
+                continue
+            try:
+                await self._adopt(namespace, group, member, gated[0].name)
+            except Exception as e:  # one gang's trouble is that gang's: the others go on
+                log.warning("gang %s/%s (%s %s): not adopted: %s", namespace, group, member.kind, member.name, e)
+
+    async def _adopt(self, namespace: str, group: str, member: GroupMember, pod_name: str) -> None:
+        key = (namespace, group)
+        if key not in self._sizes:
+            self._sizes[key] = await self._size(namespace, member)
+        sized = self._sizes[key]
+        if sized is None:
+            return
+        size, offsets = sized
+        pod = await self.ctx.api.read(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
+        if pod is None:
+            return
+        body = adopted_job(member, size, pod, namespace, self.ctx.state.scheme.tier_of_label())
+        if offsets is not None:
+            body["spec"]["adopt"]["offsets"] = [offsets[i] for i in sorted(offsets)]
+        created, _ = await self.ctx.api.create("trainingjobs", body)
+        if created:
+            log.info("gang %s/%s (%s %s, %d pods) adopted as TrainingJob %s", namespace, group, member.kind,
+                     member.name, size, body["metadata"]["name"])
+
+    async def _size(self, namespace: str, member: GroupMember) -> tuple[int, dict[int, int] | None] | None:
+        """The gang's size (and a JobSet's Job offsets), from the pod or its owner's spec."""
+        if member.size is not None:
+            return member.size, None
+        owner = member.owner
+        if member.kind is WorkloadKind.JOBSET and owner is not None:
+            jobset = await self.ctx.api.read(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/"
+                                             f"{owner.name}")
+            if jobset is None or (jobset.get("metadata") or {}).get("uid") != owner.uid:
+                return None
+            size, offsets = jobset_offsets(jobset)
+            return size, offsets
+        if member.kind is WorkloadKind.JOB:
+            job = await self.ctx.api.read(f"/apis/batch/v1/namespaces/{namespace}/jobs/{member.name}")
+            if job is None:
+                return None
+            parallelism = (job.get("spec") or {}).get("parallelism")
+            return (int(parallelism) if parallelism is not None else 1), None
+        if owner is not None and owner.kind == "PodGroup":
+            group = await self.ctx.api.read(f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups/"
+                                            f"{owner.name}")
+            count = (((group or {}).get("spec") or {}).get("schedulingPolicy") or {}).get("gang", {}).get("minCount")
+            return (int(count), None) if count else None
+        log.warning("gang %s/%s: its pods do not say how many they are (label %s)", namespace, member.name,
+                    "railyard.dev/pod-group-size")
+        return None

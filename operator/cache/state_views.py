@@ -1,0 +1,43 @@
+"""Two views of the cluster state that inter-pod rules and preemption read: the pods on each node as a template's
+affinity sees them (live pods, and the ranks of recorded placements whose pods do not exist yet), and what
+Terminating pods hold until they have gone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from railyard.operator.base.objects import Key
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.cache.usage import Holder
+from railyard.topology.cluster.affinity import PodInfo
+
+
+def pod_infos(state: ClusterState) -> list[PodInfo]:
+    """Pods on a node as the inter-pod rules of a template see them: live pods, and the ranks of recorded
+    placements whose pods do not exist yet (with the labels their pods will carry)."""
+    out = [PodInfo(p.namespace, p.labels, u.node) for p in state.pods.values()
+           if (u := state.counted(p)) is not None and not p.finished]
+    for key, job, usages in state.reserved_ranks():
+        labels = job.request.pod_labels if job.request is not None else {}
+        out += [PodInfo(key[0], labels, usage.node) for usage in usages]
+    return out
+
+
+def leaving(state: ClusterState, jobs: Iterable[Key] | None = None
+            ) -> list[tuple[str, tuple[int, ...], Mapping[str, int]]]:
+    """(node, GPUs, requests) held by each Terminating pod (of these jobs; None: of anyone): free once they have
+    gone. A preemption already under way frees them, so a preemptor waits for them rather than choosing more
+    victims."""
+    pods = state.pods.values() if jobs is None else [p for key in jobs for p in state.job_pods(key)]
+    out = []
+    for pod in pods:  # a few jobs' pods when asked for some (a pass asks per waiting gang)
+        if not pod.terminating or not pod.node_name:
+            continue
+        node = state.nodes.get(pod.node_name)
+        usage = state.counted(pod)
+        if node is None or usage is None:
+            continue
+        holder: set[Holder] = {("pod", pod.key)}
+        freed = state.usage.gpus(node) - state.usage.gpus_without(node, holder)
+        out.append((pod.node_name, tuple(sorted(freed)), usage.requests))
+    return out

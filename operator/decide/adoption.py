@@ -1,0 +1,106 @@
+"""The TrainingJob Railyard keeps for a gang of pods it places without owning them (a JobSet, a LeaderWorkerSet
+group, an indexed Job, a pod group): built from the gang's pods once its size is known. Through it the gang is
+queued, placed, preempted, reserved for and shown like any TrainingJob (`kubectl get tj`, `railyard status`);
+`spec.adopt` says whose pods they are; its topology intent is its pods' (topology/cluster/workload_intent.py).
+Pure: act/adoption.py reads the owners and creates it."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from railyard.operator.base.keys import (
+    ANNOTATION_GPUS,
+    ANNOTATION_PLACEMENT_ID,
+    LABEL_JOB,
+    LABEL_RANK,
+    LABEL_RESTART,
+    SCHEDULING_GATE,
+)
+from railyard.operator.decide.builders import pin_to
+from railyard.topology.cluster.workload_groups import GroupMember
+from railyard.topology.cluster.workload_intent import placement_spec, tier_intent
+
+ADOPTED_KIND = "railyard.dev/adopted-kind"  # label on the TrainingJob: what it places (JobSet, ...)
+ADOPTED_NAME = "railyard.dev/adopted-name"
+
+
+def adopted_name(member: GroupMember) -> str:
+    """A stable DNS label for the gang's TrainingJob: the workload's name and a digest of the gang's key (a
+    new JobSet attempt is a new gang, so a new TrainingJob)."""
+    digest = hashlib.sha1(member.group.encode()).hexdigest()[:8]
+    base = re.sub(r"[^a-z0-9-]", "-", member.name.lower()).strip("-")[:54] or "gang"
+    return f"{base}-{digest}"
+
+
+def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespace: str,
+                tier_of_label: Mapping[str, str]) -> dict[str, Any]:
+    """The TrainingJob body for the gang `member` belongs to (`pod`: one of its pods, for the template)."""
+    meta = pod.get("metadata") or {}
+    spec = placement_spec(pod.get("spec") or {})
+    body: dict[str, Any] = {
+        "apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": adopted_name(member), "namespace": namespace,
+                     "labels": {ADOPTED_KIND: str(member.kind), ADOPTED_NAME: member.name[:63]}},
+        "spec": {"replicas": size, "topology": tier_intent(meta.get("annotations") or {}, tier_of_label),
+                 "template": {"spec": spec},
+                 "adopt": {"kind": str(member.kind), "name": member.name, "group": member.group}},
+    }
+    if member.owner is not None and member.owner.uid:
+        # Gone with the workload (the garbage collector); never blocks its deletion.
+        body["metadata"]["ownerReferences"] = [{
+            "apiVersion": member.owner.api_version, "kind": member.owner.kind, "name": member.owner.name,
+            "uid": member.owner.uid, "blockOwnerDeletion": False}]
+    if (pod.get("spec") or {}).get("priorityClassName"):
+        body["spec"]["priorityClassName"] = pod["spec"]["priorityClassName"]
+    return body
+
+
+def ranked(members: Mapping[str, GroupMember], offsets: Mapping[int, int] | None = None) -> list[str] | None:
+    """The gang's pod names in rank order, or None while the ranks are not a permutation of 0..size-1 (a member
+    missing, two claiming one rank). A JobSet pod's rank is its Job's offset (`offsets`, by the Job's global
+    index) plus its completion index; pods without a rank are ranked by name."""
+    ranks: dict[int, str] = {}
+    unranked: list[str] = []
+    for name, m in sorted(members.items()):
+        rank = m.rank
+        if m.job_index is not None and rank is not None:
+            if offsets is None or m.job_index not in offsets:
+                return None
+            rank = offsets[m.job_index] + rank
+        if rank is None:
+            unranked.append(name)
+        elif rank in ranks:
+            return None
+        else:
+            ranks[rank] = name
+    for name in unranked:  # by name, into the ranks left free
+        free = next(r for r in range(len(ranks) + len(unranked)) if r not in ranks)
+        ranks[free] = name
+    if sorted(ranks) != list(range(len(ranks))):
+        return None
+    return [ranks[r] for r in range(len(ranks))]
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def members_complete(names: Sequence[str] | None, size: int) -> bool:
+    return names is not None and len(names) == size
+
+
+def pin_patch(pod: Mapping[str, Any], job_name: str, rank: int, restart_count: int, node: str, gpus: Sequence[int],
+              placement_id: str) -> dict[str, Any]:
+    """The merge patch that makes an adopted gang's gated pod one of the placement's: pinned to its node (node
+    affinity narrowed, as a gated pod allows), its GPUs and placement named as a TrainingJob's pods name them,
+    labelled with its job and rank (so it is found, counted and shown like one)."""
+    spec = copy.deepcopy(dict(pod.get("spec") or {}))
+    pin_to(spec, node)
+    return {"metadata": {"labels": {LABEL_JOB: job_name, LABEL_RANK: str(rank), LABEL_RESTART: str(restart_count)},
+                         "annotations": {ANNOTATION_GPUS: ",".join(map(str, gpus)),
+                                         ANNOTATION_PLACEMENT_ID: placement_id}},
+            "spec": {"affinity": spec["affinity"]}}

@@ -1,0 +1,337 @@
+"""Workloads Railyard places without owning them, on the real control plane with their real controllers (built
+from the Go module proxy at the versions hack/versions.env pins, started only here): JobSet's own example, adapted
+only by the opt-in label and a GPU request (tests/e2e/upstream/), gated by Railyard's pod webhook as the chart
+registers it, placed by Railyard as one gang, ranks mapped by the JobSet's indices, released together."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from railyard.topology.cluster.labels import LABEL_TOR
+
+from tests.e2e.test_operator import assert_no_gpu_double_booked
+from tests.support.operator import OperatorProcess, free_port, wait_for_leader
+from tests.support.poll import poll
+from tests.support.rig import REPO, load_hack_module, rig_binary
+from tests.support.tls import ca_bundle, certs, client_ca
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    not os.environ.get("RAILYARD_LOCAL_RIG"),
+    reason="the workload controllers and Railyard's pod webhook run in this process: the API server must reach "
+           "127.0.0.1 (the local rig)")]
+UPSTREAM = Path(__file__).parent / "upstream"
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+LWS = ("leaderworkerset.x-k8s.io", "v1")
+
+
+def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str], group: str = "",
+             versions: tuple[str, ...] = ("v1",), selector: dict | None = None) -> dict:
+    hook = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+            "timeoutSeconds": 10, "clientConfig": {"url": url, "caBundle": ca},
+            "rules": [{"apiGroups": [group], "apiVersions": list(versions), "operations": operations,
+                       "resources": [resource], "scope": "Namespaced"}]}
+    if selector is not None:
+        hook["objectSelector"] = selector
+    return hook
+
+
+@contextlib.contextmanager
+def _controller(api_client, directory: Path, name: str, config_group: str, group: str, version: str,
+                resource: str, pod_selector_label: str, pod_operations: list[str]) -> Iterator[None]:
+    """A workload controller built at its pinned version (hack/build-binaries.sh `name`), its CRDs applied and
+    its four webhooks registered as its own manifests register them, pointed at this process."""
+    cluster = load_hack_module("cluster", "cluster.py")
+    binary = cluster.binary(name)
+    if not binary.exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), name], check=True)
+    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
+                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
+    made = certs(directory)
+    (directory / "serving").mkdir()
+    (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())
+    (directory / "serving" / "tls.key").write_bytes(made["key"].read_bytes())
+    port, health = free_port(), free_port()
+    config = directory / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": f"{config_group}/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(directory / "serving")},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}}))
+    log = directory / f"{name}.log"
+    proc = subprocess.Popen([str(binary), f"--kubeconfig={cluster.KUBECONFIG}", f"--config={config}",
+                             "--leader-elect=false"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    admission = client.AdmissionregistrationV1Api(api_client)
+    base, ca = f"https://127.0.0.1:{port}", ca_bundle(made["ca"])
+    path = f"{group.replace('.', '-')}-{version}-{resource[:-1]}"
+    pods = {"matchExpressions": [{"key": pod_selector_label, "operator": "Exists"}]}
+    names = [f"e2e-{name}-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
+    admission.create_mutating_webhook_configuration({"metadata": {"name": names[0]}, "webhooks": [
+        _webhook(f"m{resource[:-1]}.kb.io", f"{base}/mutate-{path}", ca, resource, ["CREATE"], group, (version,)),
+        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
+    admission.create_validating_webhook_configuration({"metadata": {"name": names[1]}, "webhooks": [
+        _webhook(f"v{resource[:-1]}.kb.io", f"{base}/validate-{path}", ca, resource, ["CREATE", "UPDATE"], group,
+                 (version,)),
+        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
+    try:
+        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
+             f"the {name} controller ready")
+        yield
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(names[0])
+        with contextlib.suppress(client.ApiException):
+            admission.delete_validating_webhook_configuration(names[1])
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        print(log.read_text(errors="replace")[-3000:])
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
+    with _controller(api_client, tmp_path_factory.mktemp("jobset"), "jobset", "config.jobset.x-k8s.io", *JOBSET,
+                     "jobsets", "jobset.sigs.k8s.io/jobset-name", ["CREATE"]):
+        yield
+
+
+@pytest.fixture(scope="module")
+def lws_controller(api_client, tmp_path_factory) -> Iterator[None]:
+    with _controller(api_client, tmp_path_factory.mktemp("lws"), "lws", "config.lws.x-k8s.io", *LWS,
+                     "leaderworkersets", "leaderworkerset.sigs.k8s.io/name", ["CREATE", "UPDATE"]):
+        yield
+
+
+@pytest.fixture
+def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    """An operator serving the pod webhook over TLS, registered as the chart registers it (opted-in pods of
+    this test's namespace only)."""
+    made = certs(tmp_path)
+    lease, port = f"railyard-e2e-{uuid.uuid4().hex[:6]}", free_port()
+    op = OperatorProcess(identity, lease, tmp_path, name="workloads", extra_env={
+        "RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_TLS_CERT": str(made["crt"]),
+        "RAILYARD_REPORT_TLS_KEY": str(made["key"]), **client_ca()})
+    admission = client.AdmissionregistrationV1Api(api_client)
+    hook = f"railyard-e2e-gang-pods-{namespace}"
+    admission.create_mutating_webhook_configuration({"metadata": {"name": hook}, "webhooks": [{
+        **_webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
+                   "pods", ["CREATE"], selector={"matchLabels": {"railyard.dev/scheduling": "gang"}}),
+        "reinvocationPolicy": "IfNeeded",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})
+    try:
+        wait_for_leader(coordination, lease)
+        yield op
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(hook)
+        op.stop()
+        print(op.log_tail(30))
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(lease)
+
+
+def _gang(custom, namespace: str, kind: str) -> dict | None:
+    jobs = custom.list_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                label_selector=f"railyard.dev/adopted-kind={kind}")["items"]
+    return jobs[0] if len(jobs) == 1 else None
+
+
+def test_jobsets_own_example_is_placed_by_railyard_as_one_gang_ranked_by_its_indices(
+        jobset_controller, gang_operator, api_client, core, custom, namespace):
+    body = yaml.safe_load((UPSTREAM / "jobset-paralleljobs.yaml").read_text())
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(*JOBSET, namespace, "jobsets", body)
+
+    def released() -> dict | None:
+        gang = _gang(custom, namespace, "JobSet")
+        placed = next((c for c in ((gang or {}).get("status") or {}).get("conditions") or []
+                       if c["type"] == "Placed"), None)
+        return gang if placed and placed["reason"] == "Released" else None
+
+    gang = poll(released, 120, "the JobSet's gang placed and released by Railyard")
+    assert gang["spec"]["replicas"] == 5 and gang["spec"]["adopt"]["name"] == "paralleljobs"
+    assert gang["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    pods = {p.metadata.name: p for p in core.list_namespaced_pod(
+        namespace, label_selector="jobset.sigs.k8s.io/jobset-name=paralleljobs").items}
+    assert len(pods) == 5 and all(p.metadata.owner_references[0].kind == "Job" for p in pods.values()), \
+        "every pod is the JobSet's Jobs' own"
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+
+    def bound() -> bool:
+        fresh = {p.metadata.name: p for p in core.list_namespaced_pod(
+            namespace, label_selector="jobset.sigs.k8s.io/jobset-name=paralleljobs").items}
+        return all(fresh[r["pod"]].spec.node_name == r["node"] for r in ranks.values())
+
+    poll(bound, 60, "every pod bound to the node Railyard chose")
+    for rank, entry in ranks.items():
+        pod = pods[entry["pod"]]
+        labels = pod.metadata.labels
+        expected = 4 * int(labels["jobset.sigs.k8s.io/job-global-index"]) + \
+            int(labels["batch.kubernetes.io/job-completion-index"])
+        assert rank == expected, f"{pod.metadata.name}: rank {rank}, its indices say {expected}"
+        assert pod.metadata.annotations["railyard.dev/gpus"] == ",".join(map(str, entry["gpus"]))
+    assert_no_gpu_double_booked(api_client, core)
+
+
+
+INDEXED_JOB = {
+    "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "indexed"},
+    "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3, "backoffLimit": 3,
+             "template": {"metadata": {"labels": {"railyard.dev/scheduling": "gang"}},
+                          "spec": {"restartPolicy": "Never", "containers": [{
+                              "name": "train", "image": "busybox", "command": ["sleep", "3600"],
+                              "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+
+
+def test_an_indexed_jobs_pod_made_again_is_placed_alone_next_to_the_survivors(gang_operator, api_client, core,
+                                                                              custom, namespace):
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, INDEXED_JOB)
+
+    def released(restarts: int) -> dict | None:
+        gang = _gang(custom, namespace, "Job")
+        status = (gang or {}).get("status") or {}
+        placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
+        ok = placed and placed["reason"] == "Released" and status.get("restartCount", 0) == restarts
+        return gang if ok else None
+
+    gang = poll(lambda: released(0), 120, "the indexed Job's gang placed and released by Railyard")
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+    for rank, entry in ranks.items():
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert int(pod.metadata.labels["batch.kubernetes.io/job-completion-index"]) == rank
+    # A rank's pod is deleted (its process lost): the Job makes it again, gated; Railyard places only that pod,
+    # next to the survivors, whose pods stay as they are.
+    victim = ranks[1]
+    core.delete_namespaced_pod(victim["pod"], namespace, grace_period_seconds=0)
+    again = poll(lambda: released(1), 120, "the re-made pod placed by Railyard")
+    after = {r["rank"]: r for r in again["status"]["placement"]["ranks"]}
+    assert after[1]["pod"] != victim["pod"]
+    assert {k: (v["pod"], v["podUid"], v["node"]) for k, v in after.items() if k != 1} == \
+        {k: (v["pod"], v["podUid"], v["node"]) for k, v in ranks.items() if k != 1}, "the survivors untouched"
+    nodes = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
+    assert nodes[after[1]["node"]][LABEL_TOR] == nodes[victim["node"]][LABEL_TOR], "in the lost rank's TOR"
+    poll(lambda: core.read_namespaced_pod(after[1]["pod"], namespace).spec.node_name == after[1]["node"], 60,
+         "the re-made pod bound where Railyard chose")
+    assert_no_gpu_double_booked(api_client, core)
+
+
+def _placed(gang: dict | None, restarts: int = 0) -> bool:
+    status = (gang or {}).get("status") or {}
+    placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
+    return bool(placed and placed["reason"] == "Released" and status.get("restartCount", 0) == restarts)
+
+
+def test_leaderworkersets_own_example_is_placed_one_gang_per_group_ranked_by_worker_index(
+        lws_controller, gang_operator, api_client, core, custom, namespace):
+    body = yaml.safe_load((UPSTREAM / "lws-sample.yaml").read_text())
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(*LWS, namespace, "leaderworkersets", body)
+
+    def gangs() -> list[dict] | None:
+        found = custom.list_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                     label_selector="railyard.dev/adopted-kind=LeaderWorkerSet")
+        items = found["items"]
+        return items if len(items) == 3 and all(_placed(g) for g in items) else None
+
+    placed = poll(gangs, 180, "three LWS groups placed and released by Railyard, one gang each")
+    for gang in placed:
+        assert gang["spec"]["replicas"] == 4
+        for entry in gang["status"]["placement"]["ranks"]:
+            pod = core.read_namespaced_pod(entry["pod"], namespace)
+            assert int(pod.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]) == entry["rank"]
+            assert pod.metadata.uid == entry["podUid"]
+    poll(lambda: all(p.spec.node_name for p in core.list_namespaced_pod(namespace).items), 60, "every pod bound")
+    assert_no_gpu_double_booked(api_client, core)
+    # The group's leader pod is deleted: LWS re-creates the whole group (the workers' StatefulSet is the leader's),
+    # so no rank survives; Railyard gives the placement back and places the group anew once its pods are back.
+    gang = placed[0]
+    before = {r["podUid"] for r in gang["status"]["placement"]["ranks"]}
+    leader = next(r["pod"] for r in gang["status"]["placement"]["ranks"] if r["rank"] == 0)
+    core.delete_namespaced_pod(leader, namespace)
+
+    def anew() -> dict | None:
+        fresh = custom.get_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
+                                                    gang["metadata"]["name"])
+        ranks = ((fresh.get("status") or {}).get("placement") or {}).get("ranks") or []
+        return fresh if _placed(fresh) and ranks and not before & {r["podUid"] for r in ranks} else None
+
+    again = poll(anew, 180, "the re-created group placed anew as one gang")
+    for entry in again["status"]["placement"]["ranks"]:
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert pod.metadata.uid == entry["podUid"]
+        assert int(pod.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"]) == entry["rank"]
+    poll(lambda: all(p.spec.node_name for p in core.list_namespaced_pod(namespace).items), 60, "every pod bound")
+    assert_no_gpu_double_booked(api_client, core)
+
+
+@pytest.fixture
+def kueue_admits(jobset_controller, api_client, namespace) -> Iterator[int]:
+    """Kueue (built like the rest, TAS off) admitting JobSets of this namespace by quota: 40 GPUs."""
+    from bench.peers import kueue as peers_kueue
+    from railyard.operator.kube.client import KubeApi
+
+    cluster = load_hack_module("cluster", "cluster.py")
+    if not cluster.binary("kueue").exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "kueue"], check=True)
+    api = KubeApi(kubeconfig=str(cluster.KUBECONFIG))
+    quota = 40
+    proc = peers_kueue.start(api, namespace, quota, frameworks=("jobset.x-k8s.io/jobset",), topology=False)
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        yield quota
+    finally:
+        # Kueue's Workloads carry its finalizer: they go while Kueue runs, or the namespace never does.
+        custom.delete_collection_namespaced_custom_object(*JOBSET, namespace, "jobsets")
+        with contextlib.suppress(Exception):
+            poll(lambda: not custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace,
+                                                                  "workloads")["items"], 60, "Kueue's Workloads gone")
+        for workload in custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace,
+                                                             "workloads")["items"]:
+            with contextlib.suppress(client.ApiException):
+                custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "workloads",
+                                                      workload["metadata"]["name"], {"metadata": {"finalizers": []}})
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        for plural, name in (("clusterqueues", "gpus"), ("resourceflavors", "gpu")):
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, name)
+
+
+def _queued_jobset(name: str, pods: int) -> dict:
+    """JobSet's example shape, queued to Kueue (created suspended, as Kueue's webhook would make it)."""
+    body = yaml.safe_load((UPSTREAM / "jobset-paralleljobs.yaml").read_text())
+    body["metadata"] = {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "train"}}
+    body["spec"]["suspend"] = True
+    body["spec"]["replicatedJobs"] = body["spec"]["replicatedJobs"][:1]
+    job = body["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["parallelism"] = job["completions"] = pods
+    return body
+
+
+def test_kueue_admits_by_quota_and_railyard_places_what_it_admitted(kueue_admits, gang_operator, api_client, core,
+                                                                    custom, namespace):
+    jobsets = client.CustomObjectsApi(api_client)
+    jobsets.create_namespaced_custom_object(*JOBSET, namespace, "jobsets", _queued_jobset("first", 4))
+    jobsets.create_namespaced_custom_object(*JOBSET, namespace, "jobsets", _queued_jobset("second", 2))
+
+    def placed(name: str) -> bool:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        return bool(pods) and all(p.spec.node_name and not p.spec.scheduling_gates for p in pods)
+
+    poll(lambda: placed("first"), 120, "the admitted JobSet placed by Railyard")
+    # 32 of 40 GPUs admitted: the second (16) waits for quota, so Kueue keeps it suspended: no pod, nothing placed.
+    second = jobsets.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", "second")
+    assert second["spec"].get("suspend") is True
+    assert not core.list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name=second").items
+    gang = _gang(custom, namespace, "JobSet")
+    assert gang is not None and gang["spec"]["adopt"]["name"] == "first", "only what Kueue admitted is a gang"
+    jobsets.delete_namespaced_custom_object(*JOBSET, namespace, "jobsets", "first",
+                                            body={"propagationPolicy": "Foreground"})
+    poll(lambda: placed("second"), 180, "once quota frees, Kueue admits the second and Railyard places it")
+    assert_no_gpu_double_booked(api_client, core)
