@@ -115,9 +115,10 @@ def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp
     this test's namespace only)."""
     made = certs(tmp_path)
     lease, port = f"railyard-e2e-{uuid.uuid4().hex[:6]}", free_port()
-    op = OperatorProcess(identity, lease, tmp_path, name="workloads", extra_env={
-        "RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_TLS_CERT": str(made["crt"]),
-        "RAILYARD_REPORT_TLS_KEY": str(made["key"]), **client_ca()})
+    env = {"RAILYARD_REPORT_PORT": str(port), "RAILYARD_REPORT_TLS_CERT": str(made["crt"]),
+           "RAILYARD_REPORT_TLS_KEY": str(made["key"]), **client_ca()}
+    op = OperatorProcess(identity, lease, tmp_path, name="workloads", extra_env=env)
+    op.env = env  # a test may start another on the same webhook
     admission = client.AdmissionregistrationV1Api(api_client)
     hook = f"railyard-e2e-gang-pods-{namespace}"
     admission.create_mutating_webhook_configuration({"metadata": {"name": hook}, "webhooks": [{
@@ -219,6 +220,31 @@ def test_an_indexed_jobs_pod_made_again_is_placed_alone_next_to_the_survivors(ga
     poll(lambda: core.read_namespaced_pod(after[1]["pod"], namespace).spec.node_name == after[1]["node"], 60,
          "the re-made pod bound where Railyard chose")
     assert_no_gpu_double_booked(api_client, core)
+
+
+def test_while_the_pod_webhook_is_down_no_opted_in_pod_is_created_and_once_it_is_back_the_gang_is_placed(
+        gang_operator, identity, coordination, api_client, core, custom, namespace, tmp_path):
+    """The webhook fails closed (docs/workloads.md): with the operator down, the Job's opted-in pods are refused at
+    creation (none reaches the default scheduler ungated); its controller retries, and once an operator serves the
+    webhook again they are created gated and placed as one gang."""
+    gang_operator.stop()
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, INDEXED_JOB)
+
+    def refused() -> list:
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=indexed").items
+        return [e for e in events if e.reason == "FailedCreate" and "gang-pods.railyard.dev" in (e.message or "")]
+
+    poll(refused, 60, "the Job's pods refused by the webhook while no operator serves it")
+    assert not core.list_namespaced_pod(namespace).items, "no opted-in pod escaped the gate"
+    back = OperatorProcess(identity, gang_operator.lease_namespace, tmp_path, name="back",
+                           extra_env=gang_operator.env)
+    try:
+        gang = poll(lambda: (g := _gang(custom, namespace, "Job")) and _placed(g) and g, 180,
+                    "the Job's gang placed once the webhook is back")
+        assert len(gang["status"]["placement"]["ranks"]) == 3
+        assert_no_gpu_double_booked(api_client, core)
+    finally:
+        back.stop()
 
 
 def _placed(gang: dict | None, restarts: int = 0) -> bool:
