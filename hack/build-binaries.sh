@@ -206,38 +206,32 @@ build_kueue() {
   publish "kueue $KUEUE_VERSION" "$out" "$t0"
 }
 
-# JobSet, for the e2e tests of the workloads Railyard places without owning them (docs/workloads.md).
-build_jobset() {
-  local out="$cache/bin/jobset-$JOBSET_VERSION"
-  if [[ -x $out/jobset && -d $out/crds ]]; then say "jobset $JOBSET_VERSION: cached in $out"; return; fi
+# A controller built from a wrapper module: the proxy serves the exact version but refuses to list the module's
+# versions, which `go install pkg@version` asks for (its deprecation check).
+# build_wrapped NAME VERSION MODULE PACKAGE CRD_DIR (CRD_DIR: where the module keeps its CRDs)
+build_wrapped() {
+  local name=$1 version=$2 module=$3 package=$4 crds=$5
+  local out="$cache/bin/$name-$version"
+  if [[ -x $out/$name && -d $out/crds ]]; then say "$name $version: cached in $out"; return; fi
   local t0; t0=$(stamp)
   mkdir -p "$out.tmp/crds"
-  say "jobset $JOBSET_VERSION: building"
-  # From a wrapper module: the proxy serves the exact version but refuses to list the module's versions,
-  # which `go install pkg@version` asks for (its deprecation check).
-  local src="$cache/src/jobset-$JOBSET_VERSION"
+  say "$name $version: building"
+  local src="$cache/src/$name-$version"
   mkdir -p "$src"
-  printf 'module railyard.dev/hack/jobset\n\ngo 1.24\n\nrequire sigs.k8s.io/jobset %s\n' "$JOBSET_VERSION" > "$src/go.mod"
+  printf 'module railyard.dev/hack/%s\n\ngo 1.24\n\nrequire %s %s\n' "$name" "$module" "$version" > "$src/go.mod"
   printf 'package main\n' > "$src/doc.go"
-  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/jobset" sigs.k8s.io/jobset)
-  cp "$(cd "$src" && module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")"/config/components/crd/bases/*.yaml "$out.tmp/crds/"
-  publish "jobset $JOBSET_VERSION" "$out" "$t0"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/$name" "$package")
+  cp "$(cd "$src" && module_dir "$module@$version")/$crds"/*.yaml "$out.tmp/crds/"
+  publish "$name $version" "$out" "$t0"
 }
 
-# LeaderWorkerSet, for the same tests (from a wrapper module, as JobSet).
+# The controllers of the workloads Railyard places without owning them, for their e2e tests (docs/workloads.md).
+build_jobset() {
+  build_wrapped jobset "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.k8s.io/jobset config/components/crd/bases
+}
+
 build_lws() {
-  local out="$cache/bin/lws-$LWS_VERSION"
-  if [[ -x $out/lws && -d $out/crds ]]; then say "lws $LWS_VERSION: cached in $out"; return; fi
-  local t0; t0=$(stamp)
-  mkdir -p "$out.tmp/crds"
-  say "lws $LWS_VERSION: building"
-  local src="$cache/src/lws-$LWS_VERSION"
-  mkdir -p "$src"
-  printf 'module railyard.dev/hack/lws\n\ngo 1.24\n\nrequire sigs.k8s.io/lws %s\n' "$LWS_VERSION" > "$src/go.mod"
-  printf 'package main\n' > "$src/doc.go"
-  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/lws" sigs.k8s.io/lws/cmd)
-  cp "$(cd "$src" && module_dir "sigs.k8s.io/lws@$LWS_VERSION")"/config/crd/bases/*.yaml "$out.tmp/crds/"
-  publish "lws $LWS_VERSION" "$out" "$t0"
+  build_wrapped lws "$LWS_VERSION" sigs.k8s.io/lws sigs.k8s.io/lws/cmd config/crd/bases
 }
 
 # Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis

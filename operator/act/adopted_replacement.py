@@ -7,7 +7,6 @@ and nothing is deleted or created — the pods are their owner's."""
 from __future__ import annotations
 
 import logging
-from functools import partial
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.attempts import Attempts
@@ -19,7 +18,7 @@ from railyard.operator.base import metrics
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, RecoveryReason, RestartReason
 from railyard.operator.cache.memory import holds
-from railyard.operator.cache.state_views import pod_infos
+from railyard.operator.cache.state_views import node_models, pod_infos
 from railyard.operator.decide.actions import PlaceReplaced
 from railyard.operator.decide.adopted_gangs import plan_replaced, replaced_losses, replaced_ranks
 from railyard.operator.decide.holds import held_for_others
@@ -42,8 +41,8 @@ class ReplacedPods:
     async def place(self, job: Job, action: PlaceReplaced) -> None:
         state = self.ctx.state
         snapshot = state.snapshot()
-        models = {**state.last_model, **state.nodes}
-        limits = inter_pod_limits(snapshot, action.request, partial(pod_infos, state)())
+        models = node_models(state)
+        limits = inter_pod_limits(snapshot, action.request, pod_infos(state))
         decision = plan_replaced(job, action, snapshot, models, limits,
                                  held_for_others(holds(self.ctx.memories, state.jobs), job.key))
         names = ", ".join(action.pods[r][0] for r in action.ranks)

@@ -27,7 +27,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import EventReason, FinishReason, RecoveryReason
 from railyard.operator.cache.memory import JobMemory, holds
-from railyard.operator.cache.state_views import pod_infos
+from railyard.operator.cache.state_views import node_models, pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
 from railyard.operator.decide.restart_plan import (
@@ -45,7 +45,6 @@ from railyard.operator.decide.restart_plan import (
     saves_first,
 )
 from railyard.topology.cluster.faults import LossReason
-from railyard.topology.cluster.model import GpuNode
 
 log = logging.getLogger("railyard.recovery")
 
@@ -65,10 +64,6 @@ class Recovery:
         self.pods = pods
         self.attempts = attempts
         self.quarantine = quarantine
-
-    def models(self) -> dict[str, GpuNode]:
-        """Every node's model: usable now, or last seen usable."""
-        return {**self.ctx.state.last_model, **self.ctx.state.nodes}
 
     async def restart(self, job: Job, action: Restart) -> None:
         """Carry a restart through its gate: a planned move saves a step first; losses close together make
@@ -125,8 +120,8 @@ class Recovery:
         state, settings = self.ctx.state, self.ctx.settings
         memory = self.ctx.memories.recall(job)
         spares = plan_spares(job, action, state.jobs, state.priority_classes,
-                             state.snapshot(), self.models(), state.job_pods, self.checkpoints.last_saved, memory.hold,
-                             self.ctx.clock.monotonic(), self.ctx.clock.time(), settings)
+                             state.snapshot(), node_models(state), state.job_pods, self.checkpoints.last_saved,
+                             memory.hold, self.ctx.clock.monotonic(), self.ctx.clock.time(), settings)
         if spares.kind is SpareKind.RECLAIM:
             assert spares.hold is not None
             await self.victims.reclaim(job, spares.victims, spares.hold, spares.message)
@@ -143,7 +138,7 @@ class Recovery:
         state = self.ctx.state
         started = time.perf_counter()
         plan = plan_restart(RestartInput(
-            job, action, state.snapshot(), self.models(), state.excluded, state.health, len(state.last_model),
+            job, action, state.snapshot(), node_models(state), state.excluded, state.health, len(state.last_model),
             state.job_pods(job.key), holds(self.ctx.memories, state.jobs), self.breaker.tripped,
             lambda node: self.quarantine.corroborating(job, node),
             self.quarantine.straggler_quarantines(self.ctx.clock.time()), partial(pod_infos, state),

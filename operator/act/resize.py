@@ -18,6 +18,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, EventReason, RestartReason
 from railyard.operator.cache.memory import holds, reservations
+from railyard.operator.cache.state_views import node_models
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Resize
 from railyard.operator.decide.holds import held_for_others
@@ -48,7 +49,7 @@ class Resizer:
         avoid = growth_avoids(job, held_for_others(holds(self.ctx.memories, state.jobs), job.key),
                               reservations(self.ctx.memories, state.jobs),
                               spare_nodes(snapshot, self.ctx.settings.spares.per_tor))
-        plan = plan_resize(job, action, snapshot, self.recovery.models(), avoid, memory.grow,
+        plan = plan_resize(job, action, snapshot, node_models(self.ctx.state), avoid, memory.grow,
                            state.usage.freed, mono, now, self._attempt_began(job, now),
                            self.ctx.settings.placement.retry_seconds)
         if plan.kind is ResizeKind.NO_ROOM:

@@ -9,12 +9,12 @@ from railyard.topology.cluster.labels import (
     LABEL_POD_GROUP,
     OUT_OF_SERVICE_TAINT,
     QUARANTINE_TAINT,
+    SCHEDULING_GATE,
 )
 
 GROUP = "railyard.dev"
 LABEL_RANK = "railyard.dev/rank"
 LABEL_RESTART = "railyard.dev/restart-count"
-SCHEDULING_GATE = "railyard.dev/gang"
 ANNOTATION_PLACEMENT_ID = "railyard.dev/placement-id"
 FIELD_MANAGER = "railyard-operator"
 # On the leader's Lease: the topology the operator reads node labels with, so `railyard` commands read

@@ -10,6 +10,12 @@ from railyard.operator.base.objects import Key
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.cache.usage import Holder
 from railyard.topology.cluster.affinity import PodInfo
+from railyard.topology.cluster.model import GpuNode
+
+
+def node_models(state: ClusterState) -> dict[str, GpuNode]:
+    """Every node's model: usable now, or last seen usable (a lost node's, for distances and rails)."""
+    return {**state.last_model, **state.nodes}
 
 
 def pod_infos(state: ClusterState) -> list[PodInfo]:

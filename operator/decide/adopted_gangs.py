@@ -24,7 +24,7 @@ from railyard.operator.decide.actions import (
 )
 from railyard.operator.decide.adoption import ranked
 from railyard.topology.cluster.affinity import NodeLimits
-from railyard.topology.cluster.faults import NodeHealth, NodeLoss, node_loss
+from railyard.topology.cluster.faults import NodeHealth, NodeLoss, losses_of
 from railyard.topology.cluster.model import GpuNode, Snapshot
 from railyard.topology.cluster.workload_groups import GroupMember
 from railyard.topology.solver.replace import RankSlot, ReplacementDecision, solve_replacement
@@ -144,10 +144,8 @@ def replaced_losses(job: Job, action: PlaceReplaced, health: Mapping[str, NodeHe
     placement = job.placement
     assert placement is not None and job.request is not None and job.model is not None
     tolerations = list(job.request.pod_spec.get("tolerations") or [])
-    grace = job.model.spec.fault_policy.node_loss_grace_seconds
     held: dict[str, int] = {}
     for r in placement.ranks:
         if r.rank in action.ranks:
             held[r.node] = held.get(r.node, 0) + len(r.gpus)
-    losses = (node_loss(n, health.get(n), gpus, tolerations, now, grace) for n, gpus in sorted(held.items()))
-    return tuple(loss for loss in losses if loss is not None)
+    return losses_of(held, health, tolerations, now, job.model.spec.fault_policy.node_loss_grace_seconds)

@@ -18,7 +18,6 @@ from railyard.operator.base.keys import (
     LABEL_JOB,
     LABEL_RANK,
     LABEL_RESTART,
-    SCHEDULING_GATE,
 )
 from railyard.operator.decide.builders import pin_to
 from railyard.topology.cluster.workload_groups import GroupMember
@@ -83,14 +82,6 @@ def ranked(members: Mapping[str, GroupMember], offsets: Mapping[int, int] | None
     if sorted(ranks) != list(range(len(ranks))):
         return None
     return [ranks[r] for r in range(len(ranks))]
-
-
-def gated(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == SCHEDULING_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
-
-
-def members_complete(names: Sequence[str] | None, size: int) -> bool:
-    return names is not None and len(names) == size
 
 
 def pin_patch(pod: Mapping[str, Any], job_name: str, rank: int, restart_count: int, node: str, gpus: Sequence[int],

@@ -39,7 +39,7 @@ from railyard.operator.decide.adopted_gangs import assess_adopted
 from railyard.operator.decide.conditions import saving_for_preemption
 from railyard.topology.api.job import PlacementStatus
 from railyard.topology.api.timestamps import epoch
-from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss, node_loss
+from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss, losses_of
 from railyard.topology.cluster.levels import LevelError
 from railyard.topology.cluster.model import Snapshot
 
@@ -103,8 +103,7 @@ def node_losses(placement: PlacementStatus, tolerations: Sequence[Mapping[str, A
     held: dict[str, int] = {}
     for r in placement.ranks:
         held[r.node] = held.get(r.node, 0) + len(r.gpus)
-    losses = (node_loss(name, health.get(name), gpus, tolerations, now, grace) for name, gpus in sorted(held.items()))
-    return tuple(loss for loss in losses if loss is not None)
+    return losses_of(held, health, tolerations, now, grace)
 
 
 def _drained(job_pods: Sequence[str], placement: PlacementStatus, health: Mapping[str, NodeHealth],

@@ -187,6 +187,13 @@ def _tolerated(taint: Taint, tolerations: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
+def losses_of(held: Mapping[str, int], health: Mapping[str, NodeHealth], tolerations: Sequence[Mapping[str, Any]],
+              now: float, grace_seconds: float) -> tuple[NodeLoss, ...]:
+    """The lost ones among these nodes (node -> GPUs a gang holds there), in node order (`now` monotonic)."""
+    losses = (node_loss(n, health.get(n), gpus, tolerations, now, grace_seconds) for n, gpus in sorted(held.items()))
+    return tuple(loss for loss in losses if loss is not None)
+
+
 def node_loss(name: str, health: NodeHealth | None, held_gpus: int, tolerations: Sequence[Mapping[str, Any]],
               now: float, grace_seconds: float) -> NodeLoss | None:
     """Why this node's ranks are lost now (`now`: the operator's monotonic clock), or None while the

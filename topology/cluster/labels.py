@@ -26,6 +26,7 @@ LABEL_GPU_CLIQUE = "nvidia.com/gpu.clique"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_GPUS = "railyard.dev/gpus"
+SCHEDULING_GATE = "railyard.dev/gang"  # on every pod Railyard places until its gang is released
 # The labels every replica pod carries, which inter-pod rules (anti-affinity, spread) match against.
 LABEL_JOB = "railyard.dev/job-name"
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins / Kubeflow Trainer convention

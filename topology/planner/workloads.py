@@ -8,18 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from railyard.topology.cluster.labels import SCHEDULING_GATE
 from railyard.topology.cluster.workload_groups import jobset_offsets
 from railyard.topology.cluster.workload_intent import OPT_IN_LABEL, OPT_IN_VALUE, placement_spec, tier_intent
 
 WORKLOAD_KINDS = ("JobSet", "LeaderWorkerSet", "Job")
-_GATE = "railyard.dev/gang"
 
 
 def opted_in(template: Mapping[str, Any]) -> bool:
     """A pod template Railyard places: the opt-in label, or Railyard's gate written in it."""
     labels = (template.get("metadata") or {}).get("labels") or {}
     gates = (template.get("spec") or {}).get("schedulingGates") or []
-    return labels.get(OPT_IN_LABEL) == OPT_IN_VALUE or any(g.get("name") == _GATE for g in gates)
+    return labels.get(OPT_IN_LABEL) == OPT_IN_VALUE or any(g.get("name") == SCHEDULING_GATE for g in gates)
 
 
 def _templates(obj: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[tuple[str, int]]]:
