@@ -259,6 +259,37 @@ def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_i
     assert {rk["pod"] for rk in status["placement"]["ranks"]} == set(names)
 
 
+def test_a_group_re_made_one_pod_at_a_time_ends_placed_and_released_every_rank_its_new_pod():
+    """An LWS group re-created whole, seen in the order it happens: the new leader exists before the old worker
+    goes. It is placed next to the worker as a replacement; the worker then goes and comes back, and the gang
+    ends placed and released with every rank its new pod, no GPU twice."""
+    r = rig(nodes=4, tors=1)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    bodies = {n: r.api.objects["pods"][("default", n)] for n in names}
+    r.api._remove("pods", ("default", names[0]))
+    r.api._store("pods", _fresh(bodies[names[0]], names[0]), "ADDED")
+    r.deliver()
+    r.step(2)
+    assert _adopted(r)["status"]["restartCount"] == 1, "the new leader placed next to the surviving worker"
+    r.api._remove("pods", ("default", names[1]))
+    r.deliver()
+    r.step()
+    r.api._store("pods", _fresh(bodies[names[1]], names[1]), "ADDED")
+    r.deliver()
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step(2)
+    status = _adopted(r)["status"]
+    pods = {n: r.api.objects["pods"][("default", n)] for n in names}
+    assert {rk["podUid"] for rk in status["placement"]["ranks"]} == {p["metadata"]["uid"] for p in pods.values()}
+    assert cond.get(status["conditions"], cond.PLACED)["reason"] == "Released"
+    assert cond.is_true(status["conditions"], cond.RUNNING)
+    assert all(pinned_node(p["spec"]) and not p["spec"].get("schedulingGates") for p in pods.values())
+    slots = [(rk["node"], g) for rk in status["placement"]["ranks"] for g in rk["gpus"]]
+    assert len(slots) == len(set(slots)) and len(r.state.snapshot().used) <= 2
+
+
 def test_a_leader_killed_between_recording_the_new_home_and_pinning_it_is_finished_by_the_successor(monkeypatch):
     from railyard.operator.act.loop import PlacementLoop
     from railyard.operator.cache.state import ClusterState
