@@ -1,12 +1,16 @@
 """Workloads Railyard places without owning them, on the real control plane with their real controllers (built
-from the Go module proxy at the versions hack/versions.env pins, started only here): JobSet's own example, adapted
-only by the opt-in label and a GPU request (tests/e2e/upstream/), gated by Railyard's pod webhook as the chart
-registers it, placed by Railyard as one gang, ranks mapped by the JobSet's indices, released together."""
+from the Go module proxy at the versions hack/versions.env pins, started only here: JobSet, LeaderWorkerSet,
+Kubeflow Trainer v2, Kueue): each project's own example, adapted only by the opt-in label and a GPU request
+(tests/e2e/upstream/), gated by Railyard's pod webhook as the chart registers it, placed by Railyard as one gang,
+ranks mapped by the workload's indices, released together."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import itertools
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -109,6 +113,81 @@ def lws_controller(api_client, tmp_path_factory) -> Iterator[None]:
         yield
 
 
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+TRAINER_NAMESPACE, TRAINER_SERVICE = "kubeflow-system", "kubeflow-trainer-controller-manager"
+TRAINER_CERTS = Path("/tmp/k8s-webhook-server/serving-certs")  # where Trainer reads its certificates (fixed)
+
+
+def _host_address() -> str:
+    """This host's first global IPv4 address: an endpoint the API server dials (loopback is refused there)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    found = [word.split("/")[0] for before, word in itertools.pairwise(out) if before == "inet"]
+    if not found:
+        pytest.fail("no global IPv4 address on this host for Kubeflow Trainer's webhook endpoint")
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def trainer_controller(jobset_controller, api_client, tmp_path_factory) -> Iterator[Path]:
+    """Kubeflow Trainer v2 (its TrainJobs run as JobSets) with its own certificate manager, as its manifests
+    install it: an empty Secret it fills, its ValidatingWebhookConfiguration it injects its CA into, its Service,
+    here without a selector, its endpoint this host (the rig's API server calls it there and checks the cert
+    against the Service's DNS name). Yields the build directory (the runtime and manifests kept beside it)."""
+    cluster = load_hack_module("cluster", "cluster.py")
+    binary = cluster.binary("trainer")
+    if not binary.exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "trainer"], check=True)
+    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
+                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
+    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "wait", "--timeout=60s",
+                    "--for=condition=Established", "-f", str(binary.parent / "crds")], check=True, capture_output=True)
+    core, admission = client.CoreV1Api(api_client), client.AdmissionregistrationV1Api(api_client)
+    port, health = free_port(), free_port()
+    shutil.rmtree(TRAINER_CERTS.parent, ignore_errors=True)  # another run's certificates
+    with contextlib.suppress(client.ApiException):
+        core.create_namespace({"metadata": {"name": TRAINER_NAMESPACE}})
+    core.create_namespaced_secret(TRAINER_NAMESPACE, {"metadata": {"name": "kubeflow-trainer-webhook-cert"}})
+    core.create_namespaced_service(TRAINER_NAMESPACE, {"metadata": {"name": TRAINER_SERVICE}, "spec": {
+        "ports": [{"name": "webhook", "port": 443, "targetPort": port}]}})
+    core.create_namespaced_endpoints(TRAINER_NAMESPACE, {"metadata": {"name": TRAINER_SERVICE}, "subsets": [{
+        "addresses": [{"ip": _host_address()}], "ports": [{"name": "webhook", "port": port}]}]})
+    hooks = yaml.safe_load((binary.parent / "manifests.yaml").read_text())
+    hooks["metadata"]["name"] = "validator.trainer.kubeflow.org"  # as its kustomization names it
+    for hook in hooks["webhooks"]:
+        hook["clientConfig"]["service"].update(name=TRAINER_SERVICE, namespace=TRAINER_NAMESPACE, port=443)
+    admission.create_validating_webhook_configuration(hooks)
+    log = tmp_path_factory.mktemp("trainer") / "trainer.log"
+    proc = subprocess.Popen([str(binary), f"--webhook-server-port={port}", "--metrics-bind-address=0",
+                             f"--health-probe-bind-address=127.0.0.1:{health}", "--leader-elect=false"],
+                            env={**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG)},
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    try:
+        made = poll(lambda: (core.read_namespaced_secret("kubeflow-trainer-webhook-cert", TRAINER_NAMESPACE).data
+                             or {}).get("tls.key") and core.read_namespaced_secret(
+                                 "kubeflow-trainer-webhook-cert", TRAINER_NAMESPACE).data, 60,
+                    "Kubeflow Trainer's certificates in its Secret")
+        TRAINER_CERTS.mkdir(parents=True, exist_ok=True)
+        for key in ("ca.crt", "tls.crt", "tls.key"):  # as the kubelet mounts the Secret in its pod
+            (TRAINER_CERTS / key).write_bytes(base64.b64decode(made[key]))
+        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
+             "Kubeflow Trainer ready (its certificates mounted and its CA injected)")
+        yield binary.parent
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_validating_webhook_configuration(hooks["metadata"]["name"])
+        with contextlib.suppress(client.ApiException):
+            client.CustomObjectsApi(api_client).delete_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
+                                                                             "torch-distributed")
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(TRAINER_NAMESPACE)
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        shutil.rmtree(TRAINER_CERTS.parent, ignore_errors=True)
+        print(log.read_text(errors="replace")[-3000:])
+
+
 @pytest.fixture
 def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp_path) -> Iterator[OperatorProcess]:
     """An operator serving the pod webhook over TLS, registered as the chart registers it (opted-in pods of
@@ -179,6 +258,35 @@ def test_jobsets_own_example_is_placed_by_railyard_as_one_gang_ranked_by_its_ind
         assert pod.metadata.annotations["railyard.dev/gpus"] == ",".join(map(str, entry["gpus"]))
     assert_no_gpu_double_booked(api_client, core)
 
+
+
+def test_a_kubeflow_trainjob_on_an_opted_in_runtime_is_placed_as_one_gang_ranked_by_its_node_index(
+        trainer_controller, gang_operator, api_client, core, custom, namespace):
+    runtime = yaml.safe_load((trainer_controller / "torch_distributed.yaml").read_text())
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]
+        pod.setdefault("metadata", {}).setdefault("labels", {})["railyard.dev/scheduling"] = "gang"  # the opt-in
+    custom.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)  # Trainer's webhook admits it
+    body = yaml.safe_load((UPSTREAM / "trainjob-pytorch.yaml").read_text())
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    gang = poll(lambda: (g := _gang(custom, namespace, "JobSet")) and _placed(g) and g, 180,
+                "the TrainJob's JobSet placed and released by Railyard as one gang")
+    assert gang["spec"]["replicas"] == 2 and gang["spec"]["adopt"]["name"] == "pytorch-mnist-example"
+    jobset = custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", "pytorch-mnist-example")
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob", "the JobSet is the TrainJob's own"
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+
+    def bound() -> bool:
+        return all(core.read_namespaced_pod(r["pod"], namespace).spec.node_name == r["node"] for r in ranks.values())
+
+    poll(bound, 60, "every node's pod bound where Railyard chose")
+    for rank, entry in ranks.items():
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert int(pod.metadata.labels["batch.kubernetes.io/job-completion-index"]) == rank
+        assert pod.metadata.uid == entry["podUid"]
+    nodes = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
+    assert len({nodes[r["node"]][LABEL_TOR] for r in ranks.values()}) == 1, "two nodes of one TOR"
+    assert_no_gpu_double_booked(api_client, core)
 
 
 INDEXED_JOB = {
