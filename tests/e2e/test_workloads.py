@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bench.controllers import webhook, workload_controller
 from kubernetes import client
 from railyard.topology.cluster.labels import LABEL_TOR
 
@@ -36,80 +37,24 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 LWS = ("leaderworkerset.x-k8s.io", "v1")
 
 
-def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str], group: str = "",
-             versions: tuple[str, ...] = ("v1",), selector: dict | None = None) -> dict:
-    hook = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-            "timeoutSeconds": 10, "clientConfig": {"url": url, "caBundle": ca},
-            "rules": [{"apiGroups": [group], "apiVersions": list(versions), "operations": operations,
-                       "resources": [resource], "scope": "Namespaced"}]}
-    if selector is not None:
-        hook["objectSelector"] = selector
-    return hook
-
-
 @contextlib.contextmanager
-def _controller(api_client, directory: Path, name: str, config_group: str, group: str, version: str,
-                resource: str, pod_selector_label: str, pod_operations: list[str]) -> Iterator[None]:
-    """A workload controller built at its pinned version (hack/build-binaries.sh `name`), its CRDs applied and
-    its four webhooks registered as its own manifests register them, pointed at this process."""
-    cluster = load_hack_module("cluster", "cluster.py")
-    binary = cluster.binary(name)
-    if not binary.exists():
-        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), name], check=True)
-    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
-                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
-    made = certs(directory)
-    (directory / "serving").mkdir()
-    (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())
-    (directory / "serving" / "tls.key").write_bytes(made["key"].read_bytes())
-    port, health = free_port(), free_port()
-    config = directory / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": f"{config_group}/v1alpha1", "kind": "Configuration",
-        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(directory / "serving")},
-        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}}))
-    log = directory / f"{name}.log"
-    proc = subprocess.Popen([str(binary), f"--kubeconfig={cluster.KUBECONFIG}", f"--config={config}",
-                             "--leader-elect=false"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-    admission = client.AdmissionregistrationV1Api(api_client)
-    base, ca = f"https://127.0.0.1:{port}", ca_bundle(made["ca"])
-    path = f"{group.replace('.', '-')}-{version}-{resource[:-1]}"
-    pods = {"matchExpressions": [{"key": pod_selector_label, "operator": "Exists"}]}
-    names = [f"e2e-{name}-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
-    admission.create_mutating_webhook_configuration({"metadata": {"name": names[0]}, "webhooks": [
-        _webhook(f"m{resource[:-1]}.kb.io", f"{base}/mutate-{path}", ca, resource, ["CREATE"], group, (version,)),
-        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
-    admission.create_validating_webhook_configuration({"metadata": {"name": names[1]}, "webhooks": [
-        _webhook(f"v{resource[:-1]}.kb.io", f"{base}/validate-{path}", ca, resource, ["CREATE", "UPDATE"], group,
-                 (version,)),
-        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
-    try:
-        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
-             f"the {name} controller ready")
-        yield
-    finally:
-        with contextlib.suppress(client.ApiException):
-            admission.delete_mutating_webhook_configuration(names[0])
-        with contextlib.suppress(client.ApiException):
-            admission.delete_validating_webhook_configuration(names[1])
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        print(log.read_text(errors="replace")[-3000:])
+def _controller(directory: Path, name: str) -> Iterator[None]:
+    with workload_controller(name, directory) as log:
+        try:
+            yield
+        finally:
+            print(log.read_text(errors="replace")[-3000:])
 
 
 @pytest.fixture(scope="module")
 def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
-    with _controller(api_client, tmp_path_factory.mktemp("jobset"), "jobset", "config.jobset.x-k8s.io", *JOBSET,
-                     "jobsets", "jobset.sigs.k8s.io/jobset-name", ["CREATE"]):
+    with _controller(tmp_path_factory.mktemp("jobset"), "jobset"):
         yield
 
 
 @pytest.fixture(scope="module")
 def lws_controller(api_client, tmp_path_factory) -> Iterator[None]:
-    with _controller(api_client, tmp_path_factory.mktemp("lws"), "lws", "config.lws.x-k8s.io", *LWS,
-                     "leaderworkersets", "leaderworkerset.sigs.k8s.io/name", ["CREATE", "UPDATE"]):
+    with _controller(tmp_path_factory.mktemp("lws"), "lws"):
         yield
 
 
@@ -201,7 +146,7 @@ def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp
     admission = client.AdmissionregistrationV1Api(api_client)
     hook = f"railyard-e2e-gang-pods-{namespace}"
     admission.create_mutating_webhook_configuration({"metadata": {"name": hook}, "webhooks": [{
-        **_webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
+        **webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
                    "pods", ["CREATE"], selector={"matchLabels": {"railyard.dev/scheduling": "gang"}}),
         "reinvocationPolicy": "IfNeeded",
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})

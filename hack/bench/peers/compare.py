@@ -14,8 +14,10 @@ rig once per peer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import bench.peers.kueue as peers_kueue
 import bench.peers.volcano as peers_volcano
 from bench.common import after_gc_discovery, arguments, cluster, fresh_cluster, percentile, wait
+from bench.controllers import workload_controller
 from bench.peers.translators import (
     JOB_LABEL,
     PEERS,
@@ -47,8 +50,26 @@ _PATHS = {("railyard.dev/v1alpha1", "TrainingJob"): "/apis/railyard.dev/v1alpha1
           ("v1", "Pod"): "/api/v1/namespaces/{ns}/pods",
           ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs",
           ("batch.volcano.sh/v1alpha1", "Job"): "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
-          ("scheduling.k8s.io/v1alpha2", "PodGroup"): "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
+          ("scheduling.k8s.io/v1alpha2", "PodGroup"): "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups",
+          ("jobset.x-k8s.io/v1alpha2", "JobSet"): "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"}
 _SCHEDULERS = ("kube-scheduler", "railyard-operator", "kueue", "vc-scheduler", "vc-controller-manager")
+RAILYARD = ("railyard", "railyard-jobset")  # the second: the same jobs as JobSets Railyard places (issue 46)
+OPERATOR_METRICS = 18080  # bench/rig/operator.start_operator's
+
+
+class _Controller:
+    """A workload controller (bench/controllers.py) in `processes`: stopped as the peers' schedulers are."""
+
+    def __init__(self, name: str) -> None:
+        self.stack = contextlib.ExitStack()
+        self.stack.enter_context(workload_controller(name, Path(tempfile.mkdtemp(prefix=f"compare-{name}-"))))
+        self.pid = 0
+
+    def terminate(self) -> None:
+        self.stack.close()
+
+    def wait(self, timeout: float) -> None:
+        return None
 
 
 def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
@@ -65,9 +86,11 @@ def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     extra: dict[str, int] = {}
-    processes = []
+    processes: list[Any] = []  # what stop() ends: the peers' processes, a workload controller
     crds_applied = time.monotonic()  # Volcano's, in peers_volcano.start
-    if peer == "railyard":
+    if peer == "railyard-jobset":
+        processes.append(_Controller("jobset"))
+    if peer in RAILYARD:
         crds_applied = apply_crds()
         operator, port, _ = start_operator("railyard-compare")
         processes.append(operator.proc)
@@ -82,9 +105,15 @@ def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
                               ("vc-scheduler", "vc-controller-manager"), strict=True):
             processes.append(proc)
             extra[name] = proc.pid
-    if peer in ("railyard", "volcano"):  # their pods are owned by objects of a kind installed just now
+    if peer in (*RAILYARD, "volcano"):  # their pods are owned by objects of a kind installed just now
         after_gc_discovery(crds_applied)
     return figures, api, processes, extra
+
+
+def operator_requests() -> float:
+    """API requests the operator has sent so far (its own counter, every verb and resource)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in scrape(OPERATOR_METRICS).splitlines()
+               if line.startswith("railyard_api_requests_total{"))
 
 
 def cluster_gpus(api: KubeApi) -> int:
@@ -113,6 +142,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures, api, processes, extra = start_peer(peer)
     watcher = PodWatch()
     cpu_before = cpu_seconds(extra)
+    requests_before = operator_requests() if peer in RAILYARD else 0.0
     submitted: dict[str, float] = {}
     send = submitter(api, peer)
 
@@ -170,6 +200,10 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
     figures["scheduler_cpu_seconds"] = scheduler_cpu(cpu_before, cpu_after)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
+    if peer in RAILYARD and bound_times:
+        figures["operator_requests_per_pod"] = round((operator_requests() - requests_before) / len(bound_times), 3)
+        figures["operator_cpu_ms_per_pod"] = round(
+            1000 * figures["cpu_seconds"].get("railyard-operator", 0.0) / len(bound_times), 2)
     stop(processes)
     return figures, placements
 
