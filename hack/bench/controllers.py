@@ -70,6 +70,13 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _kubectl(*args: str) -> None:
+    done = subprocess.run([str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), *args],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+
+
 # name -> (its Configuration's API group, its workload's group, version, resource, the label its pods carry,
 # the pod operations its pod webhooks take)
 KINDS = {
@@ -89,12 +96,9 @@ def workload_controller(name: str, directory: Path, api: KubeApi | None = None) 
     binary = cluster.binary(name)
     if not binary.exists():
         subprocess.run([str(HACK / "build-binaries.sh"), name], check=True)
-    kubectl = str(cluster.binary("kubectl"))
-    subprocess.run([kubectl, "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side", "-f",
-                    str(binary.parent / "crds")], check=True, capture_output=True)
-    subprocess.run([kubectl, "--kubeconfig", str(cluster.KUBECONFIG), "wait", "--timeout=60s",
-                    "--for=condition=Established", "-f", str(binary.parent / "crds")], check=True,
-                   capture_output=True)
+    crds = str(binary.parent / "crds")
+    _kubectl("apply", "--server-side", "-f", crds)
+    _kubectl("wait", "--timeout=60s", "--for=condition=Established", "-f", crds)
     made = certs(directory)
     (directory / "serving").mkdir()
     (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())

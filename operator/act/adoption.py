@@ -2,11 +2,15 @@
 gang's pods opted in (Railyard's gate) and its size is known — from the pods (an LWS group, a labelled pod
 group) or read once from the owner's spec (a JobSet's replicated jobs, a Job's parallelism, a PodGroup's
 minCount) — the TrainingJob is created, owned by the workload (gone with it). From then on the gang is queued and
-placed as a TrainingJob; act/materialiser.py pins and ungates its pods instead of creating any."""
+placed as a TrainingJob; act/materialiser.py pins and ungates its pods instead of creating any. A gang's
+TrainingJob deleted by hand while its placed pods run on (their owner lives) is made again with its spec and
+status: its placement is what counts those pods' GPUs and what a re-made pod is placed next to."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Key
@@ -21,9 +25,11 @@ class Adoption:
         self.ctx = ctx
         # (namespace, group) -> (size, JobSet offsets), read once; None: the owner could not tell (yet)
         self._sizes: dict[Key, tuple[int, dict[int, int] | None] | None] = {}
+        self._placed: dict[Key, Mapping[str, Any]] = {}  # each placed adopted gang's TrainingJob, as last seen
 
     async def run(self) -> None:
         """A TrainingJob for every gang with an opted-in pod that has none."""
+        await self._restore_deleted()
         state = self.ctx.state
         groups = state.groups
         for gone in [g for g in self._sizes if g not in set(groups)]:
@@ -41,6 +47,44 @@ class Adoption:
                 await self._adopt(namespace, group, member, gated[0].name)
             except Exception as e:  # one gang's trouble is that gang's: the others go on
                 log.warning("gang %s/%s (%s %s): not adopted: %s", namespace, group, member.kind, member.name, e)
+
+    async def _restore_deleted(self) -> None:
+        state = self.ctx.state
+        for key, job in state.jobs.items():
+            if job.spec is not None and job.spec.adopt is not None and job.placement is not None:
+                self._placed[key] = job.body
+        for key, body in list(self._placed.items()):
+            job = state.jobs.get(key)
+            if job is not None and job.placement is not None:
+                continue
+            if (job is not None and job.uid == body["metadata"].get("uid")) or not self._runs(key[0], body):
+                del self._placed[key]  # its placement given back, or its pods gone: nothing to restore
+                continue
+            try:
+                if await self._restore(key, body, job is None):
+                    del self._placed[key]
+            except Exception as e:  # tried again next pass
+                log.warning("job %s/%s: deleted while its gang runs; not restored yet: %s", *key, e)
+
+    def _runs(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        """Whether a pod the placement names still runs released (not gated, not ending)."""
+        status = body.get("status") or {}
+        uids = {r.get("podUid") for r in (status.get("placement") or {}).get("ranks") or []}
+        group = body["spec"]["adopt"]["group"]
+        return any(p.uid in uids and not p.gated and not p.terminating and not p.finished
+                   for p in self.ctx.state.group_pods(namespace, group))
+
+    async def _restore(self, key: Key, body: Mapping[str, Any], create: bool) -> bool:
+        if create:
+            meta = body["metadata"]
+            fresh = {"apiVersion": body["apiVersion"], "kind": body["kind"], "spec": body["spec"],
+                     "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "ownerReferences")
+                                  if k in meta}}
+            await self.ctx.api.create("trainingjobs", fresh)
+        written = await self.ctx.api.patch_job_status(*key, dict(body.get("status") or {}))
+        if written is not None:
+            log.warning("job %s/%s: deleted while its gang's pods run; made again with its placement", *key)
+        return written is not None
 
     async def _adopt(self, namespace: str, group: str, member: GroupMember, pod_name: str) -> None:
         key = (namespace, group)

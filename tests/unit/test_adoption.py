@@ -15,40 +15,8 @@ from railyard.topology.cluster.nodes import pinned_node
 from tests.support import status as cond
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
-
-GATE = {"name": "railyard.dev/gang"}
-
-
-def _jobset(r: Rig, name: str, jobs: int, parallelism: int, gpus: int = 8, **annotations: str) -> list[str]:
-    """A JobSet of `jobs` Jobs of `parallelism` pods each, as its controller and the Job controller make them:
-    labelled, owned by their Job, gated by Railyard's gate (the pod webhook's work). Returns the pod names."""
-    uid = uuid.uuid4().hex
-    r.api.owners[f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{name}"] = {
-        "metadata": {"name": name, "uid": uid},
-        "spec": {"replicatedJobs": [{"name": "w", "replicas": jobs,
-                                     "template": {"spec": {"parallelism": parallelism}}}]}}
-    names = []
-    for j in range(jobs):
-        job, job_uid = f"{name}-w-{j}", uuid.uuid4().hex
-        for i in range(parallelism):
-            pod = f"{job}-{i}-{uuid.uuid4().hex[:5]}"
-            names.append(pod)
-            labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": uid,
-                      "jobset.sigs.k8s.io/restart-attempt": "0", "jobset.sigs.k8s.io/job-global-index": str(j),
-                      "batch.kubernetes.io/job-name": job, "batch.kubernetes.io/controller-uid": job_uid,
-                      "batch.kubernetes.io/job-completion-index": str(i), "railyard.dev/scheduling": "gang"}
-            body: dict[str, Any] = {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": "default", "labels": labels, "annotations": dict(annotations),
-                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
-                                                  "uid": job_uid, "controller": True}]},
-                "spec": {"restartPolicy": "OnFailure", "schedulingGates": [GATE],
-                         "containers": [{"name": "train", "image": "trainer:1",
-                                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-                "status": {"phase": "Pending"}}
-            r.api._store("pods", body, "ADDED")
-    r.deliver()
-    return names
+from tests.support.workloads import fresh_pod as _fresh
+from tests.support.workloads import jobset_pods as _jobset
 
 
 def _adopted(r: Rig) -> dict[str, Any]:
@@ -144,23 +112,6 @@ def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_
     assert all(("default", n) not in r.api.objects["pods"] for n in names), "its pods deleted (the owner re-makes)"
     r.step()
     assert r.status("urgent").get("placement"), "the preemptor got the room"
-
-
-def _fresh(old: dict[str, Any], name: str) -> dict[str, Any]:
-    """`old` as its owner makes it again under `name`: a new uid, the same indices, gated by the webhook."""
-    import copy
-
-    pod = copy.deepcopy(old)
-    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "uid")}
-    pod["metadata"]["name"] = name
-    pod["metadata"]["uid"] = uuid.uuid4().hex
-    for key in ("railyard.dev/job-name", "railyard.dev/rank", "railyard.dev/restart-count"):
-        pod["metadata"]["labels"].pop(key, None)
-    pod["metadata"]["annotations"] = {}
-    pod["spec"] = {k: v for k, v in pod["spec"].items() if k not in ("affinity", "nodeName")}
-    pod["spec"]["schedulingGates"] = [GATE]
-    pod["status"] = {"phase": "Pending"}
-    return pod
 
 
 def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
@@ -368,3 +319,26 @@ def test_a_node_lost_under_an_adopted_gang_is_quarantined_when_its_pod_is_re_mad
     assert status["lastRestart"]["reason"] == "NodeNotReady" and status["lastRestart"]["lostNodes"] == [lost]
     assert {"key": "railyard.dev/unhealthy", "value": "NodeNotReady", "effect": "NoSchedule"} in r.taints(lost)
     assert any(e["reason"] == "NodeLost" for e in r.api.posted_events)
+
+
+def test_a_gangs_trainingjob_deleted_by_hand_while_its_pods_run_is_made_again_with_its_placement():
+    """A tenant's `kubectl delete tj` of an adopted gang deletes no pod (the pods are their owner's): the
+    TrainingJob is made again with its placement, so the running pods' GPUs stay counted and a pod their owner
+    makes again later is placed next to them."""
+    r = rig(nodes=4, tors=1)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    before = _adopted(r)
+    r.api.delete_job("default", before["metadata"]["name"])
+    r.deliver()
+    assert all(("default", n) in r.api.objects["pods"] for n in names), "the owner's pods are not touched"
+    r.step()
+    after = _adopted(r)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"], "made again"
+    assert after["status"]["placement"] == before["status"]["placement"]
+    assert after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
+    fresh = _remake(r, names[1])
+    r.step(2)
+    ranks = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    assert ranks[1]["pod"] == fresh and ranks[0] == {k: v for k, v in before["status"]["placement"]["ranks"][0].items()}
+    slots = [(rk["node"], g) for rk in ranks.values() for g in rk["gpus"]]
+    assert len(slots) == len(set(slots))

@@ -45,6 +45,11 @@ FAULT = {"type": "GpuNvlinkWatch", "status": "True", "message": "NVLink down",
 DRAIN_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 
 
+def _gpus(pod: dict[str, Any]) -> str:
+    """The GPUs Railyard pinned the pod to ("" for an adopted gang's pod not pinned yet)."""
+    return str(pod["metadata"].get("annotations", {}).get("railyard.dev/gpus", ""))
+
+
 class FeaturesMeet(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -297,14 +302,13 @@ class FeaturesMeet(RuleBasedStateMachine):
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             node = pod["spec"].get("nodeName") or pinned_node(pod["spec"])
-            for g in parse_gpu_annotation(pod["metadata"]["annotations"]["railyard.dev/gpus"]):
+            for g in parse_gpu_annotation(_gpus(pod)):
                 holders.setdefault((node or "", g), set()).add(pod["metadata"]["labels"]["railyard.dev/job-name"])
         assert not [k for k, v in holders.items() if len(v) > 1], "two jobs' live pods hold a GPU"
         bound: Counter = Counter()
         for pod in self.r.api.objects["pods"].values():
             if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                bound.update((pod["spec"]["nodeName"], g)
-                             for g in parse_gpu_annotation(pod["metadata"]["annotations"]["railyard.dev/gpus"]))
+                bound.update((pod["spec"]["nodeName"], g) for g in parse_gpu_annotation(_gpus(pod)))
         assert not [k for k, v in bound.items() if v > 1], "two bound pods hold a GPU"
         devices = Counter(d for c in self.r.api.objects["resourceclaims"].values() for d in allocated(c))
         assert not [k for k, v in devices.items() if v > 1], "two claims hold a device"
@@ -313,9 +317,11 @@ class FeaturesMeet(RuleBasedStateMachine):
     def no_gang_partly_released(self) -> None:
         by_placement: dict[str, list] = {}
         for pod in self.r.api.objects["pods"].values():
-            by_placement.setdefault(pod["metadata"]["annotations"][ANNOTATION_PLACEMENT_ID], []).append(pod)
+            if (pid := pod["metadata"]["annotations"].get(ANNOTATION_PLACEMENT_ID)) is not None:
+                by_placement.setdefault(pid, []).append(pod)
+        # An adopted gang's re-made pods are released alone, next to the survivors (docs/workloads.md).
         jobs = {j["status"]["placement"]["id"]: j for j in self.r.api.objects["trainingjobs"].values()
-                if (j.get("status") or {}).get("placement")}
+                if (j.get("status") or {}).get("placement") and not j["spec"].get("adopt")}
         for pid, pods in by_placement.items():
             released = [p for p in pods if not any(g["name"] == SCHEDULING_GATE
                                                    for g in p["spec"].get("schedulingGates") or [])]
