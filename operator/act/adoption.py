@@ -15,7 +15,7 @@ from typing import Any
 from railyard.operator.act.actor_context import Context
 from railyard.operator.base.objects import Key
 from railyard.operator.decide.adoption import adopted_job, adopted_name
-from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind, jobset_offsets
+from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind, jobset_offsets, pytorchjob_offsets
 
 log = logging.getLogger("railyard.adoption")
 
@@ -117,6 +117,11 @@ class Adoption:
                 return None
             size, offsets = jobset_offsets(jobset)
             return size, offsets
+        if member.kind is WorkloadKind.PYTORCH_JOB and owner is not None:
+            job = await self.ctx.api.read(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{owner.name}")
+            if job is None or (job.get("metadata") or {}).get("uid") != owner.uid:
+                return None
+            return pytorchjob_offsets(job)
         if member.kind is WorkloadKind.JOB:
             job = await self.ctx.api.read(f"/apis/batch/v1/namespaces/{namespace}/jobs/{member.name}")
             if job is None:

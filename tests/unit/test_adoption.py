@@ -342,3 +342,33 @@ def test_a_gangs_trainingjob_deleted_by_hand_while_its_pods_run_is_made_again_wi
     assert ranks[1]["pod"] == fresh and ranks[0] == {k: v for k, v in before["status"]["placement"]["ranks"][0].items()}
     slots = [(rk["node"], g) for rk in ranks.values() for g in rk["gpus"]]
     assert len(slots) == len(set(slots))
+
+
+def test_a_pytorchjobs_pods_are_one_gang_the_master_rank_0_and_the_workers_after_it_by_replica_index():
+    """Kubeflow Training Operator v1's PyTorchJob: its pods carry their replica type and index, its spec says
+    how many; torchrun's ranks are the master's 0 and the workers' 1.. in replica-index order."""
+    r = rig(nodes=4, tors=1)
+    uid = uuid.uuid4().hex
+    r.api.owners["/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert"] = {
+        "metadata": {"name": "bert", "uid": uid},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 2}}}}
+    for kind, index in (("worker", 1), ("master", 0), ("worker", 0)):  # in any order
+        labels = {"training.kubeflow.org/job-name": "bert", "training.kubeflow.org/replica-type": kind,
+                  "training.kubeflow.org/replica-index": str(index), "railyard.dev/scheduling": "gang"}
+        r.api._store("pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"bert-{kind}-{index}", "namespace": "default", "labels": labels, "annotations": {},
+                         "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "bert",
+                                              "uid": uid, "controller": True}]},
+            "spec": {"restartPolicy": "OnFailure", "schedulingGates": [{"name": "railyard.dev/gang"}],
+                     "containers": [{"name": "pytorch", "image": "trainer:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Pending"}}, "ADDED")
+    r.deliver()
+    r.step(3)
+    job = _adopted(r)
+    assert job["spec"]["replicas"] == 3 and job["spec"]["adopt"]["kind"] == "PyTorchJob"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    ranks = {rk["rank"]: rk["pod"] for rk in job["status"]["placement"]["ranks"]}
+    assert ranks == {0: "bert-master-0", 1: "bert-worker-0", 2: "bert-worker-1"}
+    assert cond.get(job["status"]["conditions"], cond.PLACED)["reason"] in ("Placing", "Released")
