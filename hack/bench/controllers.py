@@ -77,6 +77,20 @@ def _kubectl(*args: str) -> None:
         raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
 
 
+def apply_crds(directory: Path, api: KubeApi) -> None:
+    """Apply the CRDs in `directory` and wait until each is Established (`kubectl wait` errs, not waits, on a CRD
+    whose status has no conditions yet)."""
+    _kubectl("apply", "--server-side", "-f", str(directory))
+    names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in sorted(directory.glob("*.yaml"))]
+
+    def established(name: str) -> bool:
+        crd = api.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+
+    wait(lambda: all(established(n) for n in names), 60, f"CRDs {', '.join(names)} established", interval=0.2)
+
+
 # name -> (its Configuration's API group, its workload's group, version, resource, the label its pods carry,
 # the pod operations its pod webhooks take)
 KINDS = {
@@ -96,9 +110,7 @@ def workload_controller(name: str, directory: Path, api: KubeApi | None = None) 
     binary = cluster.binary(name)
     if not binary.exists():
         subprocess.run([str(HACK / "build-binaries.sh"), name], check=True)
-    crds = str(binary.parent / "crds")
-    _kubectl("apply", "--server-side", "-f", crds)
-    _kubectl("wait", "--timeout=60s", "--for=condition=Established", "-f", crds)
+    apply_crds(binary.parent / "crds", api)
     made = certs(directory)
     (directory / "serving").mkdir()
     (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())

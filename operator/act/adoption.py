@@ -54,14 +54,14 @@ class Adoption:
             if job.spec is not None and job.spec.adopt is not None and job.placement is not None:
                 self._placed[key] = job.body
         for key, body in list(self._placed.items()):
-            job = state.jobs.get(key)
-            if job is not None and job.placement is not None:
+            now = state.jobs.get(key)
+            if now is not None and now.placement is not None:
                 continue
-            if (job is not None and job.uid == body["metadata"].get("uid")) or not self._runs(key[0], body):
+            if (now is not None and now.uid == body["metadata"].get("uid")) or not self._runs(key[0], body):
                 del self._placed[key]  # its placement given back, or its pods gone: nothing to restore
                 continue
             try:
-                if await self._restore(key, body, job is None):
+                if await self._restore(key, body, now is None):
                     del self._placed[key]
             except Exception as e:  # tried again next pass
                 log.warning("job %s/%s: deleted while its gang runs; not restored yet: %s", *key, e)

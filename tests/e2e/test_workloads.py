@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bench.controllers import webhook, workload_controller
+from bench.controllers import apply_crds, webhook, workload_controller
 from kubernetes import client
+from railyard.operator.kube.client import KubeApi
 from railyard.topology.cluster.labels import LABEL_TOR
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.operator import OperatorProcess, free_port, wait_for_leader
 from tests.support.poll import poll
-from tests.support.rig import REPO, load_hack_module, rig_binary
+from tests.support.rig import REPO, load_hack_module
 from tests.support.tls import ca_bundle, certs, client_ca
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
@@ -83,10 +84,7 @@ def trainer_controller(jobset_controller, api_client, tmp_path_factory) -> Itera
     binary = cluster.binary("trainer")
     if not binary.exists():
         subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "trainer"], check=True)
-    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
-                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
-    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "wait", "--timeout=60s",
-                    "--for=condition=Established", "-f", str(binary.parent / "crds")], check=True, capture_output=True)
+    apply_crds(binary.parent / "crds", KubeApi(workers=1, kubeconfig=str(cluster.KUBECONFIG)))
     core, admission = client.CoreV1Api(api_client), client.AdmissionregistrationV1Api(api_client)
     port, health = free_port(), free_port()
     shutil.rmtree(TRAINER_CERTS.parent, ignore_errors=True)  # another run's certificates
