@@ -178,9 +178,8 @@ class Materialiser:
                 return False
             if view.placement_id == placement.id:
                 continue  # pinned already
-            pod = await self.ctx.api.read(f"/api/v1/namespaces/{job.namespace}/pods/{r.pod}")
-            if pod is None or pod["metadata"].get("uid") != view.uid:
-                return False
+            # Built from the watched pod (its node affinity), sent for its uid only: no read per pod.
+            pod = {"spec": {"affinity": {"nodeAffinity": view.node_affinity}}} if view.node_affinity else {}
             patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
             stored = await self.ctx.limited(self.ctx.api.patch_pod, job.namespace, r.pod or "", view.uid, patch)
             if stored is None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from railyard.topology.cluster.labels import LABEL_TOR
 from railyard.topology.cluster.nodes import pinned_node
 
 from tests.support import status as cond
@@ -372,3 +373,21 @@ def test_a_pytorchjobs_pods_are_one_gang_the_master_rank_0_and_the_workers_after
     ranks = {rk["rank"]: rk["pod"] for rk in job["status"]["placement"]["ranks"]}
     assert ranks == {0: "bert-master-0", 1: "bert-worker-0", 2: "bert-worker-1"}
     assert cond.get(job["status"]["conditions"], cond.PLACED)["reason"] in ("Placing", "Released")
+
+
+def test_a_pods_own_node_affinity_is_kept_when_railyard_pins_it_without_reading_it_again():
+    r = rig(nodes=4, tors=1)
+    names = _jobset(r, "train", jobs=1, parallelism=2)
+    pod = r.api.objects["pods"][("default", names[0])]
+    own = {"matchExpressions": [{"key": LABEL_TOR, "operator": "Exists"}]}
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [own]}}}
+    r.api._store("pods", pod, "MODIFIED")
+    r.deliver()
+    reads = len([w for w in r.api.writes if w[0] == "GET"])
+    r.step(3)
+    pinned = r.api.objects["pods"][("default", names[0])]["spec"]["affinity"]["nodeAffinity"]
+    terms = pinned["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 1 and terms[0]["matchExpressions"] == own["matchExpressions"], "its own term kept"
+    assert terms[0]["matchFields"][0]["key"] == "metadata.name", "and narrowed to Railyard's node"
+    assert len([w for w in r.api.writes if w[0] == "GET"]) == reads

@@ -175,6 +175,17 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
             done[job] = max(done.get(job, 0.0), at)
     latencies = [done[j.name] - submitted[j.name] for j in jobs
                  if j.name in done and placements[j.name]["bound"] == j.replicas]
+    if peer == "railyard-jobset":  # from the gang's last pod made by the Job controller (Railyard's share)
+        made: dict[str, float] = {}
+        for pod, at in watcher.created.items():
+            if job := watcher.labels.get(pod, {}).get(JOB_LABEL):
+                made[job] = max(made.get(job, 0.0), at)
+        ready = [done[j.name] - made[j.name] for j in jobs
+                 if j.name in done and j.name in made and placements[j.name]["bound"] == j.replicas]
+        figures["gang_made_to_bound_p50_seconds"] = percentile(ready, 50) if ready else None
+        figures["gang_made_to_bound_p99_seconds"] = percentile(ready, 99) if ready else None
+        figures["pods_made_per_second"] = round(len(watcher.created) / (max(watcher.created.values()) - t0), 1) \
+            if watcher.created else 0
     bound_times = list(watcher.bound.values())
     gpus_of = {j.name: j.gpus for j in jobs}
     # GPUs bound over time since the burst, one point a second (for the plot).
