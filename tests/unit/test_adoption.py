@@ -324,19 +324,26 @@ def test_a_node_lost_under_an_adopted_gang_is_quarantined_when_its_pod_is_re_mad
 
 def test_a_gangs_trainingjob_deleted_by_hand_while_its_pods_run_is_made_again_with_its_placement():
     """A tenant's `kubectl delete tj` of an adopted gang deletes no pod (the pods are their owner's): the
-    TrainingJob is made again with its placement, so the running pods' GPUs stay counted and a pod their owner
-    makes again later is placed next to them."""
+    TrainingJob is made again and the placement read back from the pods, by whichever operator leads, so the
+    running pods' GPUs stay counted and a pod their owner makes again later is placed next to them."""
     r = rig(nodes=4, tors=1)
     names = _running_jobset(r, "train", jobs=1, parallelism=2)
     before = _adopted(r)
     r.api.delete_job("default", before["metadata"]["name"])
     r.deliver()
     assert all(("default", n) in r.api.objects["pods"] for n in names), "the owner's pods are not touched"
-    r.step()
+    r.loop = type(r.loop)(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # even a new leader
+    r.step(2)
     after = _adopted(r)
     assert after["metadata"]["uid"] != before["metadata"]["uid"], "made again"
-    assert after["status"]["placement"] == before["status"]["placement"]
+
+    def where(body: dict[str, Any]) -> tuple:
+        placement = body["status"]["placement"]
+        return placement["id"], [(x["rank"], x["pod"], x["podUid"], x["node"], x["gpus"]) for x in placement["ranks"]]
+
+    assert where(after) == where(before), "the placement its pods run under, read back from them"
     assert after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
+    assert any(e["reason"] == "PlacementRestored" for e in r.api.posted_events)
     fresh = _remake(r, names[1])
     r.step(2)
     ranks = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
@@ -391,3 +398,23 @@ def test_a_pods_own_node_affinity_is_kept_when_railyard_pins_it_without_reading_
     assert len(terms) == 1 and terms[0]["matchExpressions"] == own["matchExpressions"], "its own term kept"
     assert terms[0]["matchFields"][0]["key"] == "metadata.name", "and narrowed to Railyard's node"
     assert len([w for w in r.api.writes if w[0] == "GET"]) == reads
+
+
+@given(st.sampled_from([
+    {},
+    {"affinity": {"podAntiAffinity": {"x": 1}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "spec.x", "operator": "Exists"}]}]}}}},
+    {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}},
+]), st.sampled_from(["gpu-0000", "n-7"]))
+def test_a_pin_taken_off_a_pods_spec_gives_back_the_spec_its_owner_wrote(spec, node):
+    import copy
+
+    from railyard.operator.decide.adoption import unpinned
+    from railyard.operator.decide.builders import pin_to
+
+    pinned = copy.deepcopy(spec)
+    pin_to(pinned, node)
+    assert pinned_node(pinned) == node
+    assert unpinned(copy.deepcopy(pinned)) == spec

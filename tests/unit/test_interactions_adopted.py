@@ -3,8 +3,8 @@ test_interactions.py (preemption, defragmentation, spares, drains, DRA, faults, 
 JobSets beside the TrainingJobs, their owners behaving as their controllers do — a pod deleted (preempted, evicted
 by a drain, its node's pods gone) is made again, gated, under a new name; a JobSet deleted takes its pods and its
 gang's TrainingJob with it. The invariants are the model's: no GPU in two live placements or held by two jobs'
-pods, nothing Failed, holds and reservations ending with their reason — and one more: an adopted gang's pod is
-never released unless its gang's placement names it."""
+pods, nothing Failed, holds and reservations ending with their reason — and one more: after a pass, an adopted
+gang's pod is never released unless its gang's placement names it."""
 
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ class AdoptedMeet(FeaturesMeet):
 
     @invariant()
     def an_adopted_pod_is_released_only_where_its_gang_is_placed(self) -> None:
+        if not self.passed:  # a gang's TrainingJob deleted by hand is made again on the next pass
+            return
         named = {r.get("podUid") for j in self.r.api.objects["trainingjobs"].values() if j["spec"].get("adopt")
                  for r in ((j.get("status") or {}).get("placement") or {}).get("ranks") or []}
         for slots in self.jobsets.values():

@@ -213,6 +213,10 @@ class AdoptSpec(_Model):
 class CheckpointSpec(_Model):
     path: str | None = Field(None, max_length=4096)
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
+    # The job's data-parallel replicas each hold their shard's whole training state at the end of a step
+    # (replicated optimizer): on a fault without warning the survivors save the last step they completed and
+    # the new attempt resumes from it (docs/faults.md#save-on-fault).
+    save_on_fault: bool = Field(False, alias="saveOnFault")
 
 
 # Fields a TrainingJob no longer has, and what to do instead (the CRD refuses them with the same words).

@@ -37,7 +37,17 @@ from bench.peers.translators import (
     stream,
     summarise,
 )
-from bench.rig.operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
+from bench.rig.operator import (
+    NS,
+    PodWatch,
+    apply_crds,
+    cpu_seconds,
+    gauge,
+    histogram_quantile,
+    scrape,
+    settled,
+    start_operator,
+)
 from railyard.operator.kube.client import KubeApi
 
 JOBS = int(os.environ.get("COMPARE_JOBS", "150"))
@@ -184,6 +194,9 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
                  if j.name in done and j.name in made and placements[j.name]["bound"] == j.replicas]
         figures["gang_made_to_bound_p50_seconds"] = percentile(ready, 50) if ready else None
         figures["gang_made_to_bound_p99_seconds"] = percentile(ready, 99) if ready else None
+        placed = [_last(watcher.released, watcher, j.name) - made[j.name] for j in jobs
+                  if j.name in made and _last(watcher.released, watcher, j.name) is not None]
+        figures["gang_made_to_released_p50_seconds"] = percentile(placed, 50) if placed else None
         figures["pods_made_per_second"] = round(len(watcher.created) / (max(watcher.created.values()) - t0), 1) \
             if watcher.created else 0
     bound_times = list(watcher.bound.values())
@@ -212,11 +225,23 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["scheduler_cpu_seconds"] = scheduler_cpu(cpu_before, cpu_after)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
     if peer in RAILYARD and bound_times:
+        binding = [done[j.name] - released for j in jobs
+                   if j.name in done and (released := _last(watcher.released, watcher, j.name)) is not None]
+        figures["released_to_bound_p50_seconds"] = percentile(binding, 50) if binding else None
+        text = scrape(OPERATOR_METRICS)  # TrainingJob created (an adopted gang's: when its pods were all there)
+        figures["created_to_released_p50_seconds"] = histogram_quantile(text, "railyard_job_release_seconds", 0.5)
+        figures["created_to_released_p99_seconds"] = histogram_quantile(text, "railyard_job_release_seconds", 0.99)
         figures["operator_requests_per_pod"] = round((operator_requests() - requests_before) / len(bound_times), 3)
         figures["operator_cpu_ms_per_pod"] = round(
             1000 * figures["cpu_seconds"].get("railyard-operator", 0.0) / len(bound_times), 2)
     stop(processes)
     return figures, placements
+
+
+def _last(times: dict[str, float], watcher: PodWatch, job: str) -> Any:
+    """When the last of the job's pods got there (`times`: one of the watcher's maps), or None."""
+    seen = [at for pod, at in times.items() if watcher.labels.get(pod, {}).get(JOB_LABEL) == job]
+    return max(seen) if seen else None
 
 
 def plot(out: dict, target: Path) -> None:
