@@ -208,9 +208,9 @@ build_kueue() {
 
 # A controller built from a wrapper module: the proxy serves the exact version but refuses to list the module's
 # versions, which `go install pkg@version` asks for (its deprecation check).
-# build_wrapped NAME VERSION MODULE PACKAGE CRD_DIR (CRD_DIR: where the module keeps its CRDs)
+# build_wrapped NAME VERSION MODULE PACKAGE CRD_DIR [CRD_GLOB] (CRD_DIR: where the module keeps its CRDs)
 build_wrapped() {
-  local name=$1 version=$2 module=$3 package=$4 crds=$5
+  local name=$1 version=$2 module=$3 package=$4 crds=$5 glob=${6:-*.yaml}
   local out="$cache/bin/$name-$version"
   if [[ -x $out/$name && -d $out/crds ]]; then say "$name $version: cached in $out"; return; fi
   local t0; t0=$(stamp)
@@ -221,7 +221,9 @@ build_wrapped() {
   printf 'module railyard.dev/hack/%s\n\ngo 1.24\n\nrequire %s %s\n' "$name" "$module" "$version" > "$src/go.mod"
   printf 'package main\n' > "$src/doc.go"
   (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/$name" "$package")
-  cp "$(cd "$src" && module_dir "$module@$version")/$crds"/*.yaml "$out.tmp/crds/"
+  local dir; dir=$(cd "$src" && module_dir "$module@$version")
+  cp "$dir/$crds"/$glob "$out.tmp/crds/"
+  local extra; for extra in ${WRAPPED_EXTRA:-}; do cp "$dir/$extra" "$out.tmp/"; done  # files the tests need
   publish "$name $version" "$out" "$t0"
 }
 
@@ -232,6 +234,14 @@ build_jobset() {
 
 build_lws() {
   build_wrapped lws "$LWS_VERSION" sigs.k8s.io/lws sigs.k8s.io/lws/cmd config/crd/bases
+}
+
+# Kubeflow Trainer v2: its TrainJobs run as JobSets (the JobSet controller is needed beside it); its torch
+# runtime (ClusterTrainingRuntime torch-distributed) and its webhooks' manifest are kept beside the binary.
+build_trainer() {
+  WRAPPED_EXTRA="manifests/base/runtimes/torch_distributed.yaml manifests/base/webhook/manifests.yaml" \
+    build_wrapped trainer "$TRAINER_VERSION" github.com/kubeflow/trainer/v2 \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager manifests/base/crds 'trainer.kubeflow.org_*.yaml'
 }
 
 # Volcano v1.14.1 (v1.15 cannot be built from the proxy: its module zip omits the staging/ apis
@@ -284,6 +294,7 @@ for t in "${targets[@]}"; do
     volcano) build_volcano ;;
     jobset) build_jobset ;;
     lws) build_lws ;;
-    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano|jobset|lws)" >&2; exit 2 ;;
+    trainer) build_trainer ;;
+    *) echo "error: unknown component '$t' (etcd|kwok|kubernetes|helm|node|coredns|kueue|volcano|jobset|lws|trainer)" >&2; exit 2 ;;
   esac
 done

@@ -77,6 +77,7 @@ def binary(component: str) -> Path:
         "kueue": CACHE / "bin" / f"kueue-{v['KUEUE_VERSION']}" / "kueue",
         "jobset": CACHE / "bin" / f"jobset-{v['JOBSET_VERSION']}" / "jobset",
         "lws": CACHE / "bin" / f"lws-{v['LWS_VERSION']}" / "lws",
+        "trainer": CACHE / "bin" / f"trainer-{v['TRAINER_VERSION']}" / "trainer",
         "kwok": CACHE / "bin" / f"kwok-{v['KWOK_VERSION']}" / "kwok",
         "helm": CACHE / "bin" / f"helm-{v['HELM_VERSION']}" / "helm",
         "vc-scheduler": CACHE / "bin" / f"volcano-{v['VOLCANO_VERSION']}" / "vc-scheduler",
@@ -308,6 +309,9 @@ def _components() -> list[Component]:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            # A webhook named by its Service is called at the Service's endpoint (no kube-proxy on most rigs),
+            # its certificate still checked against the Service's DNS name (Kubeflow Trainer's own cert manager).
+            "--enable-aggregator-routing=true",
             f"--cert-dir={STATE / 'apiserver-certs'}", "--max-requests-inflight=1000",
             # A real node is reached by its InternalIP (its name resolves nowhere); harmless for kwok nodes.
             "--kubelet-preferred-address-types=InternalIP",

@@ -32,7 +32,7 @@ fi
 if [[ -z ${KUBECONFIG:-} ]]; then
   phase build hack/build-binaries.sh
   # The controllers of the workloads Railyard places without owning them (tests/e2e/test_workloads.py).
-  phase build-peers hack/build-binaries.sh jobset lws kueue
+  phase build-peers hack/build-binaries.sh jobset lws trainer kueue
 else
   phase build hack/build-binaries.sh helm  # the chart tests need it against any cluster
 fi

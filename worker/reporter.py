@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from railyard.worker.context import Context
@@ -62,6 +63,10 @@ class Reporter:
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
         self.stale = False  # the operator says this rank belongs to an older attempt
         self.sent = 0
+        self._fault_save: Callable[[list[int]], tuple[int, str] | None] | None = None
+        self._fault_asked = False  # this attempt's save on fault was started (once)
+        self._fault_saved: dict[str, Any] | None = None  # {"step", "path"} once saved
+        self._unsent_fault = False
 
     @property
     def enabled(self) -> bool:
@@ -111,13 +116,50 @@ class Reporter:
             if self.enabled:
                 self.flush()
 
+    def on_fault_save(self, save: Callable[[list[int]], tuple[int, str] | None]) -> None:
+        """Register what saves the last completed step when a peer is lost without warning (a job with
+        `checkpoint.saveOnFault`): `save(local_ranks)` saves the shards those local ranks hold and returns
+        (step, path), or None. It runs on its own thread, so it may be called while the training loop is blocked
+        in a collective whose peer died; reports then go on without steps (every `min_interval`), so the
+        operator's request reaches this rank."""
+        self._fault_save = save
+        if self.enabled and self.background:
+            self._submit()  # the sender starts, and polls from now on
+
     def payload(self) -> dict[str, Any]:
         with self._lock:
-            return {
+            body = {
                 "namespace": self.ctx.namespace, "job": self.ctx.job, "rank": self.ctx.rank,
                 "restartCount": self.ctx.restart_count, "step": self._step,
                 "samples": list(self._samples), "checkpoints": list(self._checkpoints), "sentAt": time.time(),
             }
+            if self._fault_saved is not None:
+                body["faultSave"] = dict(self._fault_saved)
+            return body
+
+    def _answer_fault_save(self) -> None:
+        """The operator asked this rank's shards saved (a peer was lost): save them once, off this thread."""
+        asked = self.directives.get("faultSave") or {}
+        local = (asked.get("savers") or {}).get(str(self.ctx.rank))
+        if self._fault_save is None or self._fault_asked or local is None or \
+                asked.get("restartCount") != self.ctx.restart_count:
+            return
+        self._fault_asked = True
+        save = self._fault_save
+
+        def run() -> None:
+            try:
+                saved = save(list(local))
+            except Exception as e:  # the operator's wait ends; the restart resumes from the last checkpoint
+                log.warning("railyard: save on fault failed: %s", e)
+                return
+            if saved is not None:
+                with self._lock:
+                    self._fault_saved = {"step": int(saved[0]), "path": str(saved[1])}
+                    self._unsent_fault = True  # delivered like a checkpoint: retried until it is
+                self._submit(retries=3)
+
+        threading.Thread(target=run, name="railyard-save-on-fault", daemon=True).start()
 
     def close(self, timeout: float = 10.0) -> bool:
         """Deliver what is pending (a checkpoint saved on SIGTERM) within `timeout`, then stop the
@@ -129,7 +171,7 @@ class Reporter:
         self._closing = True
         self._due.set()
         self._thread.join(timeout)
-        return not self._unsent_checkpoint and not self._thread.is_alive()
+        return not self._unsent and not self._thread.is_alive()
 
     def _submit(self, retries: int = 0) -> bool:
         if not self.enabled:
@@ -147,15 +189,19 @@ class Reporter:
         """The sender: one report whenever one is due; an undelivered checkpoint again after a pause."""
         pause = RETRY_SECONDS
         while True:
-            self._due.wait(pause if self._unsent_checkpoint else None)
+            # With a save-on-fault callback, report at least every min_interval even when no step ends.
+            idle = self.min_interval if self._fault_save is not None else None
+            self._due.wait(pause if self._unsent else idle)
             self._due.clear()
             delivered = self.flush()
-            if delivered or not self._unsent_checkpoint or self.stale:
-                pause = RETRY_SECONDS
-            else:
-                pause = min(RETRY_MAX_SECONDS, pause * 2)
-            if self._closing and (delivered or not self._unsent_checkpoint or self.stale):
+            settled = delivered or not self._unsent or self.stale
+            pause = RETRY_SECONDS if settled else min(RETRY_MAX_SECONDS, pause * 2)
+            if self._closing and (delivered or not self._unsent or self.stale):
                 return
+
+    @property
+    def _unsent(self) -> bool:
+        return self._unsent_checkpoint or self._unsent_fault
 
     def flush(self, retries: int = 0, backoff: float = 0.5) -> bool:
         """Send what is pending now, on this thread; `retries` more attempts (doubling waits) on 429,
@@ -185,8 +231,11 @@ class Reporter:
             self._samples.extend(kept)
             if self._checkpoints and body["checkpoints"] and body["checkpoints"][-1] == self._checkpoints[-1]:
                 self._unsent_checkpoint = False
+            if self._fault_saved is not None and body.get("faultSave") == self._fault_saved:
+                self._unsent_fault = False
         self.directives = answer.get("directives") or {}
         self.sent += 1
+        self._answer_fault_save()
         return True
 
     def _warn(self, message: str) -> None:

@@ -2,23 +2,36 @@
 gang's pods opted in (Railyard's gate) and its size is known — from the pods (an LWS group, a labelled pod
 group) or read once from the owner's spec (a JobSet's replicated jobs, a Job's parallelism, a PodGroup's
 minCount) — the TrainingJob is created, owned by the workload (gone with it). From then on the gang is queued and
-placed as a TrainingJob; act/materialiser.py pins and ungates its pods instead of creating any."""
+placed as a TrainingJob; act/materialiser.py pins and ungates its pods instead of creating any. A gang's
+TrainingJob deleted by hand while its placed pods run on is made again, and the placement they run under read back
+from them (RestorePlacement): it is what counts those pods' GPUs and what a re-made pod is placed next to; this
+needs no memory, so a new leader does it too."""
 
 from __future__ import annotations
 
 import logging
 
 from railyard.operator.act.actor_context import Context
-from railyard.operator.base.objects import Key
+from railyard.operator.act.events import Events
+from railyard.operator.act.writer import StatusWriter
+from railyard.operator.base.clock import utc
+from railyard.operator.base.objects import Job, Key
+from railyard.operator.base.reasons import EventReason
+from railyard.operator.decide import status_transitions as transitions
+from railyard.operator.decide.actions import RestorePlacement
 from railyard.operator.decide.adoption import adopted_job, adopted_name
-from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind, jobset_offsets
+from railyard.operator.decide.priority import ranked_priority
+from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind, jobset_offsets, pytorchjob_offsets
+from railyard.topology.solver.placement import Placement
 
 log = logging.getLogger("railyard.adoption")
 
 
 class Adoption:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, writer: StatusWriter, events: Events) -> None:
         self.ctx = ctx
+        self.writer = writer
+        self.events = events
         # (namespace, group) -> (size, JobSet offsets), read once; None: the owner could not tell (yet)
         self._sizes: dict[Key, tuple[int, dict[int, int] | None] | None] = {}
 
@@ -30,7 +43,9 @@ class Adoption:
             del self._sizes[gone]
         for namespace, group in groups:
             pods = state.group_pods(namespace, group)
-            gated = [p for p in pods if p.gated and p.member is not None and not p.terminating]
+            # Gated pods, or pods Railyard placed whose TrainingJob is gone (deleted by hand: made again).
+            gated = [p for p in pods if p.member is not None and not p.terminating and not p.finished
+                     and (p.gated or p.placement_id)]
             if not gated:
                 continue
             member = gated[0].member
@@ -41,6 +56,26 @@ class Adoption:
                 await self._adopt(namespace, group, member, gated[0].name)
             except Exception as e:  # one gang's trouble is that gang's: the others go on
                 log.warning("gang %s/%s (%s %s): not adopted: %s", namespace, group, member.kind, member.name, e)
+
+    async def restore(self, job: Job, action: RestorePlacement) -> None:
+        """Record the placement the gang's released pods run under, read back from them (their nodes and GPUs):
+        its TrainingJob was deleted by hand and made again; until then their GPUs counted only by request."""
+        state = self.ctx.state
+        snapshot = state.snapshot()
+        usage = [state.pods[(job.namespace, name)].usage for name, _ in action.pods]
+        if any(u is None or not snapshot.has_node(u.node) for u in usage):
+            return  # a node gone meanwhile: the gang's fault path takes it from here once placed again
+        replicas = [(snapshot.node(u.node), tuple(u.gpu_indices)) for u in usage if u is not None]
+        placement = Placement.from_replicas(replicas, state.scheme.levels)
+        placement_id = state.pods[(job.namespace, action.pods[0][0])].placement_id or ""
+        priority = ranked_priority(job, state.priority_classes)
+        patch = transitions.placing(job, placement, placement_id, utc(self.ctx.clock.time()), priority,
+                                    list(action.pods))
+        if await self.writer.patch(job, patch) is not None:
+            message = (f"its TrainingJob was deleted while its {len(action.pods)} pods ran: made again with the "
+                       f"placement they run under (placement {placement_id})")
+            log.warning("job %s/%s: %s", *job.key, message)
+            await self.events.warning(job, EventReason.PLACEMENT_RESTORED, message)
 
     async def _adopt(self, namespace: str, group: str, member: GroupMember, pod_name: str) -> None:
         key = (namespace, group)
@@ -56,8 +91,9 @@ class Adoption:
         body = adopted_job(member, size, pod, namespace, self.ctx.state.scheme.tier_of_label())
         if offsets is not None:
             body["spec"]["adopt"]["offsets"] = [offsets[i] for i in sorted(offsets)]
-        created, _ = await self.ctx.api.create("trainingjobs", body)
-        if created:
+        created, stored = await self.ctx.api.create("trainingjobs", body)
+        if created and stored is not None:
+            self.ctx.state.apply_job("ADDED", stored)  # decided on in this pass (its watch event follows)
             log.info("gang %s/%s (%s %s, %d pods) adopted as TrainingJob %s", namespace, group, member.kind,
                      member.name, size, body["metadata"]["name"])
 
@@ -73,6 +109,11 @@ class Adoption:
                 return None
             size, offsets = jobset_offsets(jobset)
             return size, offsets
+        if member.kind is WorkloadKind.PYTORCH_JOB and owner is not None:
+            job = await self.ctx.api.read(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{owner.name}")
+            if job is None or (job.get("metadata") or {}).get("uid") != owner.uid:
+                return None
+            return pytorchjob_offsets(job)
         if member.kind is WorkloadKind.JOB:
             job = await self.ctx.api.read(f"/apis/batch/v1/namespaces/{namespace}/jobs/{member.name}")
             if job is None:

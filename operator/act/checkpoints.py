@@ -8,8 +8,9 @@ from __future__ import annotations
 from railyard.operator.act.actor_context import Context
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
-from railyard.operator.cache.memory import CheckpointRequest, JobMemory
+from railyard.operator.cache.memory import CheckpointRequest, FaultSaveRequest, JobMemory
 from railyard.operator.decide.checkpoint_wait import committed, last_saved, nobody_reports, request_answered
+from railyard.operator.decide.fault_save import FaultSave, FaultSaveOutcome, answered
 from railyard.operator.decide.policy import checkpoint_step
 from railyard.topology.api.job import CheckpointRecord
 
@@ -19,10 +20,15 @@ class Checkpoints:
         self.ctx = ctx
 
     def committed(self, job: Job) -> CheckpointRecord | None:
-        """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports."""
+        """The newest checkpoint every rank saved: the recorded one, or a newer one from the reports — or the
+        step the survivors of a fault saved, one per shard, when newer (decide/fault_save.py)."""
         world = len(job.placement.ranks) if job.placement is not None else 0
-        return committed(job, self.ctx.book.committed(job.key, job.restart_count, world),
-                         utc(self.ctx.clock.time()))
+        reported = self.ctx.book.committed(job.key, job.restart_count, world)
+        request = self.ctx.memories.recall(job).fault_save
+        if request is not None and request.restart_count == job.restart_count and request.saved is not None and \
+                (reported is None or request.saved[0] > reported[0]):
+            reported = request.saved
+        return committed(job, reported, utc(self.ctx.clock.time()))
 
     def last_saved(self, job: Job) -> float | None:
         """When the work the gang would keep was saved (decide/checkpoint_wait.last_saved)."""
@@ -58,6 +64,33 @@ class Checkpoints:
             return False
         self.end(job, memory)
         return True
+
+    def saved_on_fault(self, job: Job, plan: FaultSave, timeout: float) -> FaultSaveOutcome:
+        """Ask the survivors `plan` names to save their last completed step (once per attempt); WAITING while
+        they have not all saved one step newer than the last checkpoint and the wait is not over."""
+        progress = self.ctx.book.jobs.get(job.key)
+        if progress is None or progress.restart_count != job.restart_count:
+            return FaultSaveOutcome.NOT_REPORTING  # nobody of this attempt was heard: nobody could answer
+        memory = self.ctx.memories.recall(job)
+        now = self.ctx.clock.time()
+        request = memory.fault_save
+        if request is None or request.restart_count != job.restart_count:
+            last = self.committed(job)
+            memory.fault_save = FaultSaveRequest(job.restart_count, dict(plan.savers), now + timeout,
+                                                 last.step if last is not None else None)
+            self.ctx.book.ask_fault_save(job.key, job.restart_count, plan.savers)
+            return FaultSaveOutcome.WAITING
+        if request.saved is not None:
+            return FaultSaveOutcome.SAVED
+        saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count), request.after_step)
+        if saved is not None:
+            request.saved = saved
+            self.ctx.book.end_fault_save(job.key)
+            return FaultSaveOutcome.SAVED
+        if now < request.deadline:
+            return FaultSaveOutcome.WAITING
+        self.ctx.book.end_fault_save(job.key)
+        return FaultSaveOutcome.NO_ANSWER
 
     def end(self, job: Job, memory: JobMemory) -> None:
         memory.checkpoint = None

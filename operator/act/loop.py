@@ -57,6 +57,7 @@ from railyard.operator.decide.actions import (
     RecordRelease,
     Resize,
     Restart,
+    RestorePlacement,
     Resume,
     Rollback,
     Wait,
@@ -103,7 +104,7 @@ class PlacementLoop:
         self.queue = QueuePass(ctx, self.writer, self.events, self.materialiser, self.errors, self.victims,
                                self.moves)
         self.observer = Observer(ctx)
-        self.adoption = Adoption(ctx)
+        self.adoption = Adoption(ctx, self.writer, self.events)
         self.replaced = ReplacedPods(ctx, self.events, self.attempts, self.materialiser, self.quarantine,
                                      self.breaker)
         self.endpoints = EndpointsWriter(ctx)
@@ -337,6 +338,8 @@ class PlacementLoop:
                 await self.victims.evict(job)
             case PlaceReplaced():
                 await self.replaced.place(job, action)
+            case RestorePlacement():
+                await self.adoption.restore(job, action)
             case Queue() | Wait() | Done():
                 pass
             case _:

@@ -169,6 +169,7 @@ class Materialiser:
         names (its uid); False when one is gone or replaced (the next pass decides again)."""
         placement = job.placement
         assert placement is not None
+        patches = []
         for r in placement.ranks:
             view = self.ctx.state.pods.get((job.namespace, r.pod or ""))
             if view is not None and not view.gated and view.uid == r.pod_uid:
@@ -178,14 +179,16 @@ class Materialiser:
                 return False
             if view.placement_id == placement.id:
                 continue  # pinned already
-            pod = await self.ctx.api.read(f"/api/v1/namespaces/{job.namespace}/pods/{r.pod}")
-            if pod is None or pod["metadata"].get("uid") != view.uid:
-                return False
+            # Built from the watched pod (its node affinity), sent for its uid only: no read per pod.
+            pod = {"spec": {"affinity": {"nodeAffinity": view.node_affinity}}} if view.node_affinity else {}
             patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
-            stored = await self.ctx.limited(self.ctx.api.patch_pod, job.namespace, r.pod or "", view.uid, patch)
-            if stored is None:
-                return False
-            self.ctx.state.apply_pod("MODIFIED", stored)
+            patches.append(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, r.pod or "", view.uid, patch))
+        stored = await asyncio.gather(*patches)  # all at once, as a TrainingJob's pods are created
+        for body in stored:
+            if body is not None:
+                self.ctx.state.apply_pod("MODIFIED", body)
+        if any(body is None for body in stored):
+            return False
         self.ctx.crash_point("pods-created")
         return True
 

@@ -30,6 +30,8 @@ from railyard.operator.cache.memory import JobMemory, holds
 from railyard.operator.cache.state_views import node_models, pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.fault_save import FaultSave, FaultSaveOutcome, plan_fault_save
+from railyard.operator.decide.fault_save import record as fault_save_record
 from railyard.operator.decide.restart_plan import (
     GateKind,
     RestartInput,
@@ -75,6 +77,11 @@ class Recovery:
         grace = saves_first(action, settings)
         if grace is not None and not self.checkpoints.saved_first(job, grace):
             self._again(1.0)  # planned: save a step first
+            return
+        fault = plan_fault_save(job, action, self.ctx.state.job_pods(job.key))
+        if fault is not None and fault.outcome is None and self.checkpoints.saved_on_fault(
+                job, fault, settings.faults.save_on_fault_seconds) is FaultSaveOutcome.WAITING:
+            self._again(1.0)  # a fault: the survivors save the last step they completed first
             return
         memory = self.ctx.memories.recall(job)
         mono = self.ctx.clock.monotonic()
@@ -161,9 +168,27 @@ class Recovery:
             return await self._restart(job, action, plan, restart_count)
         return await self._no_replacement(job, action, plan, restart_count)
 
+    def _fault_save_record(self, job: Job, action: Restart) -> dict[str, object]:
+        """lastRestart.saveOnFault for a restart of a job that declares it (nothing for others)."""
+        fault = plan_fault_save(job, action, self.ctx.state.job_pods(job.key))
+        if fault is None:
+            return {}
+        request = self.ctx.memories.recall(job).fault_save
+        if fault.outcome is not None:
+            outcome = fault.outcome
+        elif request is None or request.restart_count != job.restart_count:
+            outcome = FaultSaveOutcome.NOT_REPORTING
+        else:
+            outcome = FaultSaveOutcome.SAVED if request.saved is not None else FaultSaveOutcome.NO_ANSWER
+            fault = FaultSave(request.savers, None, fault.message)
+        step = request.saved[0] if request is not None and request.saved is not None and \
+            outcome is FaultSaveOutcome.SAVED else None
+        return {"save_on_fault": fault_save_record(fault, outcome, step)}
+
     async def _restart(self, job: Job, action: Restart, plan: RestartPlan, restart_count: int) -> bool:
         metrics.RESTARTS.labels(action.reason).inc()
-        if await self.attempts.record(job, action.reason, plan.message, plan.replicas, dict(plan.record),
+        record = {**plan.record, **self._fault_save_record(job, action)}
+        if await self.attempts.record(job, action.reason, plan.message, plan.replicas, record,
                                       list(plan.unhealthy), counted=action.counted,
                                       straggler_evictions=list(plan.straggler_evictions)
                                       if plan.straggler_evictions is not None else None) is None:

@@ -76,6 +76,8 @@ class PodView:
     # The gang of a workload Railyard places without owning it (topology/cluster/workload_groups.py): kept for a
     # pod that opted in (Railyard's gate) or that Railyard placed (its job label); None for every other pod.
     member: GroupMember | None = None
+    # Such a gated pod's own node affinity: what pinning it narrows (act/materialiser.py pins without reading it).
+    node_affinity: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> Key:
@@ -109,7 +111,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
         disruption=_disruption(status), scheduled_at=_scheduled_at(status),
         usage=pod_usage(pod), bound_usage=pod_usage(pod, trusted=False), labels=labels,
-        member=_member(pod, labels),
+        member=(member := _member(pod, labels)),
+        node_affinity=(spec.get("affinity") or {}).get("nodeAffinity") if member is not None else None,
     )
 
 

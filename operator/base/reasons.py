@@ -170,6 +170,7 @@ class EventReason(StrEnum):
     PREEMPTION_TIMED_OUT = "PreemptionTimedOut"  # victims did not leave in time: the hold is released
     MIGRATING = "Migrating"  # this gang is moved (checkpoint first) so a waiting gang fits
     MIGRATION_CANCELLED = "MigrationCancelled"  # the move is off (the waiting gang no longer needs it, or no room)
+    PLACEMENT_RESTORED = "PlacementRestored"  # an adopted gang's TrainingJob made again: placement read from pods
 
 
 Reason = (PlacedReason | LossReason | RestartReason | FinishReason | RunningReason | RecoveryReason | SizeReason

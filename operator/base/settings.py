@@ -159,6 +159,9 @@ class FaultSettings(_Settings):
     infra_restarts_per_hour: int = setting(
         "INFRA_RESTARTS_PER_HOUR", 20, "Infrastructure restarts a job gets an hour; then it waits "
         "(`Degraded=RestartCap`).", ge=1)
+    save_on_fault_seconds: float = setting(
+        "SAVE_ON_FAULT_SECONDS", 60.0, "How long a fault's restart waits for the surviving ranks of a job with "
+        "`checkpoint.saveOnFault` to save the last step they completed (docs/faults.md#save-on-fault).", ge=0)
 
 
 class QuarantineSettings(_Settings):

@@ -32,12 +32,25 @@ class CheckpointRequest:
 
 
 @dataclass
+class FaultSaveRequest:
+    """The survivors of attempt `restart_count` were asked to save their last completed step (decide/fault_save);
+    answered when every saver saved the same step (`saved`), or at `deadline` (wall seconds)."""
+
+    restart_count: int
+    savers: dict[int, tuple[int, ...]]
+    deadline: float
+    after_step: int | None  # the last committed step when asked: the answer must be newer
+    saved: tuple[int, str] | None = None
+
+
+@dataclass
 class JobMemory:
     uid: str
     failure: Failure | None = None  # why it did not fit last time (the queue's retry rule)
     losses_seen_at: float | None = None  # monotonic: when its first unhandled loss was seen (debounce)
     flushed_at: float = float("-inf")  # monotonic: report-derived status last written
     checkpoint: CheckpointRequest | None = None
+    fault_save: FaultSaveRequest | None = None
     evicting: str | None = None  # the straggler to evict once the checkpoint is in
     straggler: tuple[int, NodeLoss] | None = None  # (attempt, the slow node) to restart it without: assess sees it
     goodput: Ledger | None = None  # decide/goodput_ledger: accounted up to now, written to status now and then

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,7 @@ class RankProgress:
     step: int | None = None
     seen: float = 0.0
     saved: dict[int, str] = field(default_factory=dict)  # step -> path, the rank's recent saves
+    fault_saved: tuple[int, str] | None = None  # (step, path) it saved when asked on a fault
     samples: Samples = field(default_factory=Samples)  # kept only for jobs with a stragglerPolicy
 
 
@@ -115,6 +117,8 @@ class ProgressBook:
                 rank.step = max(rank.step or 0, report.step)
             for c in report.checkpoints:
                 rank.saved[c.step] = sys.intern(c.path)  # every rank names the same path: held once
+            if report.fault_save is not None:
+                rank.fault_saved = (report.fault_save.step, sys.intern(report.fault_save.path))
             while len(rank.saved) > SAVES_KEPT:
                 del rank.saved[min(rank.saved)]
             if not samples or not report.samples:
@@ -159,6 +163,29 @@ class ProgressBook:
             job = self.jobs.get(key)
             if job is not None:
                 job.directives.pop("checkpoint", None)
+
+    def ask_fault_save(self, key: Key, restart_count: int, savers: Mapping[int, tuple[int, ...]]) -> None:
+        """The survivors named in `savers` are asked (on their next report answer) to save the last step they
+        completed: each rank the local ranks whose shards it saves."""
+        with self.lock:
+            job = self.jobs.get(key)
+            if job is not None and job.restart_count == restart_count:
+                job.directives["faultSave"] = {"restartCount": restart_count,
+                                               "savers": {str(r): list(local) for r, local in savers.items()}}
+
+    def fault_saved(self, key: Key, restart_count: int) -> dict[int, tuple[int, str]]:
+        """What each rank of attempt `restart_count` saved when asked on a fault."""
+        with self.lock:
+            job = self.jobs.get(key)
+            if job is None or job.restart_count != restart_count:
+                return {}
+            return {r: p.fault_saved for r, p in job.ranks.items() if p.fault_saved is not None}
+
+    def end_fault_save(self, key: Key) -> None:
+        with self.lock:
+            job = self.jobs.get(key)
+            if job is not None:
+                job.directives.pop("faultSave", None)
 
     def forget(self, alive: set[Key]) -> None:
         with self.lock:

@@ -120,5 +120,13 @@ class PlaceReplaced:
     request: GangRequest
 
 
+@dataclass(frozen=True)
+class RestorePlacement:
+    """An adopted gang's pods run released under one of Railyard's placements that no TrainingJob records (its
+    TrainingJob was deleted by hand, and this one made again): record that placement, read back from the pods."""
+
+    pods: tuple[tuple[str, str], ...]  # the gang's pods (name, uid), in rank order
+
+
 Action = (Done | Wait | Queue | Invalid | Resume | Rollback | Cleanup | MarkRunning | RecordRelease | Finish
-          | Restart | Resize | Evict | PlaceReplaced)
+          | Restart | Resize | Evict | PlaceReplaced | RestorePlacement)

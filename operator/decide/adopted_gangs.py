@@ -18,6 +18,7 @@ from railyard.operator.decide.actions import (
     PlaceReplaced,
     Queue,
     RecordRelease,
+    RestorePlacement,
     Resume,
     Rollback,
     Wait,
@@ -56,9 +57,14 @@ def assess_adopted(job: Job, pods: Sequence[PodView]) -> Action:
     placement = job.placement
     if placement is None:
         ordered = rank_order(job, pods)
-        if ordered is None or not all(p.gated for p in ordered) or job.request is None:
-            return Wait()  # until every pod of the gang exists, gated
-        return Queue(job.request)
+        if ordered is None or job.request is None:
+            return Wait()  # until every pod of the gang exists
+        if all(p.gated for p in ordered):
+            return Queue(job.request)
+        if len({p.placement_id for p in ordered}) == 1 and all(
+                not p.gated and p.placement_id and p.usage is not None for p in ordered):
+            return RestorePlacement(tuple((p.name, p.uid) for p in ordered))
+        return Wait()  # gated and released pods mixed, under no placement: nothing Railyard can place
     by_name = {p.name: p for p in pods if not p.terminating}
     placed = [by_name.get(r.pod or "") for r in placement.ranks]
     if any(p is None or (r.pod_uid is not None and p.uid != r.pod_uid) or p.phase == "Failed"

@@ -39,7 +39,7 @@ def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespac
                 tier_of_label: Mapping[str, str]) -> dict[str, Any]:
     """The TrainingJob body for the gang `member` belongs to (`pod`: one of its pods, for the template)."""
     meta = pod.get("metadata") or {}
-    spec = placement_spec(pod.get("spec") or {})
+    spec = unpinned(placement_spec(pod.get("spec") or {}))
     body: dict[str, Any] = {
         "apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": adopted_name(member), "namespace": namespace,
@@ -56,6 +56,30 @@ def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespac
     if (pod.get("spec") or {}).get("priorityClassName"):
         body["spec"]["priorityClassName"] = pod["spec"]["priorityClassName"]
     return body
+
+
+def unpinned(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` without the node pin Railyard added to it (builders.pin_to: a metadata.name field in every required
+    term), as its owner wrote it: a gang adopted from pods Railyard placed already (its TrainingJob made again)
+    must not take one pod's node for every replica's."""
+    affinity = spec.get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return spec
+    kept = []
+    for term in terms:
+        fields = [f for f in term.get("matchFields") or [] if f.get("key") != "metadata.name"]
+        term = {k: v for k, v in term.items() if k != "matchFields"} | ({"matchFields": fields} if fields else {})
+        kept.append(term)
+    if all(not t for t in kept):  # only Railyard's pin was there
+        node_affinity = {k: v for k, v in affinity["nodeAffinity"].items()
+                         if k != "requiredDuringSchedulingIgnoredDuringExecution"}
+        rest = {k: v for k, v in affinity.items() if k != "nodeAffinity"} | (
+            {"nodeAffinity": node_affinity} if node_affinity else {})
+        return {k: v for k, v in spec.items() if k != "affinity"} | ({"affinity": rest} if rest else {})
+    required["nodeSelectorTerms"] = kept
+    return spec
 
 
 def ranked(members: Mapping[str, GroupMember], offsets: Mapping[int, int] | None = None) -> list[str] | None:

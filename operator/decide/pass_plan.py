@@ -281,6 +281,17 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if candidate.key in held and making is None:
             reason = PlacedReason.RESERVING
         plan.unplaced.append(Unplaced(candidate.key, decision, reason, making))
+    # The pass's placements can move the spare designation (a backfill took the spare a TOR kept, so another of
+    # its free nodes is the spare now): a reservation is re-chosen off the spares the next pass starts with.
+    moved = spare_nodes(current, settings.spares.per_tor) - spares
+    spares |= moved
+    waiting = {j.key: j for j in given.waiting}
+    for key in [k for k, nodes in held.items() if nodes & moved and k in waiting]:
+        rest = _union(nodes for k, nodes in held.items() if k != key)
+        if nodes := queue.reserved_nodes(waiting[key], current.without_nodes(rest | never_its(key))):
+            held[key] = nodes
+        else:
+            del held[key]
     for key in set(held) | {k for k, m in given.memory.items() if m.reserved}:
         if work.recall(key).reserved != held.get(key, frozenset()):
             work.remember(key, reserved=held.get(key, frozenset()))

@@ -32,6 +32,8 @@ class WorkerReport(_Report):
     # [step, compute seconds, step seconds]; -1 = not measured
     samples: list[tuple[int, float, float]] = Field(default_factory=list, max_length=64)
     checkpoints: list[SavedCheckpoint] = Field(default_factory=list, max_length=16)
+    # The step this rank saved when asked to on a fault (its shards of it: decide/fault_save.py).
+    fault_save: SavedCheckpoint | None = Field(None, alias="faultSave")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """Workloads Railyard places without owning them, on the real control plane with their real controllers (built
-from the Go module proxy at the versions hack/versions.env pins, started only here): JobSet's own example, adapted
-only by the opt-in label and a GPU request (tests/e2e/upstream/), gated by Railyard's pod webhook as the chart
-registers it, placed by Railyard as one gang, ranks mapped by the JobSet's indices, released together."""
+from the Go module proxy at the versions hack/versions.env pins, started only here: JobSet, LeaderWorkerSet,
+Kubeflow Trainer v2, Kueue): each project's own example, adapted only by the opt-in label and a GPU request
+(tests/e2e/upstream/), gated by Railyard's pod webhook as the chart registers it, placed by Railyard as one gang,
+ranks mapped by the workload's indices, released together."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import itertools
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -14,13 +18,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bench.controllers import apply_crds, webhook, workload_controller
 from kubernetes import client
+from railyard.operator.kube.client import KubeApi
 from railyard.topology.cluster.labels import LABEL_TOR
 
 from tests.e2e.test_operator import assert_no_gpu_double_booked
 from tests.support.operator import OperatorProcess, free_port, wait_for_leader
 from tests.support.poll import poll
-from tests.support.rig import REPO, load_hack_module, rig_binary
+from tests.support.rig import REPO, load_hack_module
 from tests.support.tls import ca_bundle, certs, client_ca
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
@@ -32,81 +38,97 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 LWS = ("leaderworkerset.x-k8s.io", "v1")
 
 
-def _webhook(name: str, url: str, ca: str, resource: str, operations: list[str], group: str = "",
-             versions: tuple[str, ...] = ("v1",), selector: dict | None = None) -> dict:
-    hook = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-            "timeoutSeconds": 10, "clientConfig": {"url": url, "caBundle": ca},
-            "rules": [{"apiGroups": [group], "apiVersions": list(versions), "operations": operations,
-                       "resources": [resource], "scope": "Namespaced"}]}
-    if selector is not None:
-        hook["objectSelector"] = selector
-    return hook
-
-
 @contextlib.contextmanager
-def _controller(api_client, directory: Path, name: str, config_group: str, group: str, version: str,
-                resource: str, pod_selector_label: str, pod_operations: list[str]) -> Iterator[None]:
-    """A workload controller built at its pinned version (hack/build-binaries.sh `name`), its CRDs applied and
-    its four webhooks registered as its own manifests register them, pointed at this process."""
-    cluster = load_hack_module("cluster", "cluster.py")
-    binary = cluster.binary(name)
-    if not binary.exists():
-        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), name], check=True)
-    subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "--server-side",
-                    "-f", str(binary.parent / "crds")], check=True, capture_output=True)
-    made = certs(directory)
-    (directory / "serving").mkdir()
-    (directory / "serving" / "tls.crt").write_bytes(made["crt"].read_bytes())
-    (directory / "serving" / "tls.key").write_bytes(made["key"].read_bytes())
-    port, health = free_port(), free_port()
-    config = directory / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": f"{config_group}/v1alpha1", "kind": "Configuration",
-        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(directory / "serving")},
-        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}}))
-    log = directory / f"{name}.log"
-    proc = subprocess.Popen([str(binary), f"--kubeconfig={cluster.KUBECONFIG}", f"--config={config}",
-                             "--leader-elect=false"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-    admission = client.AdmissionregistrationV1Api(api_client)
-    base, ca = f"https://127.0.0.1:{port}", ca_bundle(made["ca"])
-    path = f"{group.replace('.', '-')}-{version}-{resource[:-1]}"
-    pods = {"matchExpressions": [{"key": pod_selector_label, "operator": "Exists"}]}
-    names = [f"e2e-{name}-{uuid.uuid4().hex[:6]}-{kind}" for kind in ("mutating", "validating")]
-    admission.create_mutating_webhook_configuration({"metadata": {"name": names[0]}, "webhooks": [
-        _webhook(f"m{resource[:-1]}.kb.io", f"{base}/mutate-{path}", ca, resource, ["CREATE"], group, (version,)),
-        _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
-    admission.create_validating_webhook_configuration({"metadata": {"name": names[1]}, "webhooks": [
-        _webhook(f"v{resource[:-1]}.kb.io", f"{base}/validate-{path}", ca, resource, ["CREATE", "UPDATE"], group,
-                 (version,)),
-        _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "pods", pod_operations, selector=pods)]})
-    try:
-        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
-             f"the {name} controller ready")
-        yield
-    finally:
-        with contextlib.suppress(client.ApiException):
-            admission.delete_mutating_webhook_configuration(names[0])
-        with contextlib.suppress(client.ApiException):
-            admission.delete_validating_webhook_configuration(names[1])
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        print(log.read_text(errors="replace")[-3000:])
+def _controller(directory: Path, name: str) -> Iterator[None]:
+    with workload_controller(name, directory) as log:
+        try:
+            yield
+        finally:
+            print(log.read_text(errors="replace")[-3000:])
 
 
 @pytest.fixture(scope="module")
 def jobset_controller(api_client, tmp_path_factory) -> Iterator[None]:
-    with _controller(api_client, tmp_path_factory.mktemp("jobset"), "jobset", "config.jobset.x-k8s.io", *JOBSET,
-                     "jobsets", "jobset.sigs.k8s.io/jobset-name", ["CREATE"]):
+    with _controller(tmp_path_factory.mktemp("jobset"), "jobset"):
         yield
 
 
 @pytest.fixture(scope="module")
 def lws_controller(api_client, tmp_path_factory) -> Iterator[None]:
-    with _controller(api_client, tmp_path_factory.mktemp("lws"), "lws", "config.lws.x-k8s.io", *LWS,
-                     "leaderworkersets", "leaderworkerset.sigs.k8s.io/name", ["CREATE", "UPDATE"]):
+    with _controller(tmp_path_factory.mktemp("lws"), "lws"):
         yield
+
+
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+TRAINER_NAMESPACE, TRAINER_SERVICE = "kubeflow-system", "kubeflow-trainer-controller-manager"
+TRAINER_CERTS = Path("/tmp/k8s-webhook-server/serving-certs")  # where Trainer reads its certificates (fixed)
+
+
+def _host_address() -> str:
+    """This host's first global IPv4 address: an endpoint the API server dials (loopback is refused there)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    found = [word.split("/")[0] for before, word in itertools.pairwise(out) if before == "inet"]
+    if not found:
+        pytest.fail("no global IPv4 address on this host for Kubeflow Trainer's webhook endpoint")
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def trainer_controller(jobset_controller, api_client, tmp_path_factory) -> Iterator[Path]:
+    """Kubeflow Trainer v2 (its TrainJobs run as JobSets) with its own certificate manager, as its manifests
+    install it: an empty Secret it fills, its ValidatingWebhookConfiguration it injects its CA into, its Service,
+    here without a selector, its endpoint this host (the rig's API server calls it there and checks the cert
+    against the Service's DNS name). Yields the build directory (the runtime and manifests kept beside it)."""
+    cluster = load_hack_module("cluster", "cluster.py")
+    binary = cluster.binary("trainer")
+    if not binary.exists():
+        subprocess.run([str(REPO / "hack" / "build-binaries.sh"), "trainer"], check=True)
+    apply_crds(binary.parent / "crds", KubeApi(workers=1, kubeconfig=str(cluster.KUBECONFIG)))
+    core, admission = client.CoreV1Api(api_client), client.AdmissionregistrationV1Api(api_client)
+    port, health = free_port(), free_port()
+    shutil.rmtree(TRAINER_CERTS.parent, ignore_errors=True)  # another run's certificates
+    with contextlib.suppress(client.ApiException):
+        core.create_namespace({"metadata": {"name": TRAINER_NAMESPACE}})
+    core.create_namespaced_secret(TRAINER_NAMESPACE, {"metadata": {"name": "kubeflow-trainer-webhook-cert"}})
+    core.create_namespaced_service(TRAINER_NAMESPACE, {"metadata": {"name": TRAINER_SERVICE}, "spec": {
+        "ports": [{"name": "webhook", "port": 443, "targetPort": port}]}})
+    core.create_namespaced_endpoints(TRAINER_NAMESPACE, {"metadata": {"name": TRAINER_SERVICE}, "subsets": [{
+        "addresses": [{"ip": _host_address()}], "ports": [{"name": "webhook", "port": port}]}]})
+    hooks = yaml.safe_load((binary.parent / "manifests.yaml").read_text())
+    hooks["metadata"]["name"] = "validator.trainer.kubeflow.org"  # as its kustomization names it
+    for hook in hooks["webhooks"]:
+        hook["clientConfig"]["service"].update(name=TRAINER_SERVICE, namespace=TRAINER_NAMESPACE, port=443)
+    admission.create_validating_webhook_configuration(hooks)
+    log = tmp_path_factory.mktemp("trainer") / "trainer.log"
+    proc = subprocess.Popen([str(binary), f"--webhook-server-port={port}", "--metrics-bind-address=0",
+                             f"--health-probe-bind-address=127.0.0.1:{health}", "--leader-elect=false"],
+                            env={**os.environ, "KUBECONFIG": str(cluster.KUBECONFIG)},
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    try:
+        made = poll(lambda: (core.read_namespaced_secret("kubeflow-trainer-webhook-cert", TRAINER_NAMESPACE).data
+                             or {}).get("tls.key") and core.read_namespaced_secret(
+                                 "kubeflow-trainer-webhook-cert", TRAINER_NAMESPACE).data, 60,
+                    "Kubeflow Trainer's certificates in its Secret")
+        TRAINER_CERTS.mkdir(parents=True, exist_ok=True)
+        for key in ("ca.crt", "tls.crt", "tls.key"):  # as the kubelet mounts the Secret in its pod
+            (TRAINER_CERTS / key).write_bytes(base64.b64decode(made[key]))
+        poll(lambda: proc.poll() is None and cluster._http_ok(f"http://127.0.0.1:{health}/readyz"), 120,
+             "Kubeflow Trainer ready (its certificates mounted and its CA injected)")
+        yield binary.parent
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_validating_webhook_configuration(hooks["metadata"]["name"])
+        with contextlib.suppress(client.ApiException):
+            client.CustomObjectsApi(api_client).delete_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
+                                                                             "torch-distributed")
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(TRAINER_NAMESPACE)
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        shutil.rmtree(TRAINER_CERTS.parent, ignore_errors=True)
+        print(log.read_text(errors="replace")[-3000:])
 
 
 @pytest.fixture
@@ -122,7 +144,7 @@ def gang_operator(identity, crds, api_client, coordination, core, namespace, tmp
     admission = client.AdmissionregistrationV1Api(api_client)
     hook = f"railyard-e2e-gang-pods-{namespace}"
     admission.create_mutating_webhook_configuration({"metadata": {"name": hook}, "webhooks": [{
-        **_webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
+        **webhook("gang-pods.railyard.dev", f"https://127.0.0.1:{port}/v1/gang-pods", ca_bundle(made["ca"]),
                    "pods", ["CREATE"], selector={"matchLabels": {"railyard.dev/scheduling": "gang"}}),
         "reinvocationPolicy": "IfNeeded",
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]})
@@ -179,6 +201,35 @@ def test_jobsets_own_example_is_placed_by_railyard_as_one_gang_ranked_by_its_ind
         assert pod.metadata.annotations["railyard.dev/gpus"] == ",".join(map(str, entry["gpus"]))
     assert_no_gpu_double_booked(api_client, core)
 
+
+
+def test_a_kubeflow_trainjob_on_an_opted_in_runtime_is_placed_as_one_gang_ranked_by_its_node_index(
+        trainer_controller, gang_operator, api_client, core, custom, namespace):
+    runtime = yaml.safe_load((trainer_controller / "torch_distributed.yaml").read_text())
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]
+        pod.setdefault("metadata", {}).setdefault("labels", {})["railyard.dev/scheduling"] = "gang"  # the opt-in
+    custom.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)  # Trainer's webhook admits it
+    body = yaml.safe_load((UPSTREAM / "trainjob-pytorch.yaml").read_text())
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    gang = poll(lambda: (g := _gang(custom, namespace, "JobSet")) and _placed(g) and g, 180,
+                "the TrainJob's JobSet placed and released by Railyard as one gang")
+    assert gang["spec"]["replicas"] == 2 and gang["spec"]["adopt"]["name"] == "pytorch-mnist-example"
+    jobset = custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", "pytorch-mnist-example")
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob", "the JobSet is the TrainJob's own"
+    ranks = {r["rank"]: r for r in gang["status"]["placement"]["ranks"]}
+
+    def bound() -> bool:
+        return all(core.read_namespaced_pod(r["pod"], namespace).spec.node_name == r["node"] for r in ranks.values())
+
+    poll(bound, 60, "every node's pod bound where Railyard chose")
+    for rank, entry in ranks.items():
+        pod = core.read_namespaced_pod(entry["pod"], namespace)
+        assert int(pod.metadata.labels["batch.kubernetes.io/job-completion-index"]) == rank
+        assert pod.metadata.uid == entry["podUid"]
+    nodes = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
+    assert len({nodes[r["node"]][LABEL_TOR] for r in ranks.values()}) == 1, "two nodes of one TOR"
+    assert_no_gpu_double_booked(api_client, core)
 
 
 INDEXED_JOB = {
@@ -247,10 +298,12 @@ def test_while_the_pod_webhook_is_down_no_opted_in_pod_is_created_and_once_it_is
         back.stop()
 
 
-def _placed(gang: dict | None, restarts: int = 0) -> bool:
+def _placed(gang: dict | None, restarts: int | None = 0) -> bool:
+    """Placed and released, after exactly `restarts` restarts (None: any number)."""
     status = (gang or {}).get("status") or {}
     placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), None)
-    return bool(placed and placed["reason"] == "Released" and status.get("restartCount", 0) == restarts)
+    return bool(placed and placed["reason"] == "Released"
+                and (restarts is None or status.get("restartCount", 0) == restarts))
 
 
 def test_leaderworkersets_own_example_is_placed_one_gang_per_group_ranked_by_worker_index(
@@ -275,6 +328,9 @@ def test_leaderworkersets_own_example_is_placed_one_gang_per_group_ranked_by_wor
     assert_no_gpu_double_booked(api_client, core)
     # The group's leader pod is deleted: LWS re-creates the whole group (the workers' StatefulSet is the leader's),
     # so no rank survives; Railyard gives the placement back and places the group anew once its pods are back.
+    # When the new leader appears before LWS has deleted the old workers, it is first placed next to them as a
+    # replacement (one restart), then the whole group is given back as the workers go: either way it ends placed
+    # anew, every rank a new pod.
     gang = placed[0]
     before = {r["podUid"] for r in gang["status"]["placement"]["ranks"]}
     leader = next(r["pod"] for r in gang["status"]["placement"]["ranks"] if r["rank"] == 0)
@@ -284,7 +340,7 @@ def test_leaderworkersets_own_example_is_placed_one_gang_per_group_ranked_by_wor
         fresh = custom.get_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs",
                                                     gang["metadata"]["name"])
         ranks = ((fresh.get("status") or {}).get("placement") or {}).get("ranks") or []
-        return fresh if _placed(fresh) and ranks and not before & {r["podUid"] for r in ranks} else None
+        return fresh if _placed(fresh, None) and ranks and not before & {r["podUid"] for r in ranks} else None
 
     again = poll(anew, 180, "the re-created group placed anew as one gang")
     for entry in again["status"]["placement"]["ranks"]:

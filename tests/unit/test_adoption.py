@@ -10,45 +10,14 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from railyard.topology.cluster.labels import LABEL_TOR
 from railyard.topology.cluster.nodes import pinned_node
 
 from tests.support import status as cond
 from tests.support.harness import Rig, rig
 from tests.support.jobs import make_job
-
-GATE = {"name": "railyard.dev/gang"}
-
-
-def _jobset(r: Rig, name: str, jobs: int, parallelism: int, gpus: int = 8, **annotations: str) -> list[str]:
-    """A JobSet of `jobs` Jobs of `parallelism` pods each, as its controller and the Job controller make them:
-    labelled, owned by their Job, gated by Railyard's gate (the pod webhook's work). Returns the pod names."""
-    uid = uuid.uuid4().hex
-    r.api.owners[f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{name}"] = {
-        "metadata": {"name": name, "uid": uid},
-        "spec": {"replicatedJobs": [{"name": "w", "replicas": jobs,
-                                     "template": {"spec": {"parallelism": parallelism}}}]}}
-    names = []
-    for j in range(jobs):
-        job, job_uid = f"{name}-w-{j}", uuid.uuid4().hex
-        for i in range(parallelism):
-            pod = f"{job}-{i}-{uuid.uuid4().hex[:5]}"
-            names.append(pod)
-            labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": uid,
-                      "jobset.sigs.k8s.io/restart-attempt": "0", "jobset.sigs.k8s.io/job-global-index": str(j),
-                      "batch.kubernetes.io/job-name": job, "batch.kubernetes.io/controller-uid": job_uid,
-                      "batch.kubernetes.io/job-completion-index": str(i), "railyard.dev/scheduling": "gang"}
-            body: dict[str, Any] = {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": "default", "labels": labels, "annotations": dict(annotations),
-                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
-                                                  "uid": job_uid, "controller": True}]},
-                "spec": {"restartPolicy": "OnFailure", "schedulingGates": [GATE],
-                         "containers": [{"name": "train", "image": "trainer:1",
-                                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-                "status": {"phase": "Pending"}}
-            r.api._store("pods", body, "ADDED")
-    r.deliver()
-    return names
+from tests.support.workloads import fresh_pod as _fresh
+from tests.support.workloads import jobset_pods as _jobset
 
 
 def _adopted(r: Rig) -> dict[str, Any]:
@@ -144,23 +113,6 @@ def test_an_adopted_gang_is_preempted_through_its_owner_and_comes_back_when_its_
     assert all(("default", n) not in r.api.objects["pods"] for n in names), "its pods deleted (the owner re-makes)"
     r.step()
     assert r.status("urgent").get("placement"), "the preemptor got the room"
-
-
-def _fresh(old: dict[str, Any], name: str) -> dict[str, Any]:
-    """`old` as its owner makes it again under `name`: a new uid, the same indices, gated by the webhook."""
-    import copy
-
-    pod = copy.deepcopy(old)
-    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "uid")}
-    pod["metadata"]["name"] = name
-    pod["metadata"]["uid"] = uuid.uuid4().hex
-    for key in ("railyard.dev/job-name", "railyard.dev/rank", "railyard.dev/restart-count"):
-        pod["metadata"]["labels"].pop(key, None)
-    pod["metadata"]["annotations"] = {}
-    pod["spec"] = {k: v for k, v in pod["spec"].items() if k not in ("affinity", "nodeName")}
-    pod["spec"]["schedulingGates"] = [GATE]
-    pod["status"] = {"phase": "Pending"}
-    return pod
 
 
 def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
@@ -259,6 +211,37 @@ def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_i
     assert {rk["pod"] for rk in status["placement"]["ranks"]} == set(names)
 
 
+def test_a_group_re_made_one_pod_at_a_time_ends_placed_and_released_every_rank_its_new_pod():
+    """An LWS group re-created whole, seen in the order it happens: the new leader exists before the old worker
+    goes. It is placed next to the worker as a replacement; the worker then goes and comes back, and the gang
+    ends placed and released with every rank its new pod, no GPU twice."""
+    r = rig(nodes=4, tors=1)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    bodies = {n: r.api.objects["pods"][("default", n)] for n in names}
+    r.api._remove("pods", ("default", names[0]))
+    r.api._store("pods", _fresh(bodies[names[0]], names[0]), "ADDED")
+    r.deliver()
+    r.step(2)
+    assert _adopted(r)["status"]["restartCount"] == 1, "the new leader placed next to the surviving worker"
+    r.api._remove("pods", ("default", names[1]))
+    r.deliver()
+    r.step()
+    r.api._store("pods", _fresh(bodies[names[1]], names[1]), "ADDED")
+    r.deliver()
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step(2)
+    status = _adopted(r)["status"]
+    pods = {n: r.api.objects["pods"][("default", n)] for n in names}
+    assert {rk["podUid"] for rk in status["placement"]["ranks"]} == {p["metadata"]["uid"] for p in pods.values()}
+    assert cond.get(status["conditions"], cond.PLACED)["reason"] == "Released"
+    assert cond.is_true(status["conditions"], cond.RUNNING)
+    assert all(pinned_node(p["spec"]) and not p["spec"].get("schedulingGates") for p in pods.values())
+    slots = [(rk["node"], g) for rk in status["placement"]["ranks"] for g in rk["gpus"]]
+    assert len(slots) == len(set(slots)) and len(r.state.snapshot().used) <= 2
+
+
 def test_a_leader_killed_between_recording_the_new_home_and_pinning_it_is_finished_by_the_successor(monkeypatch):
     from railyard.operator.act.loop import PlacementLoop
     from railyard.operator.cache.state import ClusterState
@@ -337,3 +320,101 @@ def test_a_node_lost_under_an_adopted_gang_is_quarantined_when_its_pod_is_re_mad
     assert status["lastRestart"]["reason"] == "NodeNotReady" and status["lastRestart"]["lostNodes"] == [lost]
     assert {"key": "railyard.dev/unhealthy", "value": "NodeNotReady", "effect": "NoSchedule"} in r.taints(lost)
     assert any(e["reason"] == "NodeLost" for e in r.api.posted_events)
+
+
+def test_a_gangs_trainingjob_deleted_by_hand_while_its_pods_run_is_made_again_with_its_placement():
+    """A tenant's `kubectl delete tj` of an adopted gang deletes no pod (the pods are their owner's): the
+    TrainingJob is made again and the placement read back from the pods, by whichever operator leads, so the
+    running pods' GPUs stay counted and a pod their owner makes again later is placed next to them."""
+    r = rig(nodes=4, tors=1)
+    names = _running_jobset(r, "train", jobs=1, parallelism=2)
+    before = _adopted(r)
+    r.api.delete_job("default", before["metadata"]["name"])
+    r.deliver()
+    assert all(("default", n) in r.api.objects["pods"] for n in names), "the owner's pods are not touched"
+    r.loop = type(r.loop)(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # even a new leader
+    r.step(2)
+    after = _adopted(r)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"], "made again"
+
+    def where(body: dict[str, Any]) -> tuple:
+        placement = body["status"]["placement"]
+        return placement["id"], [(x["rank"], x["pod"], x["podUid"], x["node"], x["gpus"]) for x in placement["ranks"]]
+
+    assert where(after) == where(before), "the placement its pods run under, read back from them"
+    assert after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
+    assert any(e["reason"] == "PlacementRestored" for e in r.api.posted_events)
+    fresh = _remake(r, names[1])
+    r.step(2)
+    ranks = {rk["rank"]: rk for rk in _adopted(r)["status"]["placement"]["ranks"]}
+    assert ranks[1]["pod"] == fresh and ranks[0] == {k: v for k, v in before["status"]["placement"]["ranks"][0].items()}
+    slots = [(rk["node"], g) for rk in ranks.values() for g in rk["gpus"]]
+    assert len(slots) == len(set(slots))
+
+
+def test_a_pytorchjobs_pods_are_one_gang_the_master_rank_0_and_the_workers_after_it_by_replica_index():
+    """Kubeflow Training Operator v1's PyTorchJob: its pods carry their replica type and index, its spec says
+    how many; torchrun's ranks are the master's 0 and the workers' 1.. in replica-index order."""
+    r = rig(nodes=4, tors=1)
+    uid = uuid.uuid4().hex
+    r.api.owners["/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert"] = {
+        "metadata": {"name": "bert", "uid": uid},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 2}}}}
+    for kind, index in (("worker", 1), ("master", 0), ("worker", 0)):  # in any order
+        labels = {"training.kubeflow.org/job-name": "bert", "training.kubeflow.org/replica-type": kind,
+                  "training.kubeflow.org/replica-index": str(index), "railyard.dev/scheduling": "gang"}
+        r.api._store("pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"bert-{kind}-{index}", "namespace": "default", "labels": labels, "annotations": {},
+                         "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "bert",
+                                              "uid": uid, "controller": True}]},
+            "spec": {"restartPolicy": "OnFailure", "schedulingGates": [{"name": "railyard.dev/gang"}],
+                     "containers": [{"name": "pytorch", "image": "trainer:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Pending"}}, "ADDED")
+    r.deliver()
+    r.step(3)
+    job = _adopted(r)
+    assert job["spec"]["replicas"] == 3 and job["spec"]["adopt"]["kind"] == "PyTorchJob"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    ranks = {rk["rank"]: rk["pod"] for rk in job["status"]["placement"]["ranks"]}
+    assert ranks == {0: "bert-master-0", 1: "bert-worker-0", 2: "bert-worker-1"}
+    assert cond.get(job["status"]["conditions"], cond.PLACED)["reason"] in ("Placing", "Released")
+
+
+def test_a_pods_own_node_affinity_is_kept_when_railyard_pins_it_without_reading_it_again():
+    r = rig(nodes=4, tors=1)
+    names = _jobset(r, "train", jobs=1, parallelism=2)
+    pod = r.api.objects["pods"][("default", names[0])]
+    own = {"matchExpressions": [{"key": LABEL_TOR, "operator": "Exists"}]}
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [own]}}}
+    r.api._store("pods", pod, "MODIFIED")
+    r.deliver()
+    reads = len([w for w in r.api.writes if w[0] == "GET"])
+    r.step(3)
+    pinned = r.api.objects["pods"][("default", names[0])]["spec"]["affinity"]["nodeAffinity"]
+    terms = pinned["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 1 and terms[0]["matchExpressions"] == own["matchExpressions"], "its own term kept"
+    assert terms[0]["matchFields"][0]["key"] == "metadata.name", "and narrowed to Railyard's node"
+    assert len([w for w in r.api.writes if w[0] == "GET"]) == reads
+
+
+@given(st.sampled_from([
+    {},
+    {"affinity": {"podAntiAffinity": {"x": 1}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "spec.x", "operator": "Exists"}]}]}}}},
+    {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}},
+]), st.sampled_from(["gpu-0000", "n-7"]))
+def test_a_pin_taken_off_a_pods_spec_gives_back_the_spec_its_owner_wrote(spec, node):
+    import copy
+
+    from railyard.operator.decide.adoption import unpinned
+    from railyard.operator.decide.builders import pin_to
+
+    pinned = copy.deepcopy(spec)
+    pin_to(pinned, node)
+    assert pinned_node(pinned) == node
+    assert unpinned(copy.deepcopy(pinned)) == spec

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -207,3 +208,58 @@ def test_a_rank_holds_after_the_requested_checkpoint_until_the_request_ends_or_s
     assert stop.requested
     reporter.directives = {"checkpoint": {"step": 40}}
     assert not reporter.holding(41), "a request without hold (an older operator) never pauses"
+
+
+class _AskingOperator(BaseHTTPRequestHandler):
+    """Answers every report with a save-on-fault request for rank 1's local rank 0 (attempt 2)."""
+
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:
+        self.seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        data = json.dumps({"accepted": True, "directives": {
+            "faultSave": {"restartCount": 2, "savers": {"1": [0]}}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_survivor_blocked_in_a_collective_still_hears_the_save_on_fault_request_and_answers_once(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("tok\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AskingOperator)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _AskingOperator.seen = []
+    calls: list[list[int]] = []
+    blocked = threading.Event()  # the training loop: stuck in an all-reduce whose peer is gone
+
+    def save(local_ranks: list[int]) -> tuple[int, str]:
+        calls.append(local_ranks)
+        assert not blocked.is_set(), "runs while the loop is still blocked"
+        return 41, "/ckpt/fault-41"
+
+    try:
+        ctx = context({"RANK": "1", "RAILYARD_JOB_NAME": "j", "RAILYARD_RESTART_COUNT": "2",
+                       "RAILYARD_TOKEN_FILE": str(token),
+                       "RAILYARD_REPORT_URL": f"http://127.0.0.1:{server.server_port}/v1/reports"})
+        reporter = Reporter(ctx, min_interval=0.05)
+        reporter.progress(41)  # the last step it completed
+        reporter.on_fault_save(save)  # no further progress call: only the sender's own polls reach the operator
+
+        def answered() -> bool:
+            return any((b.get("faultSave") or {}) == {"step": 41, "path": "/ckpt/fault-41"}
+                       for b in _AskingOperator.seen)
+
+        deadline = time.monotonic() + 10
+        while not answered() and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        assert answered(), "the save reached the operator"
+        assert calls == [[0]], "saved once, its local ranks' shards"
+        assert reporter.close(5)
+    finally:
+        blocked.set()
+        server.shutdown()

@@ -202,16 +202,21 @@ class AdoptSpec(_Model):
     operator on the TrainingJob it keeps for that gang; Railyard pins and ungates those pods, never creates or
     deletes what their own controller owns (preempting them deletes their pods: the owner makes them again)."""
 
-    kind: str = Field(max_length=63)  # JobSet, LeaderWorkerSet, Job, PodGroup
+    kind: str = Field(max_length=63)  # JobSet, LeaderWorkerSet, Job, PyTorchJob, PodGroup
     name: str = Field(max_length=253)  # the workload's name (an LWS group: `<lws>-<group index>`)
     group: str = Field(max_length=512)  # the gang's key (topology/cluster/workload_groups.member_of)
-    # A JobSet's Jobs' first ranks, by the Job's global index (its pods rank by offset + completion index).
+    # A JobSet's Jobs' first ranks, by the Job's global index (its pods rank by offset + completion index); a
+    # PyTorchJob's master and workers' first ranks (its pods rank by offset + replica index).
     offsets: list[int] | None = None
 
 
 class CheckpointSpec(_Model):
     path: str | None = Field(None, max_length=4096)
     interval_seconds: int | None = Field(None, alias="intervalSeconds", ge=1)
+    # The job's data-parallel replicas each hold their shard's whole training state at the end of a step
+    # (replicated optimizer): on a fault without warning the survivors save the last step they completed and
+    # the new attempt resumes from it (docs/faults.md#save-on-fault).
+    save_on_fault: bool = Field(False, alias="saveOnFault")
 
 
 # Fields a TrainingJob no longer has, and what to do instead (the CRD refuses them with the same words).

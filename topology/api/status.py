@@ -146,6 +146,15 @@ class QuarantineRecord(_Model):
     until: Timestamp | None = None
 
 
+class SaveOnFaultRecord(_Model):
+    """What a fault's restart did about saving the survivors' last step (operator/decide/fault_save.py)."""
+
+    outcome: str  # Saved, NoLayout, ShardLost, NoAnswer, NotReporting
+    step: int | None = None  # the step the savers saved (Saved)
+    savers: list[int] = []  # the ranks asked to save, one per shard
+    message: str = ""
+
+
 class RestartRecord(_Model):
     reason: str | None = None
     lost_nodes: list[str] = Field(default_factory=list, alias="lostNodes")
@@ -158,6 +167,7 @@ class RestartRecord(_Model):
     resume_checkpoint: str | None = Field(None, alias="resumeCheckpoint")
     previous_replicas: int | None = Field(None, alias="previousReplicas")
     quarantine: list[QuarantineRecord] = []  # taints this restart decided (a successor applies them)
+    save_on_fault: SaveOnFaultRecord | None = Field(None, alias="saveOnFault")
 
 
 class StepTime(_Model):

@@ -37,6 +37,10 @@ LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 JOB_NAME = "batch.kubernetes.io/job-name"
 JOB_UID = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"  # Kubeflow Training Operator v1 (PyTorchJob)
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+PYTORCH_REPLICA_TYPES = ("master", "worker")  # in rank order: the master is rank 0
 
 
 class WorkloadKind(StrEnum):
@@ -46,6 +50,7 @@ class WorkloadKind(StrEnum):
     JOBSET = "JobSet"
     LEADER_WORKER_SET = "LeaderWorkerSet"
     JOB = "Job"
+    PYTORCH_JOB = "PyTorchJob"
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class GroupMember:
     size: int | None  # None: the owner says (a JobSet's or Job's spec, a PodGroup)
     owner: Owner | None
     job: str | None = None  # a JobSet pod's Job (its rank is that Job's offset + the completion index)
-    job_index: int | None = None  # a JobSet pod's Job's global index
+    job_index: int | None = None  # a JobSet pod's Job's global index; a PyTorchJob pod's replica type's place
 
 
 def _int(value: Any) -> int | None:
@@ -109,6 +114,12 @@ def member_of(pod: Mapping[str, Any]) -> GroupMember | None:
         key = labels.get(LWS_GROUP_KEY) or f"{lws}-{index}"
         return GroupMember(f"lws/{key}", f"{lws}-{index}", WorkloadKind.LEADER_WORKER_SET,
                            _int(labels.get(LWS_WORKER_INDEX)) or 0, _int(annotations.get(LWS_SIZE)), owner)
+    replica_type = (labels.get(KUBEFLOW_REPLICA_TYPE) or "").lower()
+    if labels.get(KUBEFLOW_JOB_NAME) and owner is not None and owner.kind == "PyTorchJob" and \
+            replica_type in PYTORCH_REPLICA_TYPES:
+        return GroupMember(f"pytorchjob/{owner.uid}", owner.name, WorkloadKind.PYTORCH_JOB,
+                           _int(labels.get(KUBEFLOW_REPLICA_INDEX)), None, owner, replica_type,
+                           PYTORCH_REPLICA_TYPES.index(replica_type))
     group_name = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
     if group_name:
         return GroupMember(f"podgroup/{group_name}", group_name, WorkloadKind.POD_GROUP,
@@ -134,4 +145,17 @@ def jobset_offsets(jobset: Mapping[str, Any]) -> tuple[int, dict[int, int]]:
             offsets[index] = rank
             rank += parallelism
             index += 1
+    return rank, offsets
+
+
+def pytorchjob_offsets(job: Mapping[str, Any]) -> tuple[int, dict[int, int]]:
+    """A PyTorchJob's size (its Master and Worker replicas) and each replica type's first rank: the master is
+    rank 0, the workers follow by replica index (the ranks torchrun gives them)."""
+    specs = {k.lower(): v for k, v in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items()}
+    offsets: dict[int, int] = {}
+    rank = 0
+    for index, kind in enumerate(PYTORCH_REPLICA_TYPES):
+        offsets[index] = rank
+        replicas = (specs.get(kind) or {}).get("replicas")
+        rank += int(replicas) if replicas is not None else (1 if kind in specs else 0)
     return rank, offsets

@@ -14,8 +14,10 @@ rig once per peer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import bench.peers.kueue as peers_kueue
 import bench.peers.volcano as peers_volcano
 from bench.common import after_gc_discovery, arguments, cluster, fresh_cluster, percentile, wait
+from bench.controllers import workload_controller
 from bench.peers.translators import (
     JOB_LABEL,
     PEERS,
@@ -34,7 +37,17 @@ from bench.peers.translators import (
     stream,
     summarise,
 )
-from bench.rig.operator import NS, PodWatch, apply_crds, cpu_seconds, gauge, scrape, settled, start_operator
+from bench.rig.operator import (
+    NS,
+    PodWatch,
+    apply_crds,
+    cpu_seconds,
+    gauge,
+    histogram_quantile,
+    scrape,
+    settled,
+    start_operator,
+)
 from railyard.operator.kube.client import KubeApi
 
 JOBS = int(os.environ.get("COMPARE_JOBS", "150"))
@@ -47,8 +60,26 @@ _PATHS = {("railyard.dev/v1alpha1", "TrainingJob"): "/apis/railyard.dev/v1alpha1
           ("v1", "Pod"): "/api/v1/namespaces/{ns}/pods",
           ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs",
           ("batch.volcano.sh/v1alpha1", "Job"): "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs",
-          ("scheduling.k8s.io/v1alpha2", "PodGroup"): "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"}
+          ("scheduling.k8s.io/v1alpha2", "PodGroup"): "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups",
+          ("jobset.x-k8s.io/v1alpha2", "JobSet"): "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"}
 _SCHEDULERS = ("kube-scheduler", "railyard-operator", "kueue", "vc-scheduler", "vc-controller-manager")
+RAILYARD = ("railyard", "railyard-jobset")  # the second: the same jobs as JobSets Railyard places (issue 46)
+OPERATOR_METRICS = 18080  # bench/rig/operator.start_operator's
+
+
+class _Controller:
+    """A workload controller (bench/controllers.py) in `processes`: stopped as the peers' schedulers are."""
+
+    def __init__(self, name: str) -> None:
+        self.stack = contextlib.ExitStack()
+        self.stack.enter_context(workload_controller(name, Path(tempfile.mkdtemp(prefix=f"compare-{name}-"))))
+        self.pid = 0
+
+    def terminate(self) -> None:
+        self.stack.close()
+
+    def wait(self, timeout: float) -> None:
+        return None
 
 
 def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
@@ -65,9 +96,11 @@ def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
     wait(lambda: settled(api), 300, "nodes without not-ready taints", interval=1)
     api.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     extra: dict[str, int] = {}
-    processes = []
+    processes: list[Any] = []  # what stop() ends: the peers' processes, a workload controller
     crds_applied = time.monotonic()  # Volcano's, in peers_volcano.start
-    if peer == "railyard":
+    if peer == "railyard-jobset":
+        processes.append(_Controller("jobset"))
+    if peer in RAILYARD:
         crds_applied = apply_crds()
         operator, port, _ = start_operator("railyard-compare")
         processes.append(operator.proc)
@@ -82,9 +115,15 @@ def start_peer(peer: str) -> tuple[dict, KubeApi, list, dict[str, int]]:
                               ("vc-scheduler", "vc-controller-manager"), strict=True):
             processes.append(proc)
             extra[name] = proc.pid
-    if peer in ("railyard", "volcano"):  # their pods are owned by objects of a kind installed just now
+    if peer in (*RAILYARD, "volcano"):  # their pods are owned by objects of a kind installed just now
         after_gc_discovery(crds_applied)
     return figures, api, processes, extra
+
+
+def operator_requests() -> float:
+    """API requests the operator has sent so far (its own counter, every verb and resource)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in scrape(OPERATOR_METRICS).splitlines()
+               if line.startswith("railyard_api_requests_total{"))
 
 
 def cluster_gpus(api: KubeApi) -> int:
@@ -113,6 +152,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures, api, processes, extra = start_peer(peer)
     watcher = PodWatch()
     cpu_before = cpu_seconds(extra)
+    requests_before = operator_requests() if peer in RAILYARD else 0.0
     submitted: dict[str, float] = {}
     send = submitter(api, peer)
 
@@ -145,6 +185,20 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
             done[job] = max(done.get(job, 0.0), at)
     latencies = [done[j.name] - submitted[j.name] for j in jobs
                  if j.name in done and placements[j.name]["bound"] == j.replicas]
+    if peer == "railyard-jobset":  # from the gang's last pod made by the Job controller (Railyard's share)
+        made: dict[str, float] = {}
+        for pod, at in watcher.created.items():
+            if job := watcher.labels.get(pod, {}).get(JOB_LABEL):
+                made[job] = max(made.get(job, 0.0), at)
+        ready = [done[j.name] - made[j.name] for j in jobs
+                 if j.name in done and j.name in made and placements[j.name]["bound"] == j.replicas]
+        figures["gang_made_to_bound_p50_seconds"] = percentile(ready, 50) if ready else None
+        figures["gang_made_to_bound_p99_seconds"] = percentile(ready, 99) if ready else None
+        placed = [_last(watcher.released, watcher, j.name) - made[j.name] for j in jobs
+                  if j.name in made and _last(watcher.released, watcher, j.name) is not None]
+        figures["gang_made_to_released_p50_seconds"] = percentile(placed, 50) if placed else None
+        figures["pods_made_per_second"] = round(len(watcher.created) / (max(watcher.created.values()) - t0), 1) \
+            if watcher.created else 0
     bound_times = list(watcher.bound.values())
     gpus_of = {j.name: j.gpus for j in jobs}
     # GPUs bound over time since the burst, one point a second (for the plot).
@@ -170,8 +224,24 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["pods_bound_per_second"] = round(len(bound_times) / (max(bound_times) - t0), 1) if bound_times else 0
     figures["scheduler_cpu_seconds"] = scheduler_cpu(cpu_before, cpu_after)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
+    if peer in RAILYARD and bound_times:
+        binding = [done[j.name] - released for j in jobs
+                   if j.name in done and (released := _last(watcher.released, watcher, j.name)) is not None]
+        figures["released_to_bound_p50_seconds"] = percentile(binding, 50) if binding else None
+        text = scrape(OPERATOR_METRICS)  # TrainingJob created (an adopted gang's: when its pods were all there)
+        figures["created_to_released_p50_seconds"] = histogram_quantile(text, "railyard_job_release_seconds", 0.5)
+        figures["created_to_released_p99_seconds"] = histogram_quantile(text, "railyard_job_release_seconds", 0.99)
+        figures["operator_requests_per_pod"] = round((operator_requests() - requests_before) / len(bound_times), 3)
+        figures["operator_cpu_ms_per_pod"] = round(
+            1000 * figures["cpu_seconds"].get("railyard-operator", 0.0) / len(bound_times), 2)
     stop(processes)
     return figures, placements
+
+
+def _last(times: dict[str, float], watcher: PodWatch, job: str) -> Any:
+    """When the last of the job's pods got there (`times`: one of the watcher's maps), or None."""
+    seen = [at for pod, at in times.items() if watcher.labels.get(pod, {}).get(JOB_LABEL) == job]
+    return max(seen) if seen else None
 
 
 def plot(out: dict, target: Path) -> None:

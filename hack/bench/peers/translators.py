@@ -19,7 +19,8 @@ from typing import Any
 
 from bench.core.workload import job_stream
 from railyard.topology.api.job import GROUP, VERSION
-from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR
+from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR, SCHEDULING_GATE
+from railyard.topology.cluster.workload_intent import OPT_IN_LABEL, OPT_IN_VALUE, PREFERRED_TIER, REQUIRED_TIER
 
 JOB_LABEL = "compare.railyard.dev/job"
 INDEX_ANNOTATION = "compare.railyard.dev/index"
@@ -78,6 +79,24 @@ def railyard_objects(job: PeerJob) -> list[dict[str, Any]]:
              "spec": {"replicas": job.replicas, "topology": topology,
                       "template": {"metadata": {"labels": _labels(job), "annotations": _annotations(job)},
                                    "spec": {"containers": [_container(job)]}}}}]
+
+
+def railyard_jobset_objects(job: PeerJob) -> list[dict[str, Any]]:
+    """The same job as a JobSet Railyard places without owning it (docs/workloads.md): one replicated Job of
+    `replicas` indexed pods, opted in, its topology as the annotations mirroring `spec.topology`, the gate in the
+    template (the chart's pod webhook would add it; the benchmark leaves the webhook's admission call out)."""
+    annotations = _annotations(job)
+    for key, tier in ((REQUIRED_TIER, job.required_tier), (PREFERRED_TIER, job.preferred_tier)):
+        if tier:
+            annotations[key] = tier
+    pod = {"metadata": {"labels": {**_labels(job), OPT_IN_LABEL: OPT_IN_VALUE}, "annotations": annotations},
+           "spec": {"restartPolicy": "Never", "schedulingGates": [{"name": SCHEDULING_GATE}],
+                    "containers": [_container(job)]}}
+    return [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": job.name, "labels": _labels(job)},
+             "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+                 "parallelism": job.replicas, "completions": job.replicas, "completionMode": "Indexed",
+                 "backoffLimit": 0, "template": pod}}}]}}]
 
 
 def _pods(job: PeerJob, pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,7 +209,8 @@ def volcano_cluster_objects(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str
 
 
 TRANSLATORS = {"railyard": railyard_objects, "kube-scheduler-gang": native_gang_objects,
-               "kueue-tas": kueue_objects, "volcano": volcano_objects, "naive-podaffinity": naive_objects}
+               "kueue-tas": kueue_objects, "volcano": volcano_objects, "naive-podaffinity": naive_objects,
+               "railyard-jobset": railyard_jobset_objects}  # the last not among PEERS: COMPARE_PEERS names it
 
 
 def _index(pod: Mapping[str, Any]) -> int:

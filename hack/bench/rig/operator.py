@@ -59,6 +59,7 @@ class PodWatch:
 
     def __init__(self) -> None:
         self.bound: dict[str, float] = {}
+        self.created: dict[str, float] = {}  # first seen
         self.node: dict[str, str] = {}  # pod -> the node it was bound to
         self.released: dict[str, float] = {}
         self.finished: dict[str, float] = {}  # succeeded, failed or deleted
@@ -92,6 +93,7 @@ class PodWatch:
             return  # a BOOKMARK: only its resourceVersion counts
         name = pod["metadata"]["name"]
         if event_type in ("ADDED", "MODIFIED"):
+            self.created.setdefault(name, time.monotonic())
             spec = pod.get("spec") or {}
             self.labels.setdefault(name, pod["metadata"].get("labels") or {})
             if not spec.get("schedulingGates"):

@@ -1,0 +1,88 @@
+"""Save on fault through the operator (issue 47) against the in-memory API: a job that declares
+`checkpoint.saveOnFault` loses a node without warning; the survivor that holds the model's shard is asked (on its
+report answers) to save the last step it completed, the restart waits for it within SAVE_ON_FAULT_SECONDS, and the
+new attempt resumes from that step — or from the last committed checkpoint when no answer comes, saying which."""
+
+from __future__ import annotations
+
+from railyard.operator.decide.reports import WorkerReport
+
+from tests.support.harness import Rig, rig
+from tests.support.jobs import make_job
+
+
+def _report(r: Rig, rank: int, attempt: int, step: int, saved: tuple[int, ...] = (),
+            fault_save: int | None = None) -> None:
+    body = {"namespace": "default", "job": "llm", "rank": rank, "restartCount": attempt, "step": step,
+            "checkpoints": [{"step": s, "path": f"/c/{s}"} for s in saved]}
+    if fault_save is not None:
+        body["faultSave"] = {"step": fault_save, "path": f"/c/fault-{fault_save}"}
+    r.loop.book.record(WorkerReport.model_validate(body), r.clock.time())
+
+
+def _running(save_on_fault: bool = True) -> Rig:
+    r = rig(nodes=6, tors=1, report_url="https://reports.example:8090/v1/reports", save_on_fault_seconds=30)
+    checkpoint = {"path": "/c", "saveOnFault": save_on_fault}
+    r.submit(make_job("llm", 4, checkpoint=checkpoint))
+    r.running()
+    for rank in range(4):
+        _report(r, rank, 0, 100, saved=(100,))
+    r.step()
+    return r
+
+
+def _lose_rank(r: Rig, rank: int) -> str:
+    ranks = r.status("llm")["placement"]["ranks"]
+    node = next(x["node"] for x in ranks if x["rank"] == rank)
+    r.api._remove("nodes", ("", node))
+    r.deliver()
+    return node
+
+
+def test_the_survivor_holding_the_model_saves_its_last_step_and_the_new_attempt_resumes_from_it():
+    r = _running()
+    _lose_rank(r, 0)
+    r.step(2)
+    asked = r.loop.book.directives(("default", "llm")).get("faultSave")
+    assert asked == {"restartCount": 0, "savers": {"1": [0]}}, "one survivor saves the one shard (pure DP)"
+    assert r.status("llm").get("restartCount", 0) == 0, "the restart waits for the save"
+    _report(r, 1, 0, 123, fault_save=123)
+    r.step(2)
+    status = r.status("llm")
+    restart = status["lastRestart"]
+    assert status["restartCount"] == 1 and restart["resumeStep"] == 123
+    assert restart["resumeCheckpoint"] == "/c/fault-123"
+    assert restart["saveOnFault"]["outcome"] == "Saved" and restart["saveOnFault"]["savers"] == [1]
+    assert "faultSave" not in r.loop.book.directives(("default", "llm")), "the request ends with its answer"
+
+
+def test_without_an_answer_in_time_the_restart_resumes_from_the_last_committed_checkpoint_and_says_why():
+    r = _running()
+    _lose_rank(r, 2)
+    r.step(2)
+    assert r.status("llm").get("restartCount", 0) == 0
+    r.clock.advance(31)
+    r.step(2)
+    restart = r.status("llm")["lastRestart"]
+    assert restart["resumeStep"] == 100
+    assert restart["saveOnFault"]["outcome"] == "NoAnswer" and restart["saveOnFault"]["savers"] == [0]
+
+
+def test_a_step_older_than_the_committed_checkpoint_is_no_answer():
+    r = _running()
+    _lose_rank(r, 3)
+    r.step(2)
+    _report(r, 0, 0, 90, fault_save=90)  # not newer than step 100, which every rank saved
+    r.clock.advance(31)
+    r.step(2)
+    assert r.status("llm")["lastRestart"]["resumeStep"] == 100
+
+
+def test_a_job_that_does_not_declare_it_restarts_at_once_as_before():
+    r = _running(save_on_fault=False)
+    _lose_rank(r, 1)
+    r.step(2)
+    status = r.status("llm")
+    assert status["restartCount"] == 1 and status["lastRestart"]["resumeStep"] == 100
+    assert "saveOnFault" not in status["lastRestart"]
+    assert "faultSave" not in r.loop.book.directives(("default", "llm"))
