@@ -141,11 +141,12 @@ class Reporter:
         """The operator asked this rank's shards saved (a peer was lost): save them once, off this thread."""
         asked = self.directives.get("faultSave") or {}
         local = (asked.get("savers") or {}).get(str(self.ctx.rank))
-        if self._fault_save is None or self._fault_asked or local is None or \
-                asked.get("restartCount") != self.ctx.restart_count:
-            return
-        self._fault_asked = True
-        save = self._fault_save
+        with self._lock:  # flush runs on the sender's thread and, in hold(), on the training loop's
+            if self._fault_save is None or self._fault_asked or local is None or \
+                    asked.get("restartCount") != self.ctx.restart_count:
+                return
+            self._fault_asked = True
+            save = self._fault_save
 
         def run() -> None:
             try:

@@ -17,6 +17,7 @@ from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import EventReason
+from railyard.operator.cache.state_views import node_models
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import RestorePlacement
 from railyard.operator.decide.adoption import adopted_job, adopted_name
@@ -53,6 +54,8 @@ class Adoption:
             if (namespace, adopted_name(member)) in state.jobs:
                 continue
             try:
+                if not any(p.gated for p in gated) and not await self._owner_lives(namespace, member):
+                    continue  # its workload is being deleted (the collector took the TrainingJob first)
                 await self._adopt(namespace, group, member, gated[0].name)
             except Exception as e:  # one gang's trouble is that gang's: the others go on
                 log.warning("gang %s/%s (%s %s): not adopted: %s", namespace, group, member.kind, member.name, e)
@@ -61,13 +64,16 @@ class Adoption:
         """Record the placement the gang's released pods run under, read back from them (their nodes and GPUs):
         its TrainingJob was deleted by hand and made again; until then their GPUs counted only by request."""
         state = self.ctx.state
-        snapshot = state.snapshot()
-        usage = [state.pods[(job.namespace, name)].usage for name, _ in action.pods]
-        if any(u is None or not snapshot.has_node(u.node) for u in usage):
-            return  # a node gone meanwhile: the gang's fault path takes it from here once placed again
-        replicas = [(snapshot.node(u.node), tuple(u.gpu_indices)) for u in usage if u is not None]
+        models = node_models(state)  # a cordoned or draining node too: the pods run there
+        views = [state.pods.get((job.namespace, name)) for name, _ in action.pods]
+        if any(v is None or v.uid != uid for v, (_, uid) in zip(views, action.pods, strict=True)):
+            return  # a pod changed since the pass decided: the next one decides again
+        usage = [v.usage for v in views if v is not None]
+        if any(u is None or u.node not in models for u in usage):
+            return  # a node never seen: nothing to record
+        replicas = [(models[u.node], tuple(u.gpu_indices)) for u in usage if u is not None]
         placement = Placement.from_replicas(replicas, state.scheme.levels)
-        placement_id = state.pods[(job.namespace, action.pods[0][0])].placement_id or ""
+        placement_id = (views[0].placement_id if views[0] is not None else None) or ""
         priority = ranked_priority(job, state.priority_classes)
         patch = transitions.placing(job, placement, placement_id, utc(self.ctx.clock.time()), priority,
                                     list(action.pods))
@@ -76,6 +82,17 @@ class Adoption:
                        f"placement they run under (placement {placement_id})")
             log.warning("job %s/%s: %s", *job.key, message)
             await self.events.warning(job, EventReason.PLACEMENT_RESTORED, message)
+
+    async def _owner_lives(self, namespace: str, member: GroupMember) -> bool:
+        """Whether the gang's workload still exists, not being deleted (read now, never cached)."""
+        owner = member.owner
+        if owner is None or not owner.uid:
+            return True
+        group, _, version = owner.api_version.rpartition("/")
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        body = await self.ctx.api.read(f"{base}/namespaces/{namespace}/{owner.kind.lower()}s/{owner.name}")
+        meta = (body or {}).get("metadata") or {}
+        return meta.get("uid") == owner.uid and not meta.get("deletionTimestamp")
 
     async def _adopt(self, namespace: str, group: str, member: GroupMember, pod_name: str) -> None:
         key = (namespace, group)

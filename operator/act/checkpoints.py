@@ -83,11 +83,11 @@ class Checkpoints:
         if request.saved is not None:
             return FaultSaveOutcome.SAVED
         saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count), request.after_step)
-        if saved is not None:
+        if isinstance(saved, tuple):
             request.saved = saved
             self.ctx.book.end_fault_save(job.key)
             return FaultSaveOutcome.SAVED
-        if now < request.deadline:
+        if not saved and now < request.deadline:
             return FaultSaveOutcome.WAITING
         self.ctx.book.end_fault_save(job.key)
         return FaultSaveOutcome.NO_ANSWER

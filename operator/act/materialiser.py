@@ -29,7 +29,7 @@ from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
 from railyard.operator.decide import status_transitions as transitions
-from railyard.operator.decide.adoption import pin_patch
+from railyard.operator.decide.adoption import pin_patch, unpinned
 from railyard.operator.decide.assess import REFUSED_PREFIX
 from railyard.operator.decide.builders import PodOptions, build_pod, build_service
 from railyard.operator.decide.resource_claims import build_claim, claim_name
@@ -180,10 +180,12 @@ class Materialiser:
             if view.placement_id == placement.id:
                 continue  # pinned already
             # Built from the watched pod (its node affinity), sent for its uid only: no read per pod.
-            pod = {"spec": {"affinity": {"nodeAffinity": view.node_affinity}}} if view.node_affinity else {}
+            # A pin of a placement given back since (a rollback) is taken off first: two pins never both hold.
+            pod = {"spec": unpinned({"affinity": {"nodeAffinity": view.node_affinity}})} if view.node_affinity else {}
             patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
-            patches.append(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, r.pod or "", view.uid, patch))
-        stored = await asyncio.gather(*patches)  # all at once, as a TrainingJob's pods are created
+            patches.append((r.pod or "", view.uid, patch))
+        stored = await asyncio.gather(*(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, *each)
+                                        for each in patches))  # all at once, as a TrainingJob's pods are created
         for body in stored:
             if body is not None:
                 self.ctx.state.apply_pod("MODIFIED", body)

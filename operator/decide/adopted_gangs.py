@@ -61,8 +61,11 @@ def assess_adopted(job: Job, pods: Sequence[PodView]) -> Action:
             return Wait()  # until every pod of the gang exists
         if all(p.gated for p in ordered):
             return Queue(job.request)
-        if len({p.placement_id for p in ordered}) == 1 and all(
-                not p.gated and p.placement_id and p.usage is not None for p in ordered):
+        # Only a TrainingJob that never placed anything (made again after a hand deletion): one that gave its
+        # placement back (preempted, rolled back) sees its pods released until they go.
+        if not job.status.placements and job.condition(ConditionType.PLACED) is None and \
+                len({p.placement_id for p in ordered}) == 1 and all(
+                    not p.gated and p.placement_id and p.usage is not None for p in ordered):
             return RestorePlacement(tuple((p.name, p.uid) for p in ordered))
         return Wait()  # gated and released pods mixed, under no placement: nothing Railyard can place
     by_name = {p.name: p for p in pods if not p.terminating}

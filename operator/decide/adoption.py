@@ -39,7 +39,9 @@ def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespac
                 tier_of_label: Mapping[str, str]) -> dict[str, Any]:
     """The TrainingJob body for the gang `member` belongs to (`pod`: one of its pods, for the template)."""
     meta = pod.get("metadata") or {}
-    spec = unpinned(placement_spec(pod.get("spec") or {}))
+    spec = placement_spec(pod.get("spec") or {})
+    if (meta.get("annotations") or {}).get(ANNOTATION_PLACEMENT_ID):  # placed by Railyard before
+        spec = unpinned(spec)
     body: dict[str, Any] = {
         "apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": adopted_name(member), "namespace": namespace,
@@ -59,19 +61,21 @@ def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespac
 
 
 def unpinned(spec: dict[str, Any]) -> dict[str, Any]:
-    """`spec` without the node pin Railyard added to it (builders.pin_to: a metadata.name field in every required
-    term), as its owner wrote it: a gang adopted from pods Railyard placed already (its TrainingJob made again)
-    must not take one pod's node for every replica's."""
+    """`spec` without the node pin Railyard added to it (builders.pin_to: the same `metadata.name In [node]` field
+    last in every required term), as its owner wrote it: a gang adopted from pods Railyard placed already (its
+    TrainingJob made again) must not take one pod's node for every replica's. Anything else is the owner's."""
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = required.get("nodeSelectorTerms")
-    if not terms:
+    terms = required.get("nodeSelectorTerms") or []
+    pins = [(t.get("matchFields") or [None])[-1] for t in terms]
+    pin = pins[0] if pins else None
+    if not isinstance(pin, dict) or pin.get("key") != "metadata.name" or pin.get("operator") != "In" or \
+            len(pin.get("values") or []) != 1 or any(p != pin for p in pins):
         return spec
     kept = []
     for term in terms:
-        fields = [f for f in term.get("matchFields") or [] if f.get("key") != "metadata.name"]
-        term = {k: v for k, v in term.items() if k != "matchFields"} | ({"matchFields": fields} if fields else {})
-        kept.append(term)
+        fields = term["matchFields"][:-1]
+        kept.append({k: v for k, v in term.items() if k != "matchFields"} | ({"matchFields": fields} if fields else {}))
     if all(not t for t in kept):  # only Railyard's pin was there
         node_affinity = {k: v for k, v in affinity["nodeAffinity"].items()
                          if k != "requiredDuringSchedulingIgnoredDuringExecution"}

@@ -16,7 +16,9 @@ from railyard.topology.cluster.faults import LossReason
 from railyard.topology.solver.commgraph import Layout
 from railyard.topology.solver.shard_cover import cover
 
-PLANNED = (LossReason.MAINTENANCE, LossReason.MIGRATION)  # these save every rank's step first (restart_plan)
+# Planned moves save every rank's step first (restart_plan.saves_first); a straggler's eviction follows its own
+# checkpoint (checkpointBeforeEvict) and loses no shard.
+PLANNED = (LossReason.MAINTENANCE, LossReason.MIGRATION, LossReason.STRAGGLER)
 
 
 class FaultSaveOutcome(StrEnum):
@@ -67,18 +69,18 @@ def plan_fault_save(job: Job, action: Restart, pods: Sequence[PodView]) -> Fault
 
 
 def answered(savers: Mapping[int, tuple[int, ...]], saved: Mapping[int, tuple[int, str]],
-             after_step: int | None) -> tuple[int, str] | None:
-    """The step every saver saved for the request (`saved`: rank -> (step, path) each saver reported), when it is
-    one step newer than the last committed checkpoint (`after_step`); None while any saver has not answered, or
-    they saved different steps (a shard of one step with another's is no checkpoint)."""
-    steps = {saved[r][0] for r in savers if r in saved}
-    if len(steps) != 1 or any(r not in saved for r in savers):
-        return None
-    step = steps.pop()
-    if after_step is not None and step <= after_step:
-        return None
-    first = min(savers)
-    return step, saved[first][1]
+             after_step: int | None) -> tuple[int, str] | bool:
+    """The step every saver saved for the request (`saved`: rank -> (step, path) each saver reported), newer than
+    the last committed checkpoint (`after_step`) and under one path; True when every saver answered but not so
+    (nothing newer to keep, or shards of different steps or places: no checkpoint), so the wait ends; False while
+    some saver has not answered."""
+    if any(r not in saved for r in savers):
+        return False
+    answers = {saved[r] for r in savers}
+    if len(answers) != 1:
+        return True
+    step, path = answers.pop()
+    return (step, path) if after_step is None or step > after_step else True
 
 
 def record(plan: FaultSave, outcome: FaultSaveOutcome, step: int | None = None) -> SaveOnFaultRecord:

@@ -407,6 +407,8 @@ def test_a_pods_own_node_affinity_is_kept_when_railyard_pins_it_without_reading_
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
         {"matchFields": [{"key": "spec.x", "operator": "Exists"}]}]}}}},
     {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad-node"]}]}]}}}},
 ]), st.sampled_from(["gpu-0000", "n-7"]))
 def test_a_pin_taken_off_a_pods_spec_gives_back_the_spec_its_owner_wrote(spec, node):
     import copy
@@ -418,3 +420,29 @@ def test_a_pin_taken_off_a_pods_spec_gives_back_the_spec_its_owner_wrote(spec, n
     pin_to(pinned, node)
     assert pinned_node(pinned) == node
     assert unpinned(copy.deepcopy(pinned)) == spec
+
+
+def test_a_gang_whose_placement_was_given_back_is_not_restored_while_its_pods_still_run():
+    """Preemption writes the placement away before it deletes the pods: until they go, they run released under a
+    placement no TrainingJob records — that is not a TrainingJob made again, so nothing is restored."""
+    r = rig(nodes=4, tors=1)
+    _running_jobset(r, "train", jobs=1, parallelism=2)
+    body = _adopted(r)
+    body["status"]["placement"] = None
+    r.api._store("trainingjobs", body, "MODIFIED")
+    r.deliver()
+    r.step(2)
+    assert not _adopted(r)["status"].get("placement")
+    assert not any(e["reason"] == "PlacementRestored" for e in r.api.posted_events)
+
+
+def test_no_trainingjob_is_made_again_for_a_workload_being_deleted():
+    """The garbage collector may take the gang's TrainingJob before its pods: with the JobSet gone, Railyard does
+    not make the TrainingJob again from the pods still running."""
+    r = rig(nodes=4, tors=1)
+    _running_jobset(r, "train", jobs=1, parallelism=2)
+    r.api.owners.clear()  # the JobSet is gone
+    r.api.delete_job("default", _adopted(r)["metadata"]["name"])
+    r.deliver()
+    r.step(2)
+    assert not [j for j in r.api.objects["trainingjobs"].values() if j["spec"].get("adopt")]

@@ -86,3 +86,25 @@ def test_a_job_that_does_not_declare_it_restarts_at_once_as_before():
     assert status["restartCount"] == 1 and status["lastRestart"]["resumeStep"] == 100
     assert "saveOnFault" not in status["lastRestart"]
     assert "faultSave" not in r.loop.book.directives(("default", "llm"))
+
+
+def test_the_wait_ends_when_every_saver_answered_even_with_nothing_to_keep():
+    from railyard.operator.decide.fault_save import answered
+
+    savers = {1: (0,), 3: (0,)}
+    assert answered(savers, {1: (120, "/c/120")}, 100) is False, "rank 3 has not answered: wait"
+    assert answered(savers, {1: (120, "/c/120"), 3: (120, "/c/120")}, 100) == (120, "/c/120")
+    assert answered(savers, {1: (120, "/c/120"), 3: (119, "/c/119")}, 100) is True, "two steps: no checkpoint"
+    assert answered(savers, {1: (120, "/a"), 3: (120, "/b")}, 100) is True, "two places: no checkpoint"
+    assert answered(savers, {1: (100, "/c/100"), 3: (100, "/c/100")}, 100) is True, "nothing newer to keep"
+
+
+def test_a_stragglers_eviction_is_no_fault_to_save_on():
+    from railyard.operator.decide.actions import Restart
+    from railyard.operator.decide.fault_save import plan_fault_save
+    from railyard.topology.cluster.faults import LossReason
+
+    r = _running()
+    job = r.state.jobs[("default", "llm")]
+    assert job.request is not None
+    assert plan_fault_save(job, Restart(LossReason.STRAGGLER, "slow", job.request), []) is None
