@@ -283,7 +283,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         plan.unplaced.append(Unplaced(candidate.key, decision, reason, making))
     # The pass's placements can move the spare designation (a backfill took the spare a TOR kept, so another of
     # its free nodes is the spare now): a reservation is re-chosen off the spares the next pass starts with.
-    moved = spare_nodes(current, settings.spares.per_tor) - spares
+    moved = spare_nodes(current, settings.spares.per_tor) - spares if plan.placed and held else frozenset()
     spares |= moved
     waiting = {j.key: j for j in given.waiting}
     for key in [k for k, nodes in held.items() if nodes & moved and k in waiting]:

@@ -128,6 +128,14 @@ def _remake(r: Rig, name: str, passes_between: int = 0) -> str:
     return fresh
 
 
+def _placed_and_bound(r: Rig) -> None:
+    """Passes to place and release a gang, kube-scheduler binding it, passes to see it run."""
+    r.step(3)
+    r.api.bind_released()
+    r.deliver()
+    r.step(2)
+
+
 def _running_jobset(r: Rig, name: str, jobs: int, parallelism: int) -> list[str]:
     names = _jobset(r, name, jobs=jobs, parallelism=parallelism)
     r.step(3)
@@ -201,10 +209,7 @@ def test_until_the_owner_makes_the_pod_again_the_gang_waits_and_when_every_pod_i
     for name in names:  # the same names, as a StatefulSet makes them
         r.api._store("pods", _fresh(bodies[name], name), "ADDED")
     r.deliver()
-    r.step(3)
-    r.api.bind_released()
-    r.deliver()
-    r.step(2)
+    _placed_and_bound(r)
     status = _adopted(r)["status"]
     assert cond.get(status["conditions"], cond.PLACED)["reason"] == "Released"
     assert cond.is_true(status["conditions"], cond.RUNNING)
@@ -228,10 +233,7 @@ def test_a_group_re_made_one_pod_at_a_time_ends_placed_and_released_every_rank_i
     r.step()
     r.api._store("pods", _fresh(bodies[names[1]], names[1]), "ADDED")
     r.deliver()
-    r.step(3)
-    r.api.bind_released()
-    r.deliver()
-    r.step(2)
+    _placed_and_bound(r)
     status = _adopted(r)["status"]
     pods = {n: r.api.objects["pods"][("default", n)] for n in names}
     assert {rk["podUid"] for rk in status["placement"]["ranks"]} == {p["metadata"]["uid"] for p in pods.values()}

@@ -53,6 +53,14 @@ def test_reports_go_to_a_file_one_json_line_each(tmp_path):
     assert lines[1]["samples"] == [[2, 0.6, -1.0]] and lines[1]["checkpoints"] == [{"step": 2, "path": "/c/2"}]
 
 
+def _reply(handler: BaseHTTPRequestHandler, status: int, answer: dict) -> None:
+    data = json.dumps(answer).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class _Operator(BaseHTTPRequestHandler):
     answers: list[tuple[int, dict]] = []
     seen: list[tuple[str, dict]] = []
@@ -60,12 +68,7 @@ class _Operator(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.seen.append((self.headers["Authorization"], body))
-        status, answer = self.answers.pop(0)
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _reply(self, *self.answers.pop(0))
 
     def log_message(self, *args) -> None:
         pass
@@ -210,19 +213,14 @@ def test_a_rank_holds_after_the_requested_checkpoint_until_the_request_ends_or_s
     assert not reporter.holding(41), "a request without hold (an older operator) never pauses"
 
 
-class _AskingOperator(BaseHTTPRequestHandler):
+class _AskingOperator(_Operator):
     """Answers every report with a save-on-fault request for rank 1's local rank 0 (attempt 2)."""
 
     seen: list[dict] = []
 
     def do_POST(self) -> None:
         self.seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        data = json.dumps({"accepted": True, "directives": {
-            "faultSave": {"restartCount": 2, "savers": {"1": [0]}}}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _reply(self, 200, {"accepted": True, "directives": {"faultSave": {"restartCount": 2, "savers": {"1": [0]}}}})
 
     def log_message(self, *args) -> None:
         pass

@@ -178,24 +178,17 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     placements = read_placements(jobs, pods, nodes)
     figures.update(summarise(placements))
     # Submit -> every replica bound, for the jobs that were.
-    done: dict[str, float] = {}
-    for pod, at in watcher.bound.items():
-        job = watcher.labels.get(pod, {}).get(JOB_LABEL)
-        if job:
-            done[job] = max(done.get(job, 0.0), at)
+    done = _last(watcher.bound, watcher)
     latencies = [done[j.name] - submitted[j.name] for j in jobs
                  if j.name in done and placements[j.name]["bound"] == j.replicas]
+    released_at = _last(watcher.released, watcher)
     if peer == "railyard-jobset":  # from the gang's last pod made by the Job controller (Railyard's share)
-        made: dict[str, float] = {}
-        for pod, at in watcher.created.items():
-            if job := watcher.labels.get(pod, {}).get(JOB_LABEL):
-                made[job] = max(made.get(job, 0.0), at)
+        made = _last(watcher.created, watcher)
         ready = [done[j.name] - made[j.name] for j in jobs
                  if j.name in done and j.name in made and placements[j.name]["bound"] == j.replicas]
         figures["gang_made_to_bound_p50_seconds"] = percentile(ready, 50) if ready else None
         figures["gang_made_to_bound_p99_seconds"] = percentile(ready, 99) if ready else None
-        placed = [_last(watcher.released, watcher, j.name) - made[j.name] for j in jobs
-                  if j.name in made and _last(watcher.released, watcher, j.name) is not None]
+        placed = [released_at[j.name] - made[j.name] for j in jobs if j.name in made and j.name in released_at]
         figures["gang_made_to_released_p50_seconds"] = percentile(placed, 50) if placed else None
         figures["pods_made_per_second"] = round(len(watcher.created) / (max(watcher.created.values()) - t0), 1) \
             if watcher.created else 0
@@ -225,8 +218,7 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     figures["scheduler_cpu_seconds"] = scheduler_cpu(cpu_before, cpu_after)
     figures["cpu_seconds"] = {k: round(cpu_after[k] - cpu_before[k], 1) for k in cpu_after}
     if peer in RAILYARD and bound_times:
-        binding = [done[j.name] - released for j in jobs
-                   if j.name in done and (released := _last(watcher.released, watcher, j.name)) is not None]
+        binding = [done[j.name] - released_at[j.name] for j in jobs if j.name in done and j.name in released_at]
         figures["released_to_bound_p50_seconds"] = percentile(binding, 50) if binding else None
         text = scrape(OPERATOR_METRICS)  # TrainingJob created (an adopted gang's: when its pods were all there)
         figures["created_to_released_p50_seconds"] = histogram_quantile(text, "railyard_job_release_seconds", 0.5)
@@ -238,10 +230,13 @@ def run_peer(peer: str, jobs) -> tuple[dict, dict]:
     return figures, placements
 
 
-def _last(times: dict[str, float], watcher: PodWatch, job: str) -> Any:
-    """When the last of the job's pods got there (`times`: one of the watcher's maps), or None."""
-    seen = [at for pod, at in times.items() if watcher.labels.get(pod, {}).get(JOB_LABEL) == job]
-    return max(seen) if seen else None
+def _last(times: dict[str, float], watcher: PodWatch) -> dict[str, float]:
+    """Per job, when the last of its pods got there (`times`: one of the watcher's maps)."""
+    last: dict[str, float] = {}
+    for pod, at in times.items():
+        if job := watcher.labels.get(pod, {}).get(JOB_LABEL):
+            last[job] = max(last.get(job, 0.0), at)
+    return last
 
 
 def plot(out: dict, target: Path) -> None:
