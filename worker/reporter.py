@@ -64,8 +64,8 @@ class Reporter:
         self.stale = False  # the operator says this rank belongs to an older attempt
         self.sent = 0
         self._fault_save: Callable[[list[int]], tuple[int, str] | None] | None = None
-        self._fault_asked = False  # this attempt's save on fault was started (once)
-        self._fault_saved: dict[str, Any] | None = None  # {"step", "path"} once saved
+        self._fault_asked: frozenset[int] = frozenset()  # the local ranks whose save on fault was started
+        self._fault_saved: dict[str, Any] | None = None  # {"step", "path", "localRanks"} once saved
         self._unsent_fault = False
 
     @property
@@ -142,10 +142,11 @@ class Reporter:
         asked = self.directives.get("faultSave") or {}
         local = (asked.get("savers") or {}).get(str(self.ctx.rank))
         with self._lock:  # flush runs on the sender's thread and, in hold(), on the training loop's
-            if self._fault_save is None or self._fault_asked or local is None or \
+            # Once per shard set: asked again for more (another saver was lost while saving), it saves them all.
+            if self._fault_save is None or local is None or set(local) <= self._fault_asked or \
                     asked.get("restartCount") != self.ctx.restart_count:
                 return
-            self._fault_asked = True
+            self._fault_asked = frozenset(local)
             save = self._fault_save
 
         def run() -> None:
@@ -156,7 +157,9 @@ class Reporter:
                 return
             if saved is not None:
                 with self._lock:
-                    self._fault_saved = {"step": int(saved[0]), "path": str(saved[1])}
+                    if self._fault_saved is not None and not set(local) >= set(self._fault_saved["localRanks"]):
+                        return  # a save of more shards, asked later, finished first
+                    self._fault_saved = {"step": int(saved[0]), "path": str(saved[1]), "localRanks": list(local)}
                     self._unsent_fault = True  # delivered like a checkpoint: retried until it is
                 self._submit(retries=3)
 

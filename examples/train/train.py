@@ -5,7 +5,10 @@ average their gradients through a shared directory (a stand-in for the all-reduc
 and every rank applies the same update. It shows the worker contract end to end:
 - resume from RAILYARD_RESUME_STEP / RAILYARD_RESUME_CHECKPOINT after a restart;
 - report progress (per-rank compute time before the "collective") and saved checkpoints;
-- on SIGTERM, all ranks agree on a step (the stop flag rides on the exchange), save it, report it, exit.
+- on SIGTERM, all ranks agree on a step (the stop flag rides on the exchange), save it, report it, exit;
+- save on fault (`checkpoint.saveOnFault`): when a peer dies without warning, this rank may be blocked in the
+  exchange; the operator asks it (on the worker's own thread) to save the last step it completed, as the shard
+  file of its layout coordinate, which whichever rank holds that shard in the next attempt loads.
 
     RANK=0 WORLD_SIZE=2 RAILYARD_CHECKPOINT_PATH=/tmp/ckpt python train.py --exchange /tmp/x --steps 500
 
@@ -88,6 +91,36 @@ def save(ctx: worker.Context, step: int, weights: list[float]) -> str:
     return str(base)
 
 
+def load(ctx: worker.Context) -> list[float]:
+    """The weights to resume from: this rank's shard as saved on a fault, else this rank's own file."""
+    base = Path(ctx.resume_checkpoint or "")
+    mine = base / f"{ctx.shard_name()}.json"
+    return json.loads((mine if mine.exists() else base / f"rank-{ctx.rank}.json").read_text())["weights"]
+
+
+class LastStep:
+    """The state after the last completed step, for a save on fault while the loop is blocked in the exchange."""
+
+    def __init__(self, ctx: worker.Context) -> None:
+        self.ctx = ctx
+        self.done: tuple[int, list[float]] | None = None
+
+    def completed(self, step: int, weights: list[float]) -> None:
+        self.done = (step, weights)  # one assignment: the saver's thread sees a whole step or the one before
+
+    def save(self, local_ranks: list[int]) -> tuple[int, str] | None:
+        done = self.done
+        if done is None:
+            return None  # no step completed in this attempt: nothing newer than what it resumed from
+        step, weights = done
+        base = Path(self.ctx.checkpoint_path or "checkpoints") / f"step-{step}"
+        base.mkdir(parents=True, exist_ok=True)
+        for local in local_ranks:  # one pure data-parallel process per pod here: its shard is the whole model
+            write_atomic(base / f"{self.ctx.shard_name(local)}.json", {"step": step, "weights": weights})
+        emit("saved_on_fault", step=step, path=str(base), shards=[self.ctx.shard_name(x) for x in local_ranks])
+        return step, str(base)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -104,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = shard(ctx.rank)
     weights = [0.0] * FEATURES
     if ctx.resuming:
-        weights = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())["weights"]
+        weights = load(ctx)
+    last = LastStep(ctx)
+    reporter.on_fault_save(last.save)
     emit("start", rank=ctx.rank, restart_count=ctx.restart_count, resume_step=ctx.resume_step,
          first_step=ctx.first_step)
     loss = float("nan")
@@ -116,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         computed = time.perf_counter() - began
         mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop.requested, args.peer_timeout)
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
+        last.completed(step, weights)
         reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
         requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
         if stopping or requested or (step + 1) % args.checkpoint_every == 0:

@@ -82,7 +82,12 @@ class Checkpoints:
             return FaultSaveOutcome.WAITING
         if request.saved is not None:
             return FaultSaveOutcome.SAVED
-        saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count), request.after_step)
+        if dict(plan.savers) != request.savers:
+            # A saver was lost while saving: its shards are asked of their next survivors, within the same wait.
+            request.savers = dict(plan.savers)
+            self.ctx.book.ask_fault_save(job.key, job.restart_count, plan.savers)
+        saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count, request.savers),
+                         request.after_step)
         if isinstance(saved, tuple):
             request.saved = saved
             self.ctx.book.end_fault_save(job.key)

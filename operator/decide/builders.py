@@ -107,6 +107,13 @@ def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
         env["RAILYARD_RESUME_STEP"] = last_restart.resume_step
         env["RAILYARD_RESUME_CHECKPOINT"] = last_restart.resume_checkpoint or ""
     checkpoint = spec.get("checkpoint") or {}
+    if checkpoint.get("saveOnFault"):
+        # The layout the operator's shard cover uses (decide/fault_save.py): a rank names the shards it saves
+        # and the new attempt's ranks find theirs by coordinate (railyard.worker.Context.shard).
+        parallelism = spec.get("parallelism") or {}
+        env["RAILYARD_TENSOR_PARALLEL"] = parallelism.get("tensor") or 1
+        env["RAILYARD_PIPELINE_PARALLEL"] = parallelism.get("pipeline") or 1
+        env["RAILYARD_GPUS_PER_REPLICA"] = gpus
     if checkpoint.get("path"):
         env["RAILYARD_CHECKPOINT_PATH"] = checkpoint["path"]
     if checkpoint.get("intervalSeconds"):

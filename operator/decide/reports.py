@@ -20,6 +20,11 @@ class SavedCheckpoint(_Report):
     path: str = Field("", max_length=4096)
 
 
+class FaultSaved(SavedCheckpoint):
+    # The local ranks whose shards it holds (None: an older worker, taken as every one it was asked for).
+    local_ranks: list[int] | None = Field(None, alias="localRanks", max_length=1024)
+
+
 class WorkerReport(_Report):
     """The body a rank POSTs (railyard.worker.Reporter.payload)."""
 
@@ -33,7 +38,7 @@ class WorkerReport(_Report):
     samples: list[tuple[int, float, float]] = Field(default_factory=list, max_length=64)
     checkpoints: list[SavedCheckpoint] = Field(default_factory=list, max_length=16)
     # The step this rank saved when asked to on a fault (its shards of it: decide/fault_save.py).
-    fault_save: SavedCheckpoint | None = Field(None, alias="faultSave")
+    fault_save: FaultSaved | None = Field(None, alias="faultSave")
 
 
 @dataclass(frozen=True)

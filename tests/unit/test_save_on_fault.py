@@ -108,3 +108,32 @@ def test_a_stragglers_eviction_is_no_fault_to_save_on():
     job = r.state.jobs[("default", "llm")]
     assert job.request is not None
     assert plan_fault_save(job, Restart(LossReason.STRAGGLER, "slow", job.request), []) is None
+
+
+def test_a_saver_lost_while_saving_hands_its_shard_to_the_next_survivor_within_the_same_wait():
+    r = _running()
+    _lose_rank(r, 0)
+    r.step(2)
+    assert r.loop.book.directives(("default", "llm"))["faultSave"]["savers"] == {"1": [0]}
+    _lose_rank(r, 1)  # the saver dies before it answers
+    r.step(2)
+    assert r.loop.book.directives(("default", "llm"))["faultSave"]["savers"] == {"2": [0]}, "asked of rank 2 now"
+    assert r.status("llm").get("restartCount", 0) == 0, "still within the wait"
+    _report(r, 2, 0, 124, fault_save=124)
+    r.step(2)
+    restart = r.status("llm")["lastRestart"]
+    assert restart["resumeStep"] == 124 and restart["saveOnFault"]["savers"] == [2], restart
+
+
+def test_a_save_that_holds_fewer_shards_than_asked_is_no_answer():
+    from railyard.operator.cache.progress_book import ProgressBook
+    from railyard.operator.decide.reports import WorkerReport
+
+    book = ProgressBook()
+    key = ("default", "llm")
+    body = {"namespace": "default", "job": "llm", "rank": 1, "restartCount": 0, "step": 9,
+            "faultSave": {"step": 9, "path": "/c/9", "localRanks": [0]}}
+    book.record(WorkerReport.model_validate(body), 0.0)
+    assert book.fault_saved(key, 0, {1: (0,)}) == {1: (9, "/c/9")}
+    assert book.fault_saved(key, 0, {1: (0, 1)}) == {}, "asked for local ranks 0 and 1 since: not yet saved"
+    assert book.fault_saved(key, 0, {2: (0,)}) == {}, "not a saver any more"
