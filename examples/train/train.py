@@ -29,6 +29,7 @@ from railyard import worker
 
 FEATURES = 4
 TRUE_WEIGHTS = [0.5, -1.0, 2.0, 0.25]
+STOP_WAIT_SECONDS = 5.0  # after SIGTERM, how long a rank still waits for a missing peer's gradients
 
 
 def shard(rank: int, size: int = 256) -> list[tuple[list[float], float]]:
@@ -62,17 +63,22 @@ def write_atomic(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: bool,
+def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: worker.StopFlag,
              timeout: float) -> tuple[list[float], bool]:
-    """Average the gradients of all ranks for this step (and OR their stop flags)."""
+    """Average the gradients of all ranks for this step (and OR their stop flags). A SIGTERM while a peer's
+    gradients do not come (it is gone: the gang is being replaced) ends the wait within STOP_WAIT_SECONDS, as a
+    collective's watchdog would, so the pod does not hold its node for the whole grace period."""
     here = root / f"g{ctx.restart_count}" / f"step-{step}"
     here.mkdir(parents=True, exist_ok=True)
-    write_atomic(here / f"rank-{ctx.rank}.json", {"grad": grad, "stop": stop})
+    write_atomic(here / f"rank-{ctx.rank}.json", {"grad": grad, "stop": stop.requested})
     deadline = time.monotonic() + timeout
+    stopping = False
     while True:
         parts = [here / f"rank-{r}.json" for r in range(ctx.world_size)]
         if all(p.exists() for p in parts):
             break
+        if stop.requested and not stopping:
+            stopping, deadline = True, min(deadline, time.monotonic() + STOP_WAIT_SECONDS)
         if time.monotonic() > deadline:
             emit("peer_lost", step=step)
             sys.exit(3)  # a rank is gone: the operator restarts the gang
@@ -149,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_sleep:
             time.sleep(args.step_sleep)
         computed = time.perf_counter() - began
-        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop.requested, args.peer_timeout)
+        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop, args.peer_timeout)
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
         last.completed(step, weights)
+        if step == ctx.first_step:  # when this attempt's training resumed, with what loss (the restart's cost)
+            emit("first_step", step=step, loss=loss, at=time.time())
         reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
         requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
         if stopping or requested or (step + 1) % args.checkpoint_every == 0:
