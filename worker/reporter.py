@@ -35,9 +35,10 @@ RETRY_SECONDS, RETRY_MAX_SECONDS = 0.5, 8.0  # a checkpoint report's retries, do
 
 
 class ReportError(RuntimeError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"report refused ({status}): {message}")
+    def __init__(self, status: int, message: str, answer: dict[str, Any] | None = None) -> None:
+        super().__init__(f"report refused ({status}): {message[:300]}")
         self.status = status
+        self.answer = answer or {}  # the endpoint's JSON answer
 
 
 class Reporter:
@@ -62,6 +63,8 @@ class Reporter:
         self._opener = _opener(ctx.report_ca_file if https else None, ctx.report_ca if https else None)
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
         self.stale = False  # the operator says this rank belongs to an older attempt
+        # ... and, for a pod an in-place restart kept, the new attempt ({"restartCount", "env"}: worker/supervise.py)
+        self.next_attempt: dict[str, Any] | None = None
         self.sent = 0
         self._fault_save: Callable[[list[int]], tuple[int, str] | None] | None = None
         self._fault_asked: frozenset[int] = frozenset()  # the local ranks whose save on fault was started
@@ -220,6 +223,7 @@ class Reporter:
             except ReportError as e:
                 if e.status == 409:
                     self.stale = True
+                    self.next_attempt = e.answer.get("attempt")
                 if e.status not in (429, 503) or attempt == retries:
                     self._warn(str(e))
                     return False
@@ -262,7 +266,12 @@ class Reporter:
             with self._opener.open(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as e:
-            raise ReportError(e.code, e.read().decode(errors="replace")[:300]) from None
+            text = e.read().decode(errors="replace")
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = None
+            raise ReportError(e.code, text, answer if isinstance(answer, dict) else None) from None
         return json.loads(raw) if raw else {}
 
 

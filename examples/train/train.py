@@ -29,7 +29,7 @@ from railyard import worker
 
 FEATURES = 4
 TRUE_WEIGHTS = [0.5, -1.0, 2.0, 0.25]
-STOP_WAIT_SECONDS = 5.0  # after SIGTERM, how long a rank still waits for a missing peer's gradients
+STOP_WAIT_SECONDS = 2.0  # after SIGTERM, how long a rank still waits for a missing peer's gradients
 
 
 def shard(rank: int, size: int = 256) -> list[tuple[list[float], float]]:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
         last.completed(step, weights)
         if step == ctx.first_step:  # when this attempt's training resumed, with what loss (the restart's cost)
-            emit("first_step", step=step, loss=loss, at=time.time())
+            emit("first_step", step=step, loss=loss, at=time.time(), restart_count=ctx.restart_count)
         reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
         requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
         if stopping or requested or (step + 1) % args.checkpoint_every == 0:

@@ -191,7 +191,7 @@ class Recovery:
         if await self.attempts.record(job, action.reason, plan.message, plan.replicas, record,
                                       list(plan.unhealthy), counted=action.counted,
                                       straggler_evictions=list(plan.straggler_evictions)
-                                      if plan.straggler_evictions is not None else None) is None:
+                                      if plan.straggler_evictions is not None else None, kept=plan.kept) is None:
             return False
         if plan.replacements:
             await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(
@@ -199,7 +199,7 @@ class Recovery:
                 for r in plan.replacements), key=str(restart_count))
         await self.events.normal(job, EventReason.RESTART_ISSUED, plan.message, key=str(restart_count))
         await self.quarantine.apply(plan.quarantine)
-        await self.attempts.replace_pods(job, plan.everyone, plan.on_lost)
+        await self.attempts.replace_pods(job, plan.everyone, plan.on_lost, plan.kept)
         return True
 
     async def _wait_for_replacement(self, job: Job, plan: RestartPlan) -> None:

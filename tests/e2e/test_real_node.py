@@ -477,7 +477,7 @@ def _sigkill_rank(namespace: str, job: str, rank: int) -> int:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if want <= environ and b"train.py" in cmdline:
+        if want <= environ and b"train.py" in cmdline and b"railyard.worker.supervise" not in cmdline:
             os.kill(int(proc.name), signal.SIGKILL)
             return int(proc.name)
     raise AssertionError(f"no process of {namespace}/{job} rank {rank} on this machine")
@@ -490,11 +490,21 @@ def _last_completed(shared: str, attempt: int) -> int:
     return max(steps) - 1
 
 
-def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, name: str, save_on_fault: bool) -> dict:
-    body = _trainer_job(name, 2, shared, faultPolicy={"restartBackoff": {"initialSeconds": 0}})
+SUPERVISED = ["/usr/bin/tini", "--", "python3", "-m", "railyard.worker.supervise", "--", "python3",
+              "/opt/railyard/train.py"]
+
+
+def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, name: str, save_on_fault: bool,
+                      in_place: bool = False) -> dict:
+    policy: dict = {"restartBackoff": {"initialSeconds": 0}}
+    body = _trainer_job(name, 2, shared, faultPolicy=policy)
     body["spec"]["checkpoint"]["saveOnFault"] = save_on_fault
+    if in_place:
+        policy["restartStrategy"] = "InPlace"
+        body["spec"]["template"]["spec"]["containers"][0]["command"] = SUPERVISED
     create_job(custom, namespace, body)
-    old = {p["metadata"]["uid"] for p in wait_bound(api_client, core, namespace, name, 2, timeout=120)}
+    started = wait_bound(api_client, core, namespace, name, 2, timeout=120)
+    old = {p["metadata"]["uid"] for p in started}
     wait_condition(custom, namespace, name, "Running", timeout=120)
     first = poll(lambda: (get_job(custom, namespace, name).get("status") or {}).get("lastCheckpoint"), 120,
                  "status.lastCheckpoint from the ranks' reports")
@@ -508,23 +518,28 @@ def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, nam
     reached = _last_completed(shared, 0)
 
     def resumed() -> tuple[dict, list[dict]] | None:
-        fresh = [p for p in pods_of(api_client, core, namespace, name) if p["metadata"]["uid"] not in old]
-        for p in fresh:
-            started = [e for e in _events(core, namespace, p["metadata"]["name"]) if e["event"] == "first_step"]
-            if started:
-                return started[0], fresh
+        pods = [p for p in pods_of(api_client, core, namespace, name) if not p["metadata"].get("deletionTimestamp")]
+        if len(pods) != 2:
+            return None
+        for p in pods:
+            begun = [e for e in _events(core, namespace, p["metadata"]["name"])
+                     if e["event"] == "first_step" and e.get("restart_count") == 1]
+            if begun:
+                return begun[0], pods
         return None
 
-    first_step, fresh = poll(resumed, 180, "the new attempt's first step")
+    first_step, pods = poll(resumed, 180, "the new attempt's first step")
+    fresh = [p for p in pods if p["metadata"]["uid"] not in old]
     bound = max(datetime.fromisoformat(c["lastTransitionTime"]).timestamp() for p in fresh
                 for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
     figures = {
-        "save_on_fault": save_on_fault, "outcome": (restart.get("saveOnFault") or {}).get("outcome"),
+        "save_on_fault": save_on_fault, "in_place": in_place,
+        "outcome": (restart.get("saveOnFault") or {}).get("outcome"),
         "reason": restart["reason"], "step_reached": reached, "resume_step": restart.get("resumeStep"),
         "steps_recomputed": reached - (restart.get("resumeStep") or -1),
         "fault_to_first_step_seconds": round(first_step["at"] - killed, 2),
         "bound_to_first_step_seconds": round(first_step["at"] - bound, 2),
-        "pods_created": len(fresh), "loss_at_resume": first_step["loss"],
+        "pods_created": len(fresh), "pods_kept": len(pods) - len(fresh), "loss_at_resume": first_step["loss"],
     }
     custom.delete_namespaced_custom_object("railyard.dev", "v1alpha1", namespace, "trainingjobs", name)
     poll(lambda: not pods_of(api_client, core, namespace, name), 120, f"{name}'s pods gone")
@@ -541,10 +556,16 @@ def test_save_on_fault_resumes_a_crashed_ranks_gang_at_the_step_the_survivor_com
         pytest.skip("SIGKILLs a container's process from the host: the local rig's real node only")
     on = _crash_and_resume(api_client, core, custom, namespace, shared, "crash-saved", True)
     off = _crash_and_resume(api_client, core, custom, namespace, shared, "crash-plain", False)
-    print(json.dumps({"with": on, "without": off}))
+    in_place = _crash_and_resume(api_client, core, custom, namespace, shared, "crash-kept", True, in_place=True)
+    figures = {"with": on, "without": off, "in_place": in_place}
+    print(json.dumps(figures))
     if os.environ.get("RAILYARD_REAL_FAULT_OUT"):
-        Path(os.environ["RAILYARD_REAL_FAULT_OUT"]).write_text(json.dumps({"with": on, "without": off}, indent=2))
+        Path(os.environ["RAILYARD_REAL_FAULT_OUT"]).write_text(json.dumps(figures, indent=2))
     assert on["outcome"] == "Saved" and on["reason"] == "ProcessFailed", on
     assert on["steps_recomputed"] <= 1, on
     assert off["outcome"] is None and off["steps_recomputed"] > on["steps_recomputed"], off
-    assert on["loss_at_resume"] < 0.01 and off["loss_at_resume"] < 0.01, "training went on, not from scratch"
+    assert on["pods_created"] == off["pods_created"] == 2, "Recreate: the whole gang's pods"
+    assert in_place["outcome"] == "Saved" and in_place["steps_recomputed"] <= 1, in_place
+    assert in_place["pods_created"] == 1 and in_place["pods_kept"] == 1, "InPlace: only the crashed rank's pod"
+    for run in (on, off, in_place):
+        assert run["loss_at_resume"] < 0.01, f"training went on, not from scratch: {run}"

@@ -137,3 +137,52 @@ def test_a_save_that_holds_fewer_shards_than_asked_is_no_answer():
     assert book.fault_saved(key, 0, {1: (0,)}) == {1: (9, "/c/9")}
     assert book.fault_saved(key, 0, {1: (0, 1)}) == {}, "asked for local ranks 0 and 1 since: not yet saved"
     assert book.fault_saved(key, 0, {2: (0,)}) == {}, "not a saver any more"
+
+
+def test_a_leader_change_during_the_wait_asks_again_and_resumes_from_what_the_survivor_saved():
+    """The old leader asked and died before the answer; the new one has heard nothing yet. It does not take that
+    for ranks that never report: it listens, asks the survivor again, and the survivor's save (made once, still on
+    its reports) is the resume step."""
+    from tests.unit.test_preemption_operator import _successor
+
+    r = _running()
+    _lose_rank(r, 0)
+    r.step(2)
+    assert "faultSave" in r.loop.book.directives(("default", "llm"))
+    new = _successor(r)
+    new.step()
+    assert r.status("llm").get("restartCount", 0) == 0, "the new leader waits for reports before restarting"
+    r.clock.advance(2)
+    body = {"namespace": "default", "job": "llm", "rank": 1, "restartCount": 0, "step": 123,
+            "faultSave": {"step": 123, "path": "/c/fault-123", "localRanks": [0]}}
+    new.book.record(WorkerReport.model_validate(body), r.clock.time())
+    for rank in (2, 3):
+        new.book.record(WorkerReport.model_validate({**body, "rank": rank, "faultSave": None}), r.clock.time())
+    new.step()
+    assert new.book.directives(("default", "llm"))["faultSave"]["savers"] == {"1": [0]}, "asked again"
+    new.step()
+    restart = r.status("llm")["lastRestart"]
+    assert restart["resumeStep"] == 123 and restart["saveOnFault"]["outcome"] == "Saved", restart
+
+
+def test_a_later_restart_that_is_no_fault_to_save_on_does_not_keep_the_earlier_outcome():
+    r = _running()
+    _lose_rank(r, 0)
+    r.step(2)
+    _report(r, 1, 0, 123, fault_save=123)
+    r.step(2)
+    assert r.status("llm")["lastRestart"]["saveOnFault"]["outcome"] == "Saved"
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    node = r.nodes_of("llm")[2]
+    cordoned = r.api.objects["nodes"][("", node)]
+    cordoned = {**cordoned, "metadata": {**cordoned["metadata"],
+                                         "annotations": {"railyard.dev/maintenance": "kernel upgrade"}}}
+    r.api._store("nodes", cordoned, "MODIFIED")
+    r.deliver()
+    r.clock.advance(700)  # past the planned move's checkpoint wait (nobody reports in this attempt)
+    r.step(3)
+    restart = r.status("llm")["lastRestart"]
+    assert r.status("llm")["restartCount"] == 2 and restart["reason"] == "Maintenance", restart
+    assert "saveOnFault" not in restart, "a planned move saves every rank's step first: no save on fault to report"
