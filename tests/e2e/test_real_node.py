@@ -498,7 +498,13 @@ def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, nam
                       in_place: bool = False) -> dict:
     policy: dict = {"restartBackoff": {"initialSeconds": 0}}
     body = _trainer_job(name, 2, shared, faultPolicy=policy)
-    body["spec"]["checkpoint"]["saveOnFault"] = save_on_fault
+    # Each job its own exchange and checkpoints: another job's files of the same step would be read as its own.
+    own = Path(shared) / name
+    own.mkdir(mode=0o777)
+    own.chmod(0o777)
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    container["args"][container["args"].index("--exchange") + 1] = f"{EXCHANGE}/{name}/x"
+    body["spec"]["checkpoint"] = {"path": f"{EXCHANGE}/{name}/ckpt", "saveOnFault": save_on_fault}
     if in_place:
         policy["restartStrategy"] = "InPlace"
         body["spec"]["template"]["spec"]["containers"][0]["command"] = SUPERVISED
@@ -515,7 +521,7 @@ def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, nam
     job = poll(lambda: (j := get_job(custom, namespace, name)).get("status", {}).get("restartCount", 0) >= 1
                and j, 120, "the gang restarted")
     restart = job["status"]["lastRestart"]
-    reached = _last_completed(shared, 0)
+    reached = _last_completed(str(own), 0)
 
     def resumed() -> tuple[dict, list[dict]] | None:
         pods = [p for p in pods_of(api_client, core, namespace, name) if not p["metadata"].get("deletionTimestamp")]
