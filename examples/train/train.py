@@ -30,6 +30,7 @@ from railyard import worker
 FEATURES = 4
 TRUE_WEIGHTS = [0.5, -1.0, 2.0, 0.25]
 STOP_WAIT_SECONDS = 2.0  # after SIGTERM, how long a rank still waits for a missing peer's gradients
+PEER_STOP_WAIT_SECONDS = 120.0  # a rank stopped by a peer's SIGTERM waits this long for its own end
 
 
 def shard(rank: int, size: int = 256) -> list[tuple[list[float], float]]:
@@ -95,6 +96,14 @@ def save(ctx: worker.Context, step: int, weights: list[float]) -> str:
     base.mkdir(parents=True, exist_ok=True)
     write_atomic(base / f"rank-{ctx.rank}.json", {"step": step, "weights": weights})
     return str(base)
+
+
+def await_word(reporter: worker.Reporter, stop: worker.StopFlag, seconds: float) -> None:
+    """Until this rank's own SIGTERM, or the operator saying this attempt is over (a stale report), or `seconds`."""
+    deadline = time.monotonic() + seconds
+    while reporter.enabled and not stop.requested and not reporter.stale and time.monotonic() < deadline:
+        reporter.flush()
+        stop.wait(1.0)
 
 
 def load(ctx: worker.Context) -> list[float]:
@@ -170,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             reporter.hold(step, until=lambda: stop.requested)
             stopping = stopping or stop.requested
         if stopping:
+            if not stop.requested:
+                # A peer's pod is going, not this one: the operator decides what follows (a restart that keeps this
+                # pod, under railyard.worker.supervise, or a SIGTERM); until then this process does not end.
+                await_word(reporter, stop, PEER_STOP_WAIT_SECONDS)
             reporter.close()  # the checkpoint saved on SIGTERM is delivered before the process exits
             emit("stop", step=step, loss=loss)
             return 0

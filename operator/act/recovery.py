@@ -46,6 +46,7 @@ from railyard.operator.decide.restart_plan import (
     restart_gate,
     saves_first,
 )
+from railyard.topology.api.status import SaveOnFaultRecord
 from railyard.topology.cluster.faults import LossReason
 
 log = logging.getLogger("railyard.recovery")
@@ -198,6 +199,10 @@ class Recovery:
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['same_tor'] else ''}"
                 for r in plan.replacements), key=str(restart_count))
         await self.events.normal(job, EventReason.RESTART_ISSUED, plan.message, key=str(restart_count))
+        saved = record.get("save_on_fault")
+        if isinstance(saved, SaveOnFaultRecord):
+            say = self.events.normal if saved.outcome == FaultSaveOutcome.SAVED else self.events.warning
+            await say(job, EventReason.SAVE_ON_FAULT, saved.message, key=str(restart_count))
         await self.quarantine.apply(plan.quarantine)
         await self.attempts.replace_pods(job, plan.everyone, plan.on_lost, plan.kept)
         return True

@@ -54,6 +54,8 @@ def test_the_survivor_holding_the_model_saves_its_last_step_and_the_new_attempt_
     assert restart["resumeCheckpoint"] == "/c/fault-123"
     assert restart["saveOnFault"]["outcome"] == "Saved" and restart["saveOnFault"]["savers"] == [1]
     assert "faultSave" not in r.loop.book.directives(("default", "llm")), "the request ends with its answer"
+    said = [e for e in r.api.posted_events if e["reason"] == "SaveOnFault"]
+    assert len(said) == 1 and said[0]["type"] == "Normal" and "step 123 saved" in said[0]["message"], said
 
 
 def test_without_an_answer_in_time_the_restart_resumes_from_the_last_committed_checkpoint_and_says_why():
@@ -66,6 +68,8 @@ def test_without_an_answer_in_time_the_restart_resumes_from_the_last_committed_c
     restart = r.status("llm")["lastRestart"]
     assert restart["resumeStep"] == 100
     assert restart["saveOnFault"]["outcome"] == "NoAnswer" and restart["saveOnFault"]["savers"] == [0]
+    said = [e for e in r.api.posted_events if e["reason"] == "SaveOnFault"]
+    assert len(said) == 1 and said[0]["type"] == "Warning" and "last checkpoint" in said[0]["message"], said
 
 
 def test_a_step_older_than_the_committed_checkpoint_is_no_answer():
