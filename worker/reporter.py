@@ -79,12 +79,14 @@ class Reporter:
     def progress(self, step: int, compute_seconds: float | None = None, step_seconds: float | None = None) -> bool:
         """Record one finished step. `compute_seconds`: this rank's time before the blocking collective
         (what straggler detection scores); `step_seconds`: the whole step. A report is due at most every
-        `min_interval` seconds; True when one was sent (or, in the background, queued)."""
+        `min_interval` seconds, and at once for an attempt's first step (when training resumed is what a restart
+        cost); True when one was sent (or, in the background, queued)."""
         with self._lock:
+            first = self._step is None
             self._step = step
             self._samples.append([step, -1.0 if compute_seconds is None else compute_seconds,
                                   -1.0 if step_seconds is None else step_seconds])
-        if self._clock() - self._last_sent < self.min_interval:
+        if not first and self._clock() - self._last_sent < self.min_interval:
             return False
         return self._submit()
 

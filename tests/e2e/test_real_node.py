@@ -492,7 +492,7 @@ def _last_completed(shared: str, attempt: int, stopped: bool = False) -> int:
     return max(steps) - (0 if stopped else 1)
 
 
-LEDGER_WALL = 150.0  # the goodput ledger is compared with the trainer's record over this much wall time (1 % of it)
+LEDGER_WALL = 200.0  # the goodput ledger is compared with the trainer's record over this much wall time (1 % of it)
 SUPERVISED = ["/usr/bin/tini", "--", "python3", "-m", "railyard.worker.supervise", "--", "python3",
               "/opt/railyard/train.py"]
 
