@@ -37,6 +37,24 @@ class Context:
     token_file: str
     report_ca_file: str | None
     report_ca: str | None = None  # PEM (RAILYARD_REPORT_CA, what the operator gives every pod)
+    tensor_parallel: int = 1  # the job's layout, given with checkpoint.saveOnFault
+    pipeline_parallel: int = 1
+    gpus_per_replica: int = 1  # processes (GPUs) per pod
+
+    def shard(self, local_rank: int | None = None) -> tuple[int, int]:
+        """The (tensor, pipeline) coordinate of the model shard this pod's process `local_rank` holds (its own
+        by default): the same layout as the operator's (GPU global rank g = t + T * (d + D * p)), so what one rank
+        saved on a fault is found by whichever rank holds that shard next."""
+        local = self.local_rank if local_rank is None else local_rank
+        per_pod, tensor, pipeline = max(1, self.gpus_per_replica), self.tensor_parallel, self.pipeline_parallel
+        data = max(1, self.world_size * per_pod // (tensor * pipeline))
+        g = self.rank * per_pod + local
+        return g % tensor, (g // tensor) // data
+
+    def shard_name(self, local_rank: int | None = None) -> str:
+        """A file name for that shard: `shard-t{tensor}-p{pipeline}`."""
+        t, p = self.shard(local_rank)
+        return f"shard-t{t}-p{p}"
 
     @property
     def resuming(self) -> bool:
@@ -69,4 +87,7 @@ def context(env: Mapping[str, str] | None = None) -> Context:
         token_file=e.get("RAILYARD_TOKEN_FILE") or DEFAULT_TOKEN_FILE,
         report_ca_file=e.get("RAILYARD_REPORT_CA_FILE") or None,
         report_ca=e.get("RAILYARD_REPORT_CA") or None,
+        tensor_parallel=_int(e, "RAILYARD_TENSOR_PARALLEL", 1) or 1,
+        pipeline_parallel=_int(e, "RAILYARD_PIPELINE_PARALLEL", 1) or 1,
+        gpus_per_replica=_int(e, "RAILYARD_GPUS_PER_REPLICA", _int(e, "PET_NPROC_PER_NODE", 1)) or 1,
     )

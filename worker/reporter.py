@@ -35,9 +35,10 @@ RETRY_SECONDS, RETRY_MAX_SECONDS = 0.5, 8.0  # a checkpoint report's retries, do
 
 
 class ReportError(RuntimeError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"report refused ({status}): {message}")
+    def __init__(self, status: int, message: str, answer: dict[str, Any] | None = None) -> None:
+        super().__init__(f"report refused ({status}): {message[:300]}")
         self.status = status
+        self.answer = answer or {}  # the endpoint's JSON answer
 
 
 class Reporter:
@@ -62,10 +63,12 @@ class Reporter:
         self._opener = _opener(ctx.report_ca_file if https else None, ctx.report_ca if https else None)
         self.directives: dict[str, Any] = {}  # what the operator asked for last (e.g. a checkpoint)
         self.stale = False  # the operator says this rank belongs to an older attempt
+        # ... and, for a pod an in-place restart kept, the new attempt ({"restartCount", "env"}: worker/supervise.py)
+        self.next_attempt: dict[str, Any] | None = None
         self.sent = 0
         self._fault_save: Callable[[list[int]], tuple[int, str] | None] | None = None
-        self._fault_asked = False  # this attempt's save on fault was started (once)
-        self._fault_saved: dict[str, Any] | None = None  # {"step", "path"} once saved
+        self._fault_asked: frozenset[int] = frozenset()  # the local ranks whose save on fault was started
+        self._fault_saved: dict[str, Any] | None = None  # {"step", "path", "localRanks"} once saved
         self._unsent_fault = False
 
     @property
@@ -76,12 +79,14 @@ class Reporter:
     def progress(self, step: int, compute_seconds: float | None = None, step_seconds: float | None = None) -> bool:
         """Record one finished step. `compute_seconds`: this rank's time before the blocking collective
         (what straggler detection scores); `step_seconds`: the whole step. A report is due at most every
-        `min_interval` seconds; True when one was sent (or, in the background, queued)."""
+        `min_interval` seconds, and at once for an attempt's first step (when training resumed is what a restart
+        cost); True when one was sent (or, in the background, queued)."""
         with self._lock:
+            first = self._step is None
             self._step = step
             self._samples.append([step, -1.0 if compute_seconds is None else compute_seconds,
                                   -1.0 if step_seconds is None else step_seconds])
-        if self._clock() - self._last_sent < self.min_interval:
+        if not first and self._clock() - self._last_sent < self.min_interval:
             return False
         return self._submit()
 
@@ -142,10 +147,11 @@ class Reporter:
         asked = self.directives.get("faultSave") or {}
         local = (asked.get("savers") or {}).get(str(self.ctx.rank))
         with self._lock:  # flush runs on the sender's thread and, in hold(), on the training loop's
-            if self._fault_save is None or self._fault_asked or local is None or \
+            # Once per shard set: asked again for more (another saver was lost while saving), it saves them all.
+            if self._fault_save is None or local is None or set(local) <= self._fault_asked or \
                     asked.get("restartCount") != self.ctx.restart_count:
                 return
-            self._fault_asked = True
+            self._fault_asked = frozenset(local)
             save = self._fault_save
 
         def run() -> None:
@@ -156,7 +162,9 @@ class Reporter:
                 return
             if saved is not None:
                 with self._lock:
-                    self._fault_saved = {"step": int(saved[0]), "path": str(saved[1])}
+                    if self._fault_saved is not None and not set(local) >= set(self._fault_saved["localRanks"]):
+                        return  # a save of more shards, asked later, finished first
+                    self._fault_saved = {"step": int(saved[0]), "path": str(saved[1]), "localRanks": list(local)}
                     self._unsent_fault = True  # delivered like a checkpoint: retried until it is
                 self._submit(retries=3)
 
@@ -217,6 +225,7 @@ class Reporter:
             except ReportError as e:
                 if e.status == 409:
                     self.stale = True
+                    self.next_attempt = e.answer.get("attempt")
                 if e.status not in (429, 503) or attempt == retries:
                     self._warn(str(e))
                     return False
@@ -259,7 +268,12 @@ class Reporter:
             with self._opener.open(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as e:
-            raise ReportError(e.code, e.read().decode(errors="replace")[:300]) from None
+            text = e.read().decode(errors="replace")
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = None
+            raise ReportError(e.code, text, answer if isinstance(answer, dict) else None) from None
         return json.loads(raw) if raw else {}
 
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,30 @@ def emit(event: str, **fields: object) -> None:
     # One write per line: the processes share torchrun's stdout.
     sys.stdout.write(json.dumps({"event": event, "process": dist.get_rank(), **fields}) + "\n")
     sys.stdout.flush()
+
+
+class LastStep:
+    """Save on fault (`checkpoint.saveOnFault`): when a peer dies without warning this process may be blocked in
+    DDP's all-reduce; the worker's thread then saves the state after the last step it completed. The lock keeps
+    the save from reading a half-applied optimiser step."""
+
+    def __init__(self, ctx: worker.Context, model: torch.nn.Module, optimiser: torch.optim.Optimizer) -> None:
+        self.ctx, self.model, self.optimiser = ctx, model, optimiser
+        self.lock = threading.Lock()
+        self.step: int | None = None
+
+    def save(self, local_ranks: list[int]) -> tuple[int, str] | None:
+        with self.lock:
+            if self.step is None:
+                return None
+            path = Path(self.ctx.checkpoint_path or "checkpoints") / f"step-{self.step}"
+            path.mkdir(parents=True, exist_ok=True)
+            # DDP: every process holds the whole model, so the one shard is this process's (local rank 0's) state.
+            torch.save({"model": self.model.state_dict(), "optimiser": self.optimiser.state_dict()},
+                       path / "model.pt.tmp")
+            (path / "model.pt.tmp").replace(path / "model.pt")
+            emit("saved_on_fault", step=self.step, path=str(path))
+            return self.step, str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         state = torch.load(Path(ctx.resume_checkpoint or "") / "model.pt", weights_only=True)
         model.module.load_state_dict(state["model"])
         optimiser.load_state_dict(state["optimiser"])
+    last = LastStep(ctx, model.module, optimiser)
+    reporter.on_fault_save(last.save)  # only local rank 0's reporter is asked (one per pod)
     emit("start", pod_rank=ctx.rank, restart_count=ctx.restart_count, first_step=ctx.first_step)
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     truth = torch.tensor([[0.5], [-1.0], [2.0], [0.25]])
@@ -57,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.step_sleep)
         computed = time.perf_counter() - began  # before backward, where DDP all-reduces the gradients
         optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
+        loss.backward()  # DDP's all-reduce: where a survivor blocks when a peer dies
+        with last.lock:
+            optimiser.step()
+            last.step = step
         # All processes agree on stopping at the same step (a SIGTERM may reach them at different steps).
         flag.fill_(1.0 if stop.requested else 0.0)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)

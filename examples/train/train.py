@@ -5,7 +5,10 @@ average their gradients through a shared directory (a stand-in for the all-reduc
 and every rank applies the same update. It shows the worker contract end to end:
 - resume from RAILYARD_RESUME_STEP / RAILYARD_RESUME_CHECKPOINT after a restart;
 - report progress (per-rank compute time before the "collective") and saved checkpoints;
-- on SIGTERM, all ranks agree on a step (the stop flag rides on the exchange), save it, report it, exit.
+- on SIGTERM, all ranks agree on a step (the stop flag rides on the exchange), save it, report it, exit;
+- save on fault (`checkpoint.saveOnFault`): when a peer dies without warning, this rank may be blocked in the
+  exchange; the operator asks it (on the worker's own thread) to save the last step it completed, as the shard
+  file of its layout coordinate, which whichever rank holds that shard in the next attempt loads.
 
     RANK=0 WORLD_SIZE=2 RAILYARD_CHECKPOINT_PATH=/tmp/ckpt python train.py --exchange /tmp/x --steps 500
 
@@ -26,6 +29,8 @@ from railyard import worker
 
 FEATURES = 4
 TRUE_WEIGHTS = [0.5, -1.0, 2.0, 0.25]
+STOP_WAIT_SECONDS = 2.0  # after SIGTERM, how long a rank still waits for a missing peer's gradients
+PEER_STOP_WAIT_SECONDS = 120.0  # a rank stopped by a peer's SIGTERM waits this long for its own end
 
 
 def shard(rank: int, size: int = 256) -> list[tuple[list[float], float]]:
@@ -59,17 +64,22 @@ def write_atomic(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: bool,
+def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: worker.StopFlag,
              timeout: float) -> tuple[list[float], bool]:
-    """Average the gradients of all ranks for this step (and OR their stop flags)."""
+    """Average the gradients of all ranks for this step (and OR their stop flags). A SIGTERM while a peer's
+    gradients do not come (it is gone: the gang is being replaced) ends the wait within STOP_WAIT_SECONDS, as a
+    collective's watchdog would, so the pod does not hold its node for the whole grace period."""
     here = root / f"g{ctx.restart_count}" / f"step-{step}"
     here.mkdir(parents=True, exist_ok=True)
-    write_atomic(here / f"rank-{ctx.rank}.json", {"grad": grad, "stop": stop})
+    write_atomic(here / f"rank-{ctx.rank}.json", {"grad": grad, "stop": stop.requested})
     deadline = time.monotonic() + timeout
+    stopping = False
     while True:
         parts = [here / f"rank-{r}.json" for r in range(ctx.world_size)]
         if all(p.exists() for p in parts):
             break
+        if stop.requested and not stopping:
+            stopping, deadline = True, min(deadline, time.monotonic() + STOP_WAIT_SECONDS)
         if time.monotonic() > deadline:
             emit("peer_lost", step=step)
             sys.exit(3)  # a rank is gone: the operator restarts the gang
@@ -88,6 +98,44 @@ def save(ctx: worker.Context, step: int, weights: list[float]) -> str:
     return str(base)
 
 
+def await_word(reporter: worker.Reporter, stop: worker.StopFlag, seconds: float) -> None:
+    """Until this rank's own SIGTERM, or the operator saying this attempt is over (a stale report), or `seconds`."""
+    deadline = time.monotonic() + seconds
+    while reporter.enabled and not stop.requested and not reporter.stale and time.monotonic() < deadline:
+        reporter.flush()
+        stop.wait(1.0)
+
+
+def load(ctx: worker.Context) -> list[float]:
+    """The weights to resume from: this rank's shard as saved on a fault, else this rank's own file."""
+    base = Path(ctx.resume_checkpoint or "")
+    mine = base / f"{ctx.shard_name()}.json"
+    return json.loads((mine if mine.exists() else base / f"rank-{ctx.rank}.json").read_text())["weights"]
+
+
+class LastStep:
+    """The state after the last completed step, for a save on fault while the loop is blocked in the exchange."""
+
+    def __init__(self, ctx: worker.Context) -> None:
+        self.ctx = ctx
+        self.done: tuple[int, list[float]] | None = None
+
+    def completed(self, step: int, weights: list[float]) -> None:
+        self.done = (step, weights)  # one assignment: the saver's thread sees a whole step or the one before
+
+    def save(self, local_ranks: list[int]) -> tuple[int, str] | None:
+        done = self.done
+        if done is None:
+            return None  # no step completed in this attempt: nothing newer than what it resumed from
+        step, weights = done
+        base = Path(self.ctx.checkpoint_path or "checkpoints") / f"step-{step}"
+        base.mkdir(parents=True, exist_ok=True)
+        for local in local_ranks:  # one pure data-parallel process per pod here: its shard is the whole model
+            write_atomic(base / f"{self.ctx.shard_name(local)}.json", {"step": step, "weights": weights})
+        emit("saved_on_fault", step=step, path=str(base), shards=[self.ctx.shard_name(x) for x in local_ranks])
+        return step, str(base)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -104,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = shard(ctx.rank)
     weights = [0.0] * FEATURES
     if ctx.resuming:
-        weights = json.loads((Path(ctx.resume_checkpoint or "") / f"rank-{ctx.rank}.json").read_text())["weights"]
+        weights = load(ctx)
+    last = LastStep(ctx)
+    reporter.on_fault_save(last.save)
     emit("start", rank=ctx.rank, restart_count=ctx.restart_count, resume_step=ctx.resume_step,
          first_step=ctx.first_step)
     loss = float("nan")
@@ -114,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_sleep:
             time.sleep(args.step_sleep)
         computed = time.perf_counter() - began
-        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop.requested, args.peer_timeout)
+        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop, args.peer_timeout)
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
+        last.completed(step, weights)
+        if step == ctx.first_step:  # when this attempt's training resumed, with what loss (the restart's cost)
+            emit("first_step", step=step, loss=loss, at=time.time(), restart_count=ctx.restart_count)
         reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
         requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
         if stopping or requested or (step + 1) % args.checkpoint_every == 0:
@@ -126,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             reporter.hold(step, until=lambda: stop.requested)
             stopping = stopping or stop.requested
         if stopping:
+            if not stop.requested:
+                # A peer's pod is going, not this one: the operator decides what follows (a restart that keeps this
+                # pod, under railyard.worker.supervise, or a SIGTERM); until then this process does not end.
+                await_word(reporter, stop, PEER_STOP_WAIT_SECONDS)
             reporter.close()  # the checkpoint saved on SIGTERM is delivered before the process exits
             emit("stop", step=step, loss=loss)
             return 0

@@ -6,7 +6,7 @@ the release line."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from railyard.operator.act.actor_context import Context
@@ -37,20 +37,26 @@ class Attempts:
                      counted: bool = False, conditions: list[Condition] | None = None,
                      straggler_evictions: list[datetime] | None = None,
                      preemptions: list[datetime] | None = None,
-                     adopted: Sequence[tuple[str, str]] | None = None) -> Job | None:
+                     adopted: Sequence[tuple[str, str]] | None = None,
+                     kept: Mapping[int, str] | None = None) -> Job | None:
         """Write the new attempt (its placement in rank order, the restart record with the resume
         point); None when the write did not happen (job gone)."""
         placement = Placement.from_replicas(list(replicas), self.ctx.state.scheme.levels)
         patch = transitions.new_attempt(job, cause, message, placement, uuid.uuid4().hex[:10],
                                         utc(self.ctx.clock.time()), record, self.checkpoints.committed(job), counted,
-                                        unhealthy, conditions, straggler_evictions, preemptions, adopted)
+                                        unhealthy, conditions, straggler_evictions, preemptions, adopted, kept)
         fresh = await self.writer.patch(job, patch)
         if fresh is None:
             return None
         self.ctx.crash_point("restart-recorded")
         return fresh
 
-    async def replace_pods(self, job: Job, everyone: Sequence[str], force: Sequence[str] = ()) -> None:
-        """The old attempt goes; the new one (recorded) joins the release line."""
+    async def replace_pods(self, job: Job, everyone: Sequence[str], force: Sequence[str] = (),
+                           kept: Mapping[int, str] | None = None) -> None:
+        """The old attempt goes (but the pods an in-place restart keeps); the new one (recorded) joins the release
+        line."""
         await self.pods.delete(job.key, everyone, force)
-        self.materialiser.enqueue(self.writer.current(job))
+        current = self.writer.current(job)
+        placement = current.placement
+        only = tuple(r.pod or "" for r in placement.ranks if r.rank not in kept) if kept and placement else None
+        self.materialiser.enqueue(current, only)

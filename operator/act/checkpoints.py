@@ -70,7 +70,13 @@ class Checkpoints:
         they have not all saved one step newer than the last checkpoint and the wait is not over."""
         progress = self.ctx.book.jobs.get(job.key)
         if progress is None or progress.restart_count != job.restart_count:
-            return FaultSaveOutcome.NOT_REPORTING  # nobody of this attempt was heard: nobody could answer
+            # Nobody of this attempt was heard: nobody could answer — unless this leader has only just begun to
+            # listen (a leader change during the wait: the survivors still report, and are asked again).
+            reports = self.ctx.settings.reports
+            if nobody_reports(bool(reports.url), self.ctx.clock.monotonic() - self.ctx.listening_since,
+                              reports.worker_interval_seconds):
+                return FaultSaveOutcome.NOT_REPORTING
+            return FaultSaveOutcome.WAITING
         memory = self.ctx.memories.recall(job)
         now = self.ctx.clock.time()
         request = memory.fault_save
@@ -82,7 +88,12 @@ class Checkpoints:
             return FaultSaveOutcome.WAITING
         if request.saved is not None:
             return FaultSaveOutcome.SAVED
-        saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count), request.after_step)
+        if dict(plan.savers) != request.savers:
+            # A saver was lost while saving: its shards are asked of their next survivors, within the same wait.
+            request.savers = dict(plan.savers)
+            self.ctx.book.ask_fault_save(job.key, job.restart_count, plan.savers)
+        saved = answered(request.savers, self.ctx.book.fault_saved(job.key, job.restart_count, request.savers),
+                         request.after_step)
         if isinstance(saved, tuple):
             request.saved = saved
             self.ctx.book.end_fault_save(job.key)

@@ -27,8 +27,13 @@ class GoodputMeter:
         now, mono = self.ctx.clock.time(), self.ctx.clock.monotonic()
         with self.ctx.book.lock:
             progress = self.ctx.book.jobs.get(job.key)
-            step = progress.max_step if progress is not None and progress.restart_count == job.restart_count \
-                and progress.ranks else None
+            # A report without a step (a worker that only listens: its save-on-fault poll, its supervisor) is no
+            # step 0: counted as one, the attempt's first real step would look like recomputed work.
+            if progress is not None and progress.restart_count != job.restart_count:
+                progress = None
+            steps = [p.step for p in progress.ranks.values() if p.step is not None] if progress is not None else []
+            step = max(steps) if steps else None
+            first_step = progress.first_step if progress is not None else None
         ledger = memory.goodput
         if ledger is None:
             if job.status.goodput is not None:
@@ -52,7 +57,9 @@ class GoodputMeter:
             detected = restart.detected_at.timestamp() if restart.detected_at is not None else None
             ledger = goodput.restarted(ledger, detected, restart.decided_at.timestamp())
             memory.goodput_restart = decided
-        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step)
+        step_time = job.status.step_time
+        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step, first_step,
+                                 step_time.p50_seconds if step_time is not None else None)
         memory.goodput = ledger
         self._export(job, before, ledger)
         if mono - memory.goodput_written < self.ctx.settings.reports.goodput_write_seconds and \

@@ -123,9 +123,26 @@ class PlacementLoop:
         self._wake.set()
 
     async def run(self) -> None:
+        settings = self.ctx.settings
+        passed = float("-inf")
         while True:
+            # Ranks report between passes: while any do, their progress is flushed every flush interval (goodput,
+            # checkpoints) without a whole pass, which runs on events or every resync interval.
+            timeout = settings.placement.resync_seconds
+            if self.book.jobs and self._caught_up:
+                timeout = min(timeout, max(0.1, settings.reports.flush_seconds))
+            woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.ctx.settings.placement.resync_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                woken = True
+            if not woken and self.ctx.clock.monotonic() - passed < settings.placement.resync_seconds:
+                if self.is_leader():
+                    try:
+                        await self.reports.flush()
+                    except Exception:  # the next pass flushes again
+                        log.exception("report flush failed")
+                continue
+            passed = self.ctx.clock.monotonic()
             # Let a burst of events (200 jobs created at once, a heartbeat wave) land first, so one
             # pass sees them all instead of one pass per event. While gangs are being materialised
             # their pods' events wake the loop constantly: at most one pass a second then (each pass

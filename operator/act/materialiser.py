@@ -25,7 +25,7 @@ from railyard.operator.act.release_line import ReleaseLine
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
-from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID
+from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, LABEL_RESTART
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
 from railyard.operator.decide import status_transitions as transitions
@@ -158,11 +158,31 @@ class Materialiser:
             self.ctx.crash_point("pods-created")
             await self._create_claims(job, {(p or {}).get("metadata", {}).get("name"): p for p in stored},
                                       pinned, gpus)
+            await self._carry_over(job)
         except CreateRefused as refused:
             await self._refuse(job, refused)
             return
         await self._release(job, len(((job.body["spec"].get("template") or {}).get("spec") or {}).get(
             "schedulingGates") or []))
+
+    async def _carry_over(self, job: Job) -> None:
+        """The pods an in-place restart kept (running, of an earlier attempt) labelled with this attempt: their
+        supervisors are then told the new attempt's environment on their reports (decide/reports.py)."""
+        placement = job.placement
+        assert placement is not None
+        attempt = str(job.restart_count)
+        patches = []
+        for r in placement.ranks:
+            view = self.ctx.state.pods.get((job.namespace, r.pod or ""))
+            if view is None or view.gated or view.labels.get(LABEL_RESTART) == attempt:
+                continue
+            patches.append((r.pod or "", view.uid, {"metadata": {
+                "labels": {LABEL_RESTART: attempt}, "annotations": {ANNOTATION_PLACEMENT_ID: placement.id}}}))
+        stored = await asyncio.gather(*(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, *each)
+                                        for each in patches))
+        for body in stored:
+            if body is not None:
+                self.ctx.state.apply_pod("MODIFIED", body)
 
     async def _pin_adopted(self, job: Job) -> bool:
         """An adopted gang's pods (their owner's) pinned to the placement's nodes, each still the pod the placement

@@ -46,6 +46,7 @@ from railyard.operator.decide.restart_plan import (
     restart_gate,
     saves_first,
 )
+from railyard.topology.api.status import SaveOnFaultRecord
 from railyard.topology.cluster.faults import LossReason
 
 log = logging.getLogger("railyard.recovery")
@@ -191,15 +192,19 @@ class Recovery:
         if await self.attempts.record(job, action.reason, plan.message, plan.replicas, record,
                                       list(plan.unhealthy), counted=action.counted,
                                       straggler_evictions=list(plan.straggler_evictions)
-                                      if plan.straggler_evictions is not None else None) is None:
+                                      if plan.straggler_evictions is not None else None, kept=plan.kept) is None:
             return False
         if plan.replacements:
             await self.events.normal(job, EventReason.REPLACEMENT_CHOSEN, "; ".join(
                 f"rank {r['rank']}: {r['lost']} -> {r['new']}{' (same TOR)' if r['same_tor'] else ''}"
                 for r in plan.replacements), key=str(restart_count))
         await self.events.normal(job, EventReason.RESTART_ISSUED, plan.message, key=str(restart_count))
+        saved = record.get("save_on_fault")
+        if isinstance(saved, SaveOnFaultRecord):
+            say = self.events.normal if saved.outcome == FaultSaveOutcome.SAVED else self.events.warning
+            await say(job, EventReason.SAVE_ON_FAULT, saved.message, key=str(restart_count))
         await self.quarantine.apply(plan.quarantine)
-        await self.attempts.replace_pods(job, plan.everyone, plan.on_lost)
+        await self.attempts.replace_pods(job, plan.everyone, plan.on_lost, plan.kept)
         return True
 
     async def _wait_for_replacement(self, job: Job, plan: RestartPlan) -> None:

@@ -73,6 +73,7 @@ class RankProgress:
     seen: float = 0.0
     saved: dict[int, str] = field(default_factory=dict)  # step -> path, the rank's recent saves
     fault_saved: tuple[int, str] | None = None  # (step, path) it saved when asked on a fault
+    fault_shards: frozenset[int] | None = None  # the local ranks whose shards that save holds (None: not said)
     samples: Samples = field(default_factory=Samples)  # kept only for jobs with a stragglerPolicy
 
 
@@ -119,6 +120,8 @@ class ProgressBook:
                 rank.saved[c.step] = sys.intern(c.path)  # every rank names the same path: held once
             if report.fault_save is not None:
                 rank.fault_saved = (report.fault_save.step, sys.intern(report.fault_save.path))
+                local = report.fault_save.local_ranks
+                rank.fault_shards = frozenset(local) if local is not None else None
             while len(rank.saved) > SAVES_KEPT:
                 del rank.saved[min(rank.saved)]
             if not samples or not report.samples:
@@ -173,13 +176,16 @@ class ProgressBook:
                 job.directives["faultSave"] = {"restartCount": restart_count,
                                                "savers": {str(r): list(local) for r, local in savers.items()}}
 
-    def fault_saved(self, key: Key, restart_count: int) -> dict[int, tuple[int, str]]:
-        """What each rank of attempt `restart_count` saved when asked on a fault."""
+    def fault_saved(self, key: Key, restart_count: int,
+                    savers: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, str]]:
+        """What each of `savers` (of attempt `restart_count`) saved when asked on a fault: only a save that holds
+        every shard it is asked for now (a saver asked for more after another saver was lost saves again)."""
         with self.lock:
             job = self.jobs.get(key)
             if job is None or job.restart_count != restart_count:
                 return {}
-            return {r: p.fault_saved for r, p in job.ranks.items() if p.fault_saved is not None}
+            return {r: p.fault_saved for r, p in job.ranks.items() if p.fault_saved is not None and r in savers
+                    and (p.fault_shards is None or p.fault_shards >= set(savers[r]))}
 
     def end_fault_save(self, key: Key) -> None:
         with self.lock:

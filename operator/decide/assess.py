@@ -42,6 +42,7 @@ from railyard.topology.api.timestamps import epoch
 from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss, losses_of
 from railyard.topology.cluster.levels import LevelError
 from railyard.topology.cluster.model import Snapshot
+from railyard.topology.cluster.pod_trust import pod_name
 
 REFUSED_PREFIX = "the API server refused"  # an InvalidSpec from a create the API server refused
 
@@ -207,9 +208,12 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
                 _since(placed.last_transition_time, now) < conflict_retry:
             return Wait()  # retried after a while: someone else's object, or a namespace quota now full
         return Queue(request)
-    mine = {p.name: p for p in pods if p.placement_id == placement.id}
-    stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
     wanted = {r.pod or "": r for r in placement.ranks}
+    # An in-place restart's kept pods are this placement's before act/materialiser labels them so.
+    carried = {r.pod for r in placement.ranks
+               if r.pod and r.pod_uid is None and r.pod != pod_name(job.name, r.rank, placement.serial)}
+    mine = {p.name: p for p in pods if p.placement_id == placement.id or p.name in carried}
+    stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
     recorded = placed is not None and placed.reason == PlacedReason.RELEASED
     if not recorded and (seen is None or seen.released is None):
         # Placement recorded but not released: a previous leader stopped mid-way. Finish it if the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +61,16 @@ def pod_labels(job: Job) -> dict[str, str]:
 
 def placement_status(placement: Placement, job_name: str, placement_id: str, serial: int = 0,
                      desired_replicas: int | None = None, priority: int | None = None,
-                     adopted: Sequence[tuple[str, str]] | None = None) -> PlacementStatus:
-    """`adopted`: an adopted gang's pods (name, uid) by rank, their owner's names instead of Railyard's."""
+                     adopted: Sequence[tuple[str, str]] | None = None,
+                     kept: Mapping[int, str] | None = None) -> PlacementStatus:
+    """`adopted`: an adopted gang's pods (name, uid) by rank, their owner's names instead of Railyard's. `kept`: the
+    pods an in-place restart keeps, by rank (the other ranks' pods are named for this placement)."""
+    kept = kept or {}
     return PlacementStatus(
         id=placement_id, serial=serial,
         ranks=[RankPlacement(rank=r.rank, node=r.node, gpus=list(r.gpus),
-                             pod=adopted[r.rank][0] if adopted else pod_name(job_name, r.rank, serial),
+                             pod=adopted[r.rank][0] if adopted else kept.get(r.rank) or
+                             pod_name(job_name, r.rank, serial),
                              pod_uid=adopted[r.rank][1] if adopted else None)
                for r in placement.replicas],
         tors=placement.tors, leaves=placement.leaves, spines=placement.spines,
@@ -75,14 +79,33 @@ def placement_status(placement: Placement, job_name: str, placement_id: str, ser
     )
 
 
+def attempt_env(job: Job) -> dict[str, str | None]:
+    """What differs from one attempt of the gang to the next, for every rank: a pod's environment when it is
+    created, and what an in-place restart hands a kept pod's supervisor (None: the variable is unset)."""
+    restarts = job.restart_count
+    last_restart = job.status.last_restart
+    env: dict[str, str | None] = {
+        "RAILYARD_RESTART_COUNT": str(restarts),
+        "RAILYARD_RESTART_REASON": (last_restart.reason if last_restart is not None else None) or "",
+        "TORCHELASTIC_RESTART_COUNT": str(restarts),  # what torchrun-style scripts read
+        "RAILYARD_PREV_WORLD_SIZE": None, "RAILYARD_RESUME_STEP": None, "RAILYARD_RESUME_CHECKPOINT": None,
+    }
+    if restarts and last_restart is not None and last_restart.previous_replicas:
+        env["RAILYARD_PREV_WORLD_SIZE"] = str(last_restart.previous_replicas)
+    # Resume from what was committed when the restart was decided (recorded with it, so every rank
+    # of an attempt gets the same step even if the operator rebuilt the pods later).
+    if restarts and last_restart is not None and last_restart.resume_step is not None:
+        env["RAILYARD_RESUME_STEP"] = str(last_restart.resume_step)
+        env["RAILYARD_RESUME_CHECKPOINT"] = last_restart.resume_checkpoint or ""
+    return env
+
+
 def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
               options: PodOptions) -> list[dict[str, Any]]:
     """The launcher environment torchrun and training-operator users expect, plus railyard.worker's
     contract (railyard.worker.context reads it)."""
     name, namespace = job.name, job.namespace
     master = f"{pod_name(name, 0)}.{service_name(name)}.{namespace}.svc"
-    restarts = job.restart_count
-    last_restart = job.status.last_restart
     env: dict[str, Any] = {
         "RANK": rank, "NODE_RANK": rank, "WORLD_SIZE": world,
         "MASTER_ADDR": master, "MASTER_PORT": options.master_port,
@@ -91,22 +114,20 @@ def build_env(job: Job, rank: int, world: int, gpus: int, rail_aligned: bool,
         # The pod's rank and the gang's size again: torchrun overwrites RANK/WORLD_SIZE for its workers.
         "RAILYARD_RANK": rank, "RAILYARD_REPLICAS": world,
         "RAILYARD_JOB_NAME": name, "RAILYARD_NAMESPACE": namespace,
-        "RAILYARD_RESTART_COUNT": restarts,
-        "RAILYARD_RESTART_REASON": (last_restart.reason if last_restart is not None else None) or "",
-        "TORCHELASTIC_RESTART_COUNT": restarts,  # what torchrun-style scripts read
+        **{k: v for k, v in attempt_env(job).items() if v is not None},
     }
-    # Resume from what was committed when the restart was decided (recorded with it, so every rank
-    # of an attempt gets the same step even if the operator rebuilt the pods later).
-    if restarts and last_restart is not None and last_restart.previous_replicas:
-        env["RAILYARD_PREV_WORLD_SIZE"] = last_restart.previous_replicas
     spec = job.body["spec"]
     low, high = spec.get("minReplicas") or spec["replicas"], spec.get("maxReplicas") or spec["replicas"]
     if low != high:  # an elastic job: torchrun's elastic rendezvous accepts any size in the range
         env["PET_NNODES"] = f"{low}:{high}"
-    if restarts and last_restart is not None and last_restart.resume_step is not None:
-        env["RAILYARD_RESUME_STEP"] = last_restart.resume_step
-        env["RAILYARD_RESUME_CHECKPOINT"] = last_restart.resume_checkpoint or ""
     checkpoint = spec.get("checkpoint") or {}
+    if checkpoint.get("saveOnFault"):
+        # The layout the operator's shard cover uses (decide/fault_save.py): a rank names the shards it saves
+        # and the new attempt's ranks find theirs by coordinate (railyard.worker.Context.shard).
+        parallelism = spec.get("parallelism") or {}
+        env["RAILYARD_TENSOR_PARALLEL"] = parallelism.get("tensor") or 1
+        env["RAILYARD_PIPELINE_PARALLEL"] = parallelism.get("pipeline") or 1
+        env["RAILYARD_GPUS_PER_REPLICA"] = gpus
     if checkpoint.get("path"):
         env["RAILYARD_CHECKPOINT_PATH"] = checkpoint["path"]
     if checkpoint.get("intervalSeconds"):

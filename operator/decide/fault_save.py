@@ -87,7 +87,8 @@ def record(plan: FaultSave, outcome: FaultSaveOutcome, step: int | None = None) 
     """What `lastRestart.saveOnFault` says."""
     message = plan.message if outcome is not FaultSaveOutcome.SAVED else f"{plan.message}: step {step} saved"
     if outcome is FaultSaveOutcome.NO_ANSWER:
-        message = f"{plan.message}: not all saved the same step in time; resumed from the last checkpoint"
+        message = (f"{plan.message}: no step newer than the last checkpoint saved by all, in one place, in time; "
+                   "resumed from the last checkpoint")
     return SaveOnFaultRecord(outcome=str(outcome), step=step, savers=sorted(plan.savers), message=message)
 
 

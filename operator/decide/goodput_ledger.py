@@ -76,9 +76,11 @@ def start(now: float, step: int | None = None, attempt: int = 0) -> Ledger:
     return Ledger(since=now, at=now, best_step=step or 0, step=step, attempt=attempt)
 
 
-def observe(ledger: Ledger, now: float, activity: Activity, attempt: int, step: int | None) -> Ledger:
+def observe(ledger: Ledger, now: float, activity: Activity, attempt: int, step: int | None,
+            first_step: int | None = None, step_seconds: float | None = None) -> Ledger:
     """Account the interval from `ledger.at` to `now`. `step`: the highest step the current attempt
-    (`attempt`) reported, None when it has reported none."""
+    (`attempt`) reported, None when it has reported none; `first_step`: the lowest it reported; `step_seconds`: how
+    long a step takes (the job's median), to tell in the attempt's first interval its steps from its start-up."""
     dt = max(0.0, now - ledger.at)
     previous = ledger.step if ledger.attempt == attempt else None
     fields: dict[str, float | None] = {}
@@ -88,8 +90,14 @@ def observe(ledger: Ledger, now: float, activity: Activity, attempt: int, step: 
         fields.update(productive=ledger.productive + dt * share, recompute=ledger.recompute + dt * (1 - share),
                       stalled_since=None)
     elif step is not None and previous is None:
-        # The attempt's first report: the time before it was start-up (what the attempt did before).
-        fields.update(restart=ledger.restart + dt, stalled_since=None)
+        # The attempt's first report: the time before its first step was start-up; its steps since, at the job's
+        # step time, were work (above the best step) or recomputed (below it).
+        done = step - first_step + 1 if first_step is not None and first_step <= step else 0
+        worked = min(dt, done * step_seconds) if done and step_seconds else 0.0
+        share = max(0, step - max(first_step - 1, ledger.best_step)) / done if done and first_step is not None \
+            else 0.0
+        fields.update(restart=ledger.restart + dt - worked, productive=ledger.productive + worked * share,
+                      recompute=ledger.recompute + worked * (1 - share), stalled_since=None)
     elif activity == Activity.WAITING:
         fields.update(capacity=ledger.capacity + dt, stalled_since=None)
     elif activity == Activity.STARTING or step is None:

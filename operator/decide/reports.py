@@ -5,10 +5,12 @@ authenticates the token and hands both sides in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from railyard.operator.base.keys import LABEL_RESTART
 from railyard.operator.base.objects import Job, PodView
+from railyard.operator.decide.builders import attempt_env
 
 
 class _Report(BaseModel):
@@ -18,6 +20,11 @@ class _Report(BaseModel):
 class SavedCheckpoint(_Report):
     step: int = Field(ge=0)
     path: str = Field("", max_length=4096)
+
+
+class FaultSaved(SavedCheckpoint):
+    # The local ranks whose shards it holds (None: an older worker, taken as every one it was asked for).
+    local_ranks: list[int] | None = Field(None, alias="localRanks", max_length=1024)
 
 
 class WorkerReport(_Report):
@@ -33,7 +40,7 @@ class WorkerReport(_Report):
     samples: list[tuple[int, float, float]] = Field(default_factory=list, max_length=64)
     checkpoints: list[SavedCheckpoint] = Field(default_factory=list, max_length=16)
     # The step this rank saved when asked to on a fault (its shards of it: decide/fault_save.py).
-    fault_save: SavedCheckpoint | None = Field(None, alias="faultSave")
+    fault_save: FaultSaved | None = Field(None, alias="faultSave")
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Refusal:
     status: int  # the HTTP status the endpoint answers
     reason: str  # bounded: the metric label
     message: str
+    # A stale report from a pod an in-place restart kept: the new attempt for its supervisor (worker/supervise.py).
+    attempt: dict[str, Any] | None = None
 
 
 def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_uid: str,
@@ -63,6 +72,9 @@ def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_ui
     current = job.restart_count
     pod_restarts = pod.labels.get(LABEL_RESTART, "0")
     if report.restart_count != current or pod_restarts != str(current):
-        return Refusal(409, "stale", f"restart count {report.restart_count} (pod {pod_name} of restart count "
-                       f"{pod_restarts}) is not the job's current restart count {current}")
+        message = (f"restart count {report.restart_count} (pod {pod_name} of restart count {pod_restarts}) is not "
+                   f"the job's current restart count {current}")
+        kept = pod_restarts == str(current) and report.restart_count < current and job.placement is not None and \
+            any(r.rank == report.rank and r.pod == pod_name for r in job.placement.ranks)
+        return Refusal(409, "stale", message, {"restartCount": current, "env": attempt_env(job)} if kept else None)
     return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from railyard.operator.base.clock import utc
+from railyard.operator.base.keys import LABEL_RESTART
 from railyard.operator.base.objects import Job, Key, PodView
 from railyard.operator.base.reasons import ConditionStatus, ConditionType, RecoveryReason
 from railyard.operator.base.settings import Settings
@@ -32,11 +33,12 @@ from railyard.operator.decide.policy import (
 from railyard.operator.decide.preemption_rules import lost_gpu_seconds
 from railyard.operator.decide.priority import PriorityClassView, ranked_priority, resolve
 from railyard.operator.decide.quarantine_limits import HOUR, Limits, lasting, room, straggler_quarantine_allowed
-from railyard.topology.api.job import QuarantineRecord, StragglerPolicy, UnhealthyNode
+from railyard.topology.api.job import QuarantineRecord, RestartStrategy, StragglerPolicy, UnhealthyNode
 from railyard.topology.api.timestamps import parse_time
 from railyard.topology.cluster.affinity import PodInfo
 from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss
 from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
+from railyard.topology.cluster.pod_trust import pod_name
 from railyard.topology.solver.decision import inter_pod_limits
 from railyard.topology.solver.elastic import choose_shrink, largest_valid
 from railyard.topology.solver.replace import RankSlot, solve_replacement
@@ -246,7 +248,8 @@ class RestartPlan:
     quarantine: tuple[QuarantineRecord, ...] = ()
     skipped: tuple[str, ...] = ()  # why a loss that calls for a quarantine gets none
     new_losses: tuple[NodeLoss, ...] = ()  # losses not recorded before (NodeLost Events)
-    everyone: tuple[str, ...] = ()  # the old attempt's pods
+    everyone: tuple[str, ...] = ()  # the old attempt's pods to delete
+    kept: Mapping[int, str] = field(default_factory=dict)  # in place: rank -> its pod, kept into the new attempt
     on_lost: tuple[str, ...] = ()  # of those, the ones to delete with grace 0 (no kubelet will answer)
     replacements: tuple[dict[str, object], ...] = ()
     straggler_evictions: tuple[datetime, ...] | None = None
@@ -346,11 +349,13 @@ def plan_restart(given: RestartInput) -> RestartPlan:
     replacements = tuple({"rank": r.rank, "lost": r.lost, "new": r.new, "same_tor": r.same_tor}
                          for r in decision.replacements)
     restart_count = job.restart_count + 1
+    in_place = kept_pods(job, new_home, given.pods)
+    how = f"{len(in_place)} of {len(ranks)} ranks restart in their pods" if in_place else "every rank restarts"
     if losses:
         message = (f"restart {restart_count}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
-                   f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); every rank restarts")
+                   f"({sum(r.same_tor for r in decision.replacements)} in the same TOR); {how}")
     else:
-        message = f"restart {restart_count} on the same nodes: {action.message}"
+        message = f"restart {restart_count} on the same nodes: {action.message}" + (f"; {how}" if in_place else "")
     record: dict[str, object] = {"lost_nodes": sorted(lost_names), "replacements": list(replacements),
                                  "moved_ranks": 0, "detected_at": detected(list(unhealthy), lost_names, now),
                                  "quarantine": list(quarantine)}
@@ -359,7 +364,27 @@ def plan_restart(given: RestartInput) -> RestartPlan:
         kept = [t for t in job.status.straggler_evictions if wall - t.timestamp() < HOUR]
         evictions = tuple([*kept, now][-EVICTIONS_KEPT:])
     return replace(common, message=message, replicas=tuple(replicas), record=record, replacements=replacements,
-                   straggler_evictions=evictions)
+                   straggler_evictions=evictions, kept=in_place,
+                   everyone=tuple(p for p in common.everyone if p not in in_place.values()))
+
+
+def kept_pods(job: Job, moved: Mapping[int, object], pods: Sequence[PodView]) -> dict[int, str]:
+    """The pods an in-place restart (faultPolicy.restartStrategy: InPlace) keeps, by rank: every rank that stays on
+    its node whose pod of this attempt runs there, not gated, not finished, not terminating. The others (lost, moved,
+    exited, being deleted) are replaced by new pods. Nothing for a job restarted by re-creating its pods."""
+    placement = job.placement
+    if placement is None or job.fault_policy.restart_strategy is not RestartStrategy.IN_PLACE:
+        return {}
+    by_name = {p.name: p for p in pods}
+    kept: dict[int, str] = {}
+    for r in placement.ranks:
+        name = r.pod or pod_name(job.name, r.rank, placement.serial)
+        pod = by_name.get(name)
+        if r.rank in moved or pod is None or pod.gated or pod.finished or pod.terminating or \
+                pod.node_name != r.node or pod.labels.get(LABEL_RESTART) != str(job.restart_count):
+            continue
+        kept[r.rank] = name
+    return kept
 
 
 def _no_replacement(job: Job, lost: int, why: str, common: RestartPlan, given: RestartInput) -> RestartPlan:

@@ -5,7 +5,7 @@ to write, a `TrainingJobStatus` whose set fields are the merge patch (None delet
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from railyard.operator.base.objects import Job
@@ -194,10 +194,11 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
                 conditions: list[Condition] | None = None,
                 straggler_evictions: list[datetime] | None = None,
                 preemptions: list[datetime] | None = None,
-                adopted: Sequence[tuple[str, str]] | None = None) -> TrainingJobStatus:
+                adopted: Sequence[tuple[str, str]] | None = None,
+                kept: Mapping[int, str] | None = None) -> TrainingJobStatus:
     """A new attempt of the gang (write-ahead: an operator killed after this finishes it, see assess ->
     Resume): its placement in rank order, the restart record with the resume point, the conditions.
-    `adopted`: an adopted gang's pods (name, uid) by rank."""
+    `adopted`: an adopted gang's pods (name, uid) by rank; `kept`: the pods an in-place restart keeps, by rank."""
     restart_count = job.restart_count + 1
     current = job.placement
     conditions = _set(job, job.conditions if conditions is None else conditions, ConditionType.PLACED, TRUE,
@@ -209,7 +210,8 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
         conditions = _set(job, conditions, ConditionType.STRAGGLING, FALSE, StragglingReason.RESTARTED, message,
                           now)
     conditions = below_desired(job, conditions, len(placement.replicas), now)
-    restart = {"reason": cause, "lost_nodes": [], "replacements": [], "moved_ranks": 0,
+    # A merge patch: what an earlier restart recorded and this one does not say is cleared (None), not kept.
+    restart = {"reason": cause, "lost_nodes": [], "replacements": [], "moved_ranks": 0, "save_on_fault": None,
                "previous_replicas": len(current.ranks) if current is not None else 0, "detected_at": now,
                **record, "decided_at": now, "released_at": None, **resume_point(checkpoint)}
     fields: dict[str, object] = {}
@@ -227,7 +229,7 @@ def new_attempt(job: Job, cause: Cause, message: str, placement: Placement, plac
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial,
                                    job.desired_replicas or len(placement.replicas),
-                                   job.placement.priority if job.placement is not None else None, adopted),
+                                   job.placement.priority if job.placement is not None else None, adopted, kept),
         placements=serial + 1, replicas=len(placement.replicas), restart_count=restart_count,
         process_restarts=job.status.process_restarts + (1 if counted else 0), stragglers=None,
         last_restart=RestartRecord(**restart), conditions=conditions, **fields)

@@ -175,7 +175,10 @@ class ReportServer:
         refusal, answer = await self._judge(request)
         if refusal is not None:
             metrics.REPORTS.labels(refusal.reason).inc()
-            return refusal.status, {"accepted": False, "reason": refusal.reason, "message": refusal.message}
+            answer = {"accepted": False, "reason": refusal.reason, "message": refusal.message}
+            if refusal.attempt is not None:
+                answer["attempt"] = refusal.attempt
+            return refusal.status, answer
         metrics.REPORTS.labels("accepted").inc()
         return 200, {"accepted": True, **answer}
 

@@ -101,6 +101,41 @@ def test_kubectl_drain_moves_the_nodes_ranks_and_completes(operator, api_client,
         core.patch_node(node, {"spec": {"unschedulable": False}})
 
 
+def test_kubectl_drain_under_an_in_place_gang_replaces_only_the_drained_ranks_pod(operator, api_client, core, custom,
+                                                                                  namespace, kubeconfig):
+    """faultPolicy.restartStrategy InPlace: the drained node's rank gets a new pod elsewhere; the other ranks keep
+    their pods (same uids), labelled with the new attempt, and the gang runs again."""
+    create_job(custom, namespace, make_job("kept", 3, faultPolicy={"restartStrategy": "InPlace"}))
+    bound = wait_bound(api_client, core, namespace, "kept", 3)
+    before = {p["metadata"]["labels"]["railyard.dev/rank"]: p for p in bound}
+    wait_condition(custom, namespace, "kept", "Running", timeout=60)
+    node = before["0"]["spec"]["nodeName"]
+    try:
+        run = subprocess.run([str(rig_binary("kubectl")), "--kubeconfig", kubeconfig, "drain", node,
+                              "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"],
+                             capture_output=True, text=True, timeout=150)
+        assert run.returncode == 0, run.stderr
+        poll(lambda: _restart_count(custom, namespace, "kept") == 1, 60, "the gang restarted once")
+
+        def attempt_running() -> dict[str, dict] | None:
+            pods = {p["metadata"]["labels"]["railyard.dev/rank"]: p
+                    for p in pods_of(api_client, core, namespace, "kept") if not p["metadata"].get("deletionTimestamp")
+                    and p["metadata"]["labels"].get("railyard.dev/restart-count") == "1"
+                    and p["status"].get("phase") == "Running"}
+            return pods if len(pods) == 3 else None
+
+        after = poll(attempt_running, 90, "the new attempt running, every pod labelled with it")
+        assert after["0"]["metadata"]["name"].startswith("kept.p1-") and after["0"]["spec"]["nodeName"] != node
+        for rank in ("1", "2"):
+            assert after[rank]["metadata"]["uid"] == before[rank]["metadata"]["uid"], f"rank {rank} kept its pod"
+            assert after[rank]["metadata"]["name"] == f"kept-{rank}"
+        wait_condition(custom, namespace, "kept", "Running", timeout=60)
+        ranks = {r["rank"]: r["pod"] for r in get_job(custom, namespace, "kept")["status"]["placement"]["ranks"]}
+        assert ranks == {0: after["0"]["metadata"]["name"], 1: "kept-1", 2: "kept-2"}
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
 def test_a_restart_waits_for_old_pods_that_take_90s_to_exit_instead_of_rolling_back(operator, api_client, core,
                                                                                     custom, namespace):
     """The operator's bind timeout is 60 s here; the old pods take 90 s (a checkpoint on SIGTERM)."""

@@ -18,7 +18,9 @@ from tests.support.jobs import make_job
 
 observations = st.lists(st.tuples(
     st.floats(min_value=0.0, max_value=120.0), st.sampled_from(list(Activity)), st.booleans(),
-    st.one_of(st.none(), st.integers(min_value=0, max_value=10_000)), st.booleans()), max_size=60)
+    st.one_of(st.none(), st.integers(min_value=0, max_value=10_000)), st.booleans(),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=10_000)),
+    st.one_of(st.none(), st.floats(min_value=0.0, max_value=30.0))), max_size=60)
 
 
 @settings(max_examples=300, deadline=None)
@@ -26,10 +28,10 @@ observations = st.lists(st.tuples(
 def test_productive_and_lost_time_add_up_to_the_wall_time_and_never_go_negative(steps):
     ledger = goodput.start(1000.0, 0)
     now, attempt = 1000.0, 0
-    for dt, activity, new_attempt, step, restart in steps:
+    for dt, activity, new_attempt, step, restart, first_step, step_seconds in steps:
         now += dt
         attempt += int(new_attempt)
-        ledger = goodput.observe(ledger, now, activity, attempt, step)
+        ledger = goodput.observe(ledger, now, activity, attempt, step, first_step, step_seconds)
         if restart:
             ledger = goodput.restarted(ledger, now - dt / 2, now)
         parts = [ledger.productive, *ledger.lost_by_cause().values()]
@@ -37,6 +39,16 @@ def test_productive_and_lost_time_add_up_to_the_wall_time_and_never_go_negative(
         assert math.isclose(sum(parts), ledger.wall, rel_tol=1e-9, abs_tol=1e-6)
         assert ledger.best_step >= (ledger.step or 0)
         assert ledger.ratio is None or 0.0 <= ledger.ratio <= 1.0
+
+
+def test_an_attempts_first_interval_counts_its_steps_at_the_jobs_step_time_and_the_rest_as_start_up():
+    ledger = goodput.start(0.0, 90)
+    ledger = goodput.observe(ledger, 10.0, Activity.RUNNING, 0, 100)  # 10 s of work: steps 91..100
+    ledger = goodput.observe(ledger, 20.0, Activity.STARTING, 1, None)  # restarted, resuming at 90
+    ledger = goodput.observe(ledger, 30.0, Activity.RUNNING, 1, 105, first_step=91, step_seconds=0.5)
+    # 15 steps (91..105) at 0.5 s: 7.5 s of work, 5 of it above the best step 100; 2.5 s start-up.
+    assert math.isclose(ledger.productive, 10 + 7.5 * 5 / 15) and math.isclose(ledger.recompute, 7.5 * 10 / 15)
+    assert math.isclose(ledger.restart, 10 + 2.5)
 
 
 def test_a_fault_timeline_is_split_into_detection_capacity_restart_and_recompute():
@@ -118,3 +130,37 @@ def test_the_stall_before_a_restart_decision_counts_as_detection_from_when_the_f
     assert ledger.productive == 40 and ledger.detection == 15 and ledger.stalled == 15, ledger
     assert ledger.stalled_since is None
     assert math.isclose(sum(ledger.lost_by_cause().values()) + ledger.productive, ledger.wall)
+
+
+def test_a_report_without_a_step_is_no_step_zero_and_a_resumed_attempt_recomputes_nothing():
+    """After a restart resuming at step 100, the new attempt's ranks first report with no step (their save-on-fault
+    poll, a supervisor), then steps 101..: none of that is recomputed work."""
+    r = rig(nodes=4, report_url="https://reports.example:8090/v1/reports")
+    r.submit(make_job("resumed", 2, checkpoint={"path": "/c"}))
+    r.running()
+
+    def report(step: int | None, attempt: int) -> None:
+        for rank in (0, 1):
+            r.loop.book.record(WorkerReport.model_validate({
+                "namespace": "default", "job": "resumed", "rank": rank, "restartCount": attempt, "step": step,
+                "checkpoints": [{"step": 100, "path": "/c/100"}]}), r.clock.time())
+
+    for step in (90, 100):
+        report(step, 0)
+        r.step()
+        r.clock.advance(10)
+    node = r.nodes_of("resumed")[0]
+    r.api._remove("nodes", ("", node))
+    r.deliver()
+    r.step(2)
+    assert r.status("resumed")["restartCount"] == 1 and r.status("resumed")["lastRestart"]["resumeStep"] == 100
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    for step in (None, 101, 111, 121):
+        r.clock.advance(5)
+        report(step, 1)
+        r.step()
+    ledger = r.loop.ctx.memories.recall(r.state.jobs[("default", "resumed")]).goodput
+    assert ledger.attempt == 1 and ledger.step == 121
+    assert ledger.recompute == 0, ledger

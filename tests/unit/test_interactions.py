@@ -80,13 +80,14 @@ class FeaturesMeet(RuleBasedStateMachine):
         self.settle()
 
     @rule(replicas=st.integers(1, 4), class_name=st.sampled_from(["low", "high"]), migratable=st.booleans(),
-          elastic=st.booleans(), reporting=st.booleans(), backfill=st.booleans())
+          elastic=st.booleans(), reporting=st.booleans(), backfill=st.booleans(), in_place=st.booleans())
     def create_job(self, replicas: int, class_name: str, migratable: bool, elastic: bool, reporting: bool,
-                   backfill: bool) -> None:
+                   backfill: bool, in_place: bool = False) -> None:
         name = f"job-{self.jobs}"
         self.jobs += 1
         spec: dict[str, Any] = {"preemption": {"migratable": migratable, "backfillSpares": backfill},
-                                "checkpoint": {"path": "/c"}}
+                                "checkpoint": {"path": "/c"},
+                                "faultPolicy": {"restartStrategy": "InPlace" if in_place else "Recreate"}}
         if elastic:
             spec.update(minReplicas=1, maxReplicas=4)
         if replicas > 1:

@@ -249,7 +249,7 @@ def test_a_survivor_blocked_in_a_collective_still_hears_the_save_on_fault_reques
         reporter.on_fault_save(save)  # no further progress call: only the sender's own polls reach the operator
 
         def answered() -> bool:
-            return any((b.get("faultSave") or {}) == {"step": 41, "path": "/ckpt/fault-41"}
+            return any((b.get("faultSave") or {}) == {"step": 41, "path": "/ckpt/fault-41", "localRanks": [0]}
                        for b in _AskingOperator.seen)
 
         deadline = time.monotonic() + 10

@@ -131,6 +131,13 @@ class OnNoReplacement(StrEnum):
     SHRINK = "Shrink"  # elastic jobs: continue on the survivors (at least minReplicas)
 
 
+class RestartStrategy(StrEnum):
+    """How a restart of the same size treats the healthy ranks' pods."""
+
+    RECREATE = "Recreate"  # every pod of the gang deleted and created again
+    IN_PLACE = "InPlace"  # only the lost ranks' pods; the others' processes restart in their pods (the supervisor)
+
+
 class StragglerAction(StrEnum):
     REPORT = "Report"  # status, condition, Event
     EVICT = "Evict"  # also restart without the node (after a checkpoint) and quarantine it
@@ -143,6 +150,7 @@ class FaultPolicy(_Model):
     non_retryable_exit_codes: list[int] = Field(default_factory=list, alias="nonRetryableExitCodes")
     on_no_replacement: OnNoReplacement = Field(OnNoReplacement.REQUEUE, alias="onNoReplacement")
     replacement_timeout_seconds: int = Field(120, alias="replacementTimeoutSeconds", ge=0, le=86400)
+    restart_strategy: RestartStrategy = Field(RestartStrategy.RECREATE, alias="restartStrategy")
 
     def backoff(self, restarts: int) -> float:
         """Delay before the next restart after a process failure: doubling, capped."""

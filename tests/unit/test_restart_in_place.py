@@ -1,0 +1,133 @@
+"""In-place restarts (issue 47, `faultPolicy.restartStrategy: InPlace`) against the in-memory API: a restart replaces
+only the lost ranks' pods; the healthy ranks' pods stay (same names and uids), are labelled with the new attempt,
+and their supervisors are told the new attempt on their reports. A leader change right after the restart was
+recorded finishes it without touching the kept pods."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from railyard.operator.act.attempts import Attempts
+from railyard.operator.cache.state_views import node_models  # noqa: F401  (the restart path's own imports load)
+from railyard.operator.decide.reports import WorkerReport, check_report
+
+from tests.support.harness import Rig, rig
+from tests.support.jobs import make_job
+
+RESTART = "railyard.dev/restart-count"
+
+
+def _running(strategy: str = "InPlace") -> Rig:
+    r = rig(nodes=6, tors=1, report_url="https://reports.example:8090/v1/reports")
+    r.submit(make_job("llm", 4, faultPolicy={"restartStrategy": strategy}))
+    r.running()
+    return r
+
+
+def _pods(r: Rig) -> dict[str, dict[str, Any]]:
+    return {name: pod for (_, name), pod in r.api.objects["pods"].items()
+            if not pod["metadata"].get("deletionTimestamp")}
+
+
+def _lose_rank(r: Rig, rank: int) -> str:
+    node = next(x["node"] for x in r.status("llm")["placement"]["ranks"] if x["rank"] == rank)
+    r.api._remove("nodes", ("", node))
+    r.deliver()
+    return node
+
+
+def _restarted(r: Rig) -> dict[str, Any]:
+    r.step(2)
+    r.api.bind_released()
+    r.deliver()
+    r.step()
+    return r.status("llm")
+
+
+def test_a_lost_node_replaces_its_ranks_pod_and_keeps_the_others():
+    r = _running()
+    before = {n: p["metadata"]["uid"] for n, p in _pods(r).items()}
+    _lose_rank(r, 2)
+    status = _restarted(r)
+    assert status["restartCount"] == 1
+    ranks = {x["rank"]: x["pod"] for x in status["placement"]["ranks"]}
+    pods = _pods(r)
+    for rank in (0, 1, 3):
+        assert ranks[rank] == f"llm-{rank}" and pods[ranks[rank]]["metadata"]["uid"] == before[ranks[rank]], \
+            "the same pod, kept"
+        assert pods[ranks[rank]]["metadata"]["labels"][RESTART] == "1", "labelled with the new attempt"
+    assert ranks[2] != "llm-2" and ranks[2] in pods, "rank 2's pod is new, named for the new placement"
+    assert "llm-2" not in pods
+    creates = [w for w in r.api.writes if w[0] == "POST" and w[1] == "pods"]
+    assert len(creates) == 5, "4 pods at first, 1 for the restart"
+    assert any("3 of 4 ranks restart in their pods" in (c.get("message") or "") for c in status["conditions"])
+    assert r.reason("llm") == "Released" and r.status("llm").get("replicas") == 4
+
+
+def test_a_kept_pods_report_of_the_old_attempt_is_answered_with_the_new_attempt():
+    r = _running()
+    _lose_rank(r, 0)
+    _restarted(r)
+    job = r.state.jobs[("default", "llm")]
+    pod = r.state.pods[("default", "llm-1")]
+    old = WorkerReport.model_validate({"namespace": "default", "job": "llm", "rank": 1, "restartCount": 0})
+    refusal = check_report(old, "default", "llm-1", pod.uid, pod, job)
+    assert refusal is not None and refusal.status == 409 and refusal.attempt is not None
+    assert refusal.attempt["restartCount"] == 1
+    assert refusal.attempt["env"]["RAILYARD_RESTART_COUNT"] == "1"
+    new = WorkerReport.model_validate({"namespace": "default", "job": "llm", "rank": 1, "restartCount": 1})
+    assert check_report(new, "default", "llm-1", pod.uid, pod, job) is None, "its restarted process reports"
+
+
+def test_recreate_is_the_default_and_replaces_every_pod():
+    r = _running("Recreate")
+    _lose_rank(r, 2)
+    status = _restarted(r)
+    assert all(x["pod"].startswith("llm.p1-") for x in status["placement"]["ranks"])
+    assert not {"llm-0", "llm-1", "llm-3"} & set(_pods(r))
+
+
+def test_a_failed_process_replaces_its_pod_on_the_same_node_and_keeps_the_others():
+    r = _running()
+    failed = copy.deepcopy(r.api.objects["pods"][("default", "llm-1")])
+    failed["status"]["phase"] = "Failed"
+    r.api._store("pods", failed, "MODIFIED")
+    r.deliver()
+    nodes = r.nodes_of("llm")
+    r.step()
+    r.clock.advance(11)  # restartBackoff
+    status = _restarted(r)
+    assert status["restartCount"] == 1 and r.nodes_of("llm") == nodes
+    ranks = {x["rank"]: x["pod"] for x in status["placement"]["ranks"]}
+    assert ranks[0] == "llm-0" and ranks[2] == "llm-2" and ranks[3] == "llm-3"
+    assert ranks[1] != "llm-1"
+
+
+def test_a_leader_change_right_after_the_restart_was_recorded_finishes_it_and_keeps_the_pods(monkeypatch):
+    from tests.unit.test_preemption_operator import _successor
+
+    r = _running()
+    before = {n: p["metadata"]["uid"] for n, p in _pods(r).items()}
+
+    async def died(self: Attempts, *args: Any, **kwargs: Any) -> None:
+        return None  # the old leader recorded the attempt and died before deleting or creating a pod
+
+    monkeypatch.setattr(Attempts, "replace_pods", died)
+    _lose_rank(r, 3)
+    r.step(2)
+    assert r.status("llm")["restartCount"] == 1
+    monkeypatch.undo()
+    new = _successor(r)
+    new.step()
+    new.step()
+    r.api.bind_released()
+    r.deliver()
+    new.step()
+    pods = _pods(r)
+    for name in ("llm-0", "llm-1", "llm-2"):
+        assert pods[name]["metadata"]["uid"] == before[name], f"{name} kept by the successor too"
+        assert pods[name]["metadata"]["labels"][RESTART] == "1"
+    ranks = {x["rank"]: x["pod"] for x in r.status("llm")["placement"]["ranks"]}
+    assert ranks[3] in pods and pods[ranks[3]]["spec"].get("nodeName")
+    assert r.reason("llm") == "Released"
