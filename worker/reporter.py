@@ -70,6 +70,7 @@ class Reporter:
         self._fault_asked: frozenset[int] = frozenset()  # the local ranks whose save on fault was started
         self._fault_saved: dict[str, Any] | None = None  # {"step", "path", "localRanks"} once saved
         self._unsent_fault = False
+        self._saving = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -151,12 +152,13 @@ class Reporter:
             if self._fault_save is None or local is None or set(local) <= self._fault_asked or \
                     asked.get("restartCount") != self.ctx.restart_count:
                 return
-            self._fault_asked = frozenset(local)
+            self._fault_asked = self._fault_asked | frozenset(local)
             save = self._fault_save
 
         def run() -> None:
             try:
-                saved = save(list(local))
+                with self._saving:  # a save asked again (for more shards) waits for the one under way
+                    saved = save(list(local))
             except Exception as e:  # the operator's wait ends; the restart resumes from the last checkpoint
                 log.warning("railyard: save on fault failed: %s", e)
                 return

@@ -67,7 +67,7 @@ class Supervisor:
         self.restarts = 0
         self.child = self._start(self.command, env=self.env)
         self.reporter = Reporter(context(self.env), min_interval=self.poll, background=False)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # taken in the signal handler too, which runs on the main thread
 
     def forward(self, signum: int, _frame: object = None) -> None:
         with self._lock:
@@ -101,6 +101,8 @@ class Supervisor:
                 return  # the pod is going: no new child
             self.env = applied(self.env, attempt.get("env") or {})
             self.child = self._start(self.command, env=self.env)
+            if self.stopping is not None:  # the signal came while the child was being started
+                self.child.send_signal(self.stopping)
         self.reporter = Reporter(context(self.env), min_interval=self.poll, background=False)
         self.restarts += 1
         _say("restarted_in_place", restart_count=self.reporter.ctx.restart_count,

@@ -65,7 +65,7 @@ def write_atomic(path: Path, data: dict) -> None:
 
 
 def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop: worker.StopFlag,
-             timeout: float) -> tuple[list[float], bool]:
+             timeout: float, stop_wait: float = STOP_WAIT_SECONDS) -> tuple[list[float], bool]:
     """Average the gradients of all ranks for this step (and OR their stop flags). A SIGTERM while a peer's
     gradients do not come (it is gone: the gang is being replaced) ends the wait within STOP_WAIT_SECONDS, as a
     collective's watchdog would, so the pod does not hold its node for the whole grace period."""
@@ -79,7 +79,7 @@ def exchange(root: Path, step: int, ctx: worker.Context, grad: list[float], stop
         if all(p.exists() for p in parts):
             break
         if stop.requested and not stopping:
-            stopping, deadline = True, min(deadline, time.monotonic() + STOP_WAIT_SECONDS)
+            stopping, deadline = True, min(deadline, time.monotonic() + stop_wait)
         if time.monotonic() > deadline:
             emit("peer_lost", step=step)
             sys.exit(3)  # a rank is gone: the operator restarts the gang
@@ -158,18 +158,22 @@ def main(argv: list[str] | None = None) -> int:
     emit("start", rank=ctx.rank, restart_count=ctx.restart_count, resume_step=ctx.resume_step,
          first_step=ctx.first_step)
     loss = float("nan")
+    last_step_seconds = 0.0
     for step in range(ctx.first_step, args.steps):
         began = time.perf_counter()
         grad, loss = gradient(weights, rows)
         if args.step_sleep:
             time.sleep(args.step_sleep)
         computed = time.perf_counter() - began
-        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop, args.peer_timeout)
+        # A live peer answers within a step or so: wait that long (at least STOP_WAIT_SECONDS) after a SIGTERM.
+        stop_wait = max(STOP_WAIT_SECONDS, 3 * last_step_seconds)
+        mean, stopping = exchange(Path(args.exchange), step, ctx, grad, stop, args.peer_timeout, stop_wait)
         weights = [w - args.learning_rate * g for w, g in zip(weights, mean, strict=True)]
         last.completed(step, weights)
         if step == ctx.first_step:  # when this attempt's training resumed, with what loss (the restart's cost)
             emit("first_step", step=step, loss=loss, at=time.time(), restart_count=ctx.restart_count)
-        reporter.progress(step, compute_seconds=computed, step_seconds=time.perf_counter() - began)
+        last_step_seconds = time.perf_counter() - began
+        reporter.progress(step, compute_seconds=computed, step_seconds=last_step_seconds)
         requested = reporter.checkpoint_requested(step)  # before a planned move, eviction or resize
         if stopping or requested or (step + 1) % args.checkpoint_every == 0:
             path = save(ctx, step, weights)

@@ -55,8 +55,10 @@ class Attempts:
                            kept: Mapping[int, str] | None = None) -> None:
         """The old attempt goes (but the pods an in-place restart keeps); the new one (recorded) joins the release
         line."""
-        await self.pods.delete(job.key, everyone, force)
         current = self.writer.current(job)
+        if kept:
+            await self.materialiser.carry_over(current)  # at once: until then a kept pod looks like a leftover
+        await self.pods.delete(job.key, everyone, force)
         placement = current.placement
         only = tuple(r.pod or "" for r in placement.ranks if r.rank not in kept) if kept and placement else None
         self.materialiser.enqueue(current, only)

@@ -35,7 +35,7 @@ from railyard.operator.decide.builders import PodOptions, build_pod, build_servi
 from railyard.operator.decide.resource_claims import build_claim, claim_name
 from railyard.operator.kube.client import ApiException, Fenced
 from railyard.topology.cluster.dra_devices import NodeDevices, rail_order
-from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.cluster.pod_trust import carried_pod_names, pod_name
 from railyard.topology.solver.placement import Placement
 
 log = logging.getLogger("railyard.materialiser")
@@ -90,7 +90,7 @@ class Materialiser:
         placement = job.placement
         if placement is None or job.key in self._waiting:
             return
-        placement_id, size = placement.id, len(placement.ranks)
+        placement_id, size = placement.id, len(only) if only is not None else len(placement.ranks)
 
         async def step() -> None:
             current = self.ctx.state.jobs.get(job.key)
@@ -150,22 +150,24 @@ class Materialiser:
                 for r in ranks}
         try:
             await self._create_owned("services", build_service(job), placement.id, job.uid)
+            # Never made again under their names: a kept pod that is gone is a lost rank (assess restarts it).
+            kept = carried_pod_names(job.name, placement)
             pods = [build_pod(job, r.rank, r.node, gpus[r.rank], len(ranks), placement.rail_aligned, placement.id,
                               self.options, r.pod, pinned[r.rank])
-                    for r in ranks if only is None or r.pod in only]
+                    for r in ranks if (only is None or r.pod in only) and r.pod not in kept]
             stored = await asyncio.gather(*(self.ctx.limited(self._create_owned, "pods", p, placement.id, job.uid)
                                             for p in pods))
             self.ctx.crash_point("pods-created")
             await self._create_claims(job, {(p or {}).get("metadata", {}).get("name"): p for p in stored},
                                       pinned, gpus)
-            await self._carry_over(job)
+            await self.carry_over(job)
         except CreateRefused as refused:
             await self._refuse(job, refused)
             return
         await self._release(job, len(((job.body["spec"].get("template") or {}).get("spec") or {}).get(
             "schedulingGates") or []))
 
-    async def _carry_over(self, job: Job) -> None:
+    async def carry_over(self, job: Job) -> None:
         """The pods an in-place restart kept (running, of an earlier attempt) labelled with this attempt: their
         supervisors are then told the new attempt's environment on their reports (decide/reports.py)."""
         placement = job.placement
@@ -221,7 +223,9 @@ class Materialiser:
         ranks = placement.ranks
         # A pod the state already holds ungated (a resumed release) costs no request.
         held = self.ctx.state.pods
-        gated = [r for r in ranks if (view := held.get((job.namespace, r.pod or ""))) is None or view.gated]
+        kept = carried_pod_names(job.name, placement)
+        gated = [r for r in ranks if ((view := held.get((job.namespace, r.pod or ""))) is None and r.pod not in kept)
+                 or (view is not None and view.gated)]
         released = await asyncio.gather(*(self.ctx.limited(self.ctx.api.release_pod, job.namespace, r.pod or "", gate)
                                           for r in gated))
         for pod in released:

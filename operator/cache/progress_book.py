@@ -124,10 +124,12 @@ class ProgressBook:
                 rank.fault_shards = frozenset(local) if local is not None else None
             while len(rank.saved) > SAVES_KEPT:
                 del rank.saved[min(rank.saved)]
+            # The attempt's lowest step (its warm-up, the goodput ledger's first interval), kept samples or not.
+            steps = [s[0] for s in report.samples] or ([report.step] if report.step is not None else [])
+            if steps:
+                job.first_step = min(steps) if job.first_step is None else min(job.first_step, *steps)
             if not samples or not report.samples:
                 return
-            low = min(s[0] for s in report.samples)
-            job.first_step = low if job.first_step is None else min(job.first_step, low)
             known = rank.samples.last_step
             rank.samples.extend([s for s in report.samples if s[0] > known])
 

@@ -42,7 +42,7 @@ from railyard.topology.api.timestamps import epoch
 from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss, losses_of
 from railyard.topology.cluster.levels import LevelError
 from railyard.topology.cluster.model import Snapshot
-from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.cluster.pod_trust import carried_pod_names
 
 REFUSED_PREFIX = "the API server refused"  # an InvalidSpec from a create the API server refused
 
@@ -210,8 +210,7 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
         return Queue(request)
     wanted = {r.pod or "": r for r in placement.ranks}
     # An in-place restart's kept pods are this placement's before act/materialiser labels them so.
-    carried = {r.pod for r in placement.ranks
-               if r.pod and r.pod_uid is None and r.pod != pod_name(job.name, r.rank, placement.serial)}
+    carried = carried_pod_names(job.name, placement)
     mine = {p.name: p for p in pods if p.placement_id == placement.id or p.name in carried}
     stale = tuple(p.name for p in pods if p.name not in mine and not p.terminating)
     recorded = placed is not None and placed.reason == PlacedReason.RELEASED

@@ -349,7 +349,7 @@ def plan_restart(given: RestartInput) -> RestartPlan:
     replacements = tuple({"rank": r.rank, "lost": r.lost, "new": r.new, "same_tor": r.same_tor}
                          for r in decision.replacements)
     restart_count = job.restart_count + 1
-    in_place = kept_pods(job, new_home, given.pods)
+    in_place = kept_pods(job, new_home, given.pods) if settings.reports.url else {}  # only reports say "restart"
     how = f"{len(in_place)} of {len(ranks)} ranks restart in their pods" if in_place else "every rank restarts"
     if losses:
         message = (f"restart {restart_count}: {len(lost)} ranks on {len(lost_names)} lost nodes replaced "
@@ -371,7 +371,8 @@ def plan_restart(given: RestartInput) -> RestartPlan:
 def kept_pods(job: Job, moved: Mapping[int, object], pods: Sequence[PodView]) -> dict[int, str]:
     """The pods an in-place restart (faultPolicy.restartStrategy: InPlace) keeps, by rank: every rank that stays on
     its node whose pod of this attempt runs there, not gated, not finished, not terminating. The others (lost, moved,
-    exited, being deleted) are replaced by new pods. Nothing for a job restarted by re-creating its pods."""
+    exited, being deleted or evicted) are replaced by new pods. Nothing for a job restarted by re-creating its pods
+    (and nothing when the pods have no report endpoint: the kept pods' supervisors hear of the restart there)."""
     placement = job.placement
     if placement is None or job.fault_policy.restart_strategy is not RestartStrategy.IN_PLACE:
         return {}
@@ -380,7 +381,7 @@ def kept_pods(job: Job, moved: Mapping[int, object], pods: Sequence[PodView]) ->
     for r in placement.ranks:
         name = r.pod or pod_name(job.name, r.rank, placement.serial)
         pod = by_name.get(name)
-        if r.rank in moved or pod is None or pod.gated or pod.finished or pod.terminating or \
+        if r.rank in moved or pod is None or pod.gated or pod.finished or pod.terminating or pod.disruption or \
                 pod.node_name != r.node or pod.labels.get(LABEL_RESTART) != str(job.restart_count):
             continue
         kept[r.rank] = name

@@ -254,7 +254,7 @@ def requeued(job: Job, cause: Cause, lost_names: list[str], unhealthy: list[Unhe
     detected = min((u.since for u in unhealthy if u.name in lost_names and u.since is not None), default=now)
     restart = RestartRecord(reason=cause, lost_nodes=lost_names, replacements=[],
                             moved_ranks=len(current.ranks) if current is not None else 0, detected_at=detected,
-                            decided_at=now, released_at=None, **resume_point(checkpoint))
+                            decided_at=now, released_at=None, save_on_fault=None, **resume_point(checkpoint))
     fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
     return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1,
                              unhealthy_nodes=unhealthy, last_restart=restart, conditions=conditions,
@@ -301,7 +301,7 @@ def preempted(job: Job, message: str, checkpoint: CheckpointRecord | None, now: 
     current = job.placement
     restart = RestartRecord(reason=RestartReason.PREEMPTED, lost_nodes=[], replacements=[],
                             moved_ranks=len(current.ranks) if current is not None else 0, detected_at=now,
-                            decided_at=now, released_at=None, **resume_point(checkpoint))
+                            decided_at=now, released_at=None, save_on_fault=None, **resume_point(checkpoint))
     fields: dict[str, object] = {} if checkpoint is None else {"last_checkpoint": checkpoint}
     return TrainingJobStatus(placement=None, replicas=0, restart_count=job.restart_count + 1, last_restart=restart,
                              conditions=conditions, preemptions=recent_and_now(job.status.preemptions, now, hour),

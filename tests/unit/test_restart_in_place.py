@@ -131,3 +131,66 @@ def test_a_leader_change_right_after_the_restart_was_recorded_finishes_it_and_ke
     ranks = {x["rank"]: x["pod"] for x in r.status("llm")["placement"]["ranks"]}
     assert ranks[3] in pods and pods[ranks[3]]["spec"].get("nodeName")
     assert r.reason("llm") == "Released"
+
+
+def test_without_a_report_endpoint_in_place_falls_back_to_recreate():
+    """The kept pods' supervisors hear of the new attempt on their reports: without the endpoint nobody would."""
+    r = rig(nodes=6, tors=1)
+    r.submit(make_job("llm", 4, faultPolicy={"restartStrategy": "InPlace"}))
+    r.running()
+    _lose_rank(r, 2)
+    status = _restarted(r)
+    assert all(x["pod"].startswith("llm.p1-") for x in status["placement"]["ranks"]), status["placement"]
+
+
+def test_a_kept_pod_gone_before_the_new_attempt_runs_is_not_made_again_under_its_name(monkeypatch):
+    from tests.unit.test_preemption_operator import _successor
+
+    r = _running()
+
+    async def died(self: Attempts, *args: Any, **kwargs: Any) -> None:
+        return None  # the attempt recorded, nothing else done
+
+    monkeypatch.setattr(Attempts, "replace_pods", died)
+    _lose_rank(r, 3)
+    r.step(2)
+    monkeypatch.undo()
+    r.api._remove("pods", ("default", "llm-1"))  # a kept pod deleted meanwhile
+    r.deliver()
+    new = _successor(r)
+    new.step()
+    assert "llm-1" not in _pods(r), "not made again under the kept pod's name"
+    for _ in range(3):
+        r.api.bind_released()
+        r.deliver()
+        new.step()
+    status = r.status("llm")
+    assert status["restartCount"] == 2, "the lost kept pod is a lost rank: the gang restarts again"
+    ranks = {x["rank"]: x["pod"] for x in status["placement"]["ranks"]}
+    assert ranks[1].startswith("llm.p2-") and ranks[0] == "llm-0"
+
+
+def test_a_kept_pod_deleted_while_the_replacements_wait_their_turn_is_a_lost_rank_not_an_error(monkeypatch):
+    from railyard.operator.act.materialiser import Materialiser
+
+    r = _running()
+    original = Materialiser.materialise
+
+    async def drained_meanwhile(self: Materialiser, job: Any, only: Any) -> None:
+        if r.status("llm").get("restartCount") == 1 and ("default", "llm-1") in r.api.objects["pods"]:
+            r.api._remove("pods", ("default", "llm-1"))  # a drain took the kept pod before the release
+            r.deliver()
+        await original(self, job, only)
+
+    monkeypatch.setattr(Materialiser, "materialise", drained_meanwhile)
+    _lose_rank(r, 3)
+    for _ in range(6):
+        r.step()
+        r.api.bind_released()
+        r.deliver()
+        r.clock.advance(5)
+    status = r.status("llm")
+    assert not [c for c in status["conditions"] if c["type"] == "Failed" or c.get("reason") == "InternalError"], \
+        status["conditions"]
+    assert status["restartCount"] == 2, "the kept pod that went is a lost rank: one more restart"
+    assert "llm-1" not in _pods(r)

@@ -33,6 +33,13 @@ def pod_name(job_name: str, rank: int, serial: int = 0) -> str:
     return f"{job_name}-{rank}" if serial == 0 else f"{job_name}.p{serial}-{rank}"
 
 
+def carried_pod_names(job_name: str, placement: PlacementStatus) -> set[str]:
+    """The pods an in-place restart kept into this placement: Railyard's own (no owner's uid) and named for an
+    earlier placement."""
+    return {r.pod for r in placement.ranks
+            if r.pod and r.pod_uid is None and r.pod != pod_name(job_name, r.rank, placement.serial)}
+
+
 def placement_pod_names(job_name: str, placement: PlacementStatus) -> set[str]:
     return {r.pod or pod_name(job_name, r.rank, placement.serial) for r in placement.ranks}
 
