@@ -428,43 +428,6 @@ def test_a_drain_goes_through_the_charts_webhook_and_completes_with_the_operator
             core.patch_node(node, {"spec": {"unschedulable": None}})
 
 
-def test_helm_upgrade_rolls_the_operator_over_with_nothing_lost_or_doubled(release, kubeconfig, api_client, core,
-                                                                           custom, namespace, shared):
-    ctr = load_hack_module("cluster", "cluster.py").STATE / "realnode" / "containerd" / "containerd.sock"
-    if not ctr.exists():
-        pytest.skip("retagging the image needs the local rig's containerd")
-    tag = "0.1.0-next"
-    subprocess.run(["ctr", "--address", str(ctr), "-n", "k8s.io", "images", "tag", "--force",
-                    IMAGES.reference("operator"), IMAGES.reference("operator", tag)], check=True,
-                   capture_output=True)
-    create_job(custom, namespace, _trainer_job("before", 1, shared))
-    before = wait_bound(api_client, core, namespace, "before", 1, timeout=120)
-    old_leader = _operator_pod(core).metadata.name
-    out = helm(kubeconfig, "upgrade", RELEASE, str(REPO / "charts" / "railyard"), "-n", NAMESPACE,
-               *_install_args(tag))
-    assert out.returncode == 0, out.stderr
-    create_job(custom, namespace, _trainer_job("during", 1, shared))
-    new_leader = _leader(api_client, not_pod=old_leader)
-    pod = core.read_namespaced_pod(new_leader, NAMESPACE)
-    assert pod.spec.containers[0].image.endswith(f":{tag}")
-    wait_bound(api_client, core, namespace, "during", 1, timeout=120)
-    after = pods_of(api_client, core, namespace, "before")
-    assert [p["metadata"]["uid"] for p in after] == [p["metadata"]["uid"] for p in before], "a placement was lost"
-    assert (get_job(custom, namespace, "before").get("status") or {}).get("restartCount", 0) == 0
-    assert len(pods_of(api_client, core, namespace, "during")) == 1, "a placement was doubled"
-
-
-def test_helm_uninstall_leaves_the_trainingjobs_and_the_crd(release, kubeconfig, api_client, core, custom, namespace,
-                                                            shared):
-    create_job(custom, namespace, make_job("kept", 1))
-    out = helm(kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
-    assert out.returncode == 0, out.stderr
-    assert get_job(custom, namespace, "kept")["metadata"]["name"] == "kept"
-    ext = client.ApiextensionsV1Api(api_client)
-    assert ext.read_custom_resource_definition("trainingjobs.railyard.dev").metadata.name
-
-
-
 def _sigkill_rank(namespace: str, job: str, rank: int) -> int:
     """SIGKILL a rank's training process from the host, as a crash would: no SIGTERM, no save (the local rig only:
     the real node's containers are this machine's processes; signals to a container's PID 1 from inside are
@@ -617,3 +580,40 @@ def test_save_on_fault_resumes_a_crashed_ranks_gang_at_the_step_the_survivor_com
     for run in (on, off, in_place, deleted):
         assert run["loss_at_resume"] < 0.01, f"training went on, not from scratch: {run}"
     assert on["ledger"]["difference_share_of_wall"] <= 0.01, f"the ledger agrees with the trainer: {on['ledger']}"
+
+
+# Last: they upgrade and then uninstall the module's release.
+def test_helm_upgrade_rolls_the_operator_over_with_nothing_lost_or_doubled(release, kubeconfig, api_client, core,
+                                                                           custom, namespace, shared):
+    ctr = load_hack_module("cluster", "cluster.py").STATE / "realnode" / "containerd" / "containerd.sock"
+    if not ctr.exists():
+        pytest.skip("retagging the image needs the local rig's containerd")
+    tag = "0.1.0-next"
+    subprocess.run(["ctr", "--address", str(ctr), "-n", "k8s.io", "images", "tag", "--force",
+                    IMAGES.reference("operator"), IMAGES.reference("operator", tag)], check=True,
+                   capture_output=True)
+    create_job(custom, namespace, _trainer_job("before", 1, shared))
+    before = wait_bound(api_client, core, namespace, "before", 1, timeout=120)
+    old_leader = _operator_pod(core).metadata.name
+    out = helm(kubeconfig, "upgrade", RELEASE, str(REPO / "charts" / "railyard"), "-n", NAMESPACE,
+               *_install_args(tag))
+    assert out.returncode == 0, out.stderr
+    create_job(custom, namespace, _trainer_job("during", 1, shared))
+    new_leader = _leader(api_client, not_pod=old_leader)
+    pod = core.read_namespaced_pod(new_leader, NAMESPACE)
+    assert pod.spec.containers[0].image.endswith(f":{tag}")
+    wait_bound(api_client, core, namespace, "during", 1, timeout=120)
+    after = pods_of(api_client, core, namespace, "before")
+    assert [p["metadata"]["uid"] for p in after] == [p["metadata"]["uid"] for p in before], "a placement was lost"
+    assert (get_job(custom, namespace, "before").get("status") or {}).get("restartCount", 0) == 0
+    assert len(pods_of(api_client, core, namespace, "during")) == 1, "a placement was doubled"
+
+
+def test_helm_uninstall_leaves_the_trainingjobs_and_the_crd(release, kubeconfig, api_client, core, custom, namespace,
+                                                            shared):
+    create_job(custom, namespace, make_job("kept", 1))
+    out = helm(kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    assert out.returncode == 0, out.stderr
+    assert get_job(custom, namespace, "kept")["metadata"]["name"] == "kept"
+    ext = client.ApiextensionsV1Api(api_client)
+    assert ext.read_custom_resource_definition("trainingjobs.railyard.dev").metadata.name
