@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.events import Events
@@ -49,6 +50,16 @@ class CreateRefused(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+def _deadline_left(job: Job, own: int | None, now: float) -> int | None:
+    """The seconds an adopted pod may still run under its gang's time limit, unless its own
+    activeDeadlineSeconds ends it sooner already (the API never lets that be raised)."""
+    deadline = job.deadline
+    if deadline is None:
+        return None
+    left = math.ceil(deadline.timestamp() - now)
+    return None if own is not None and own <= left else left
 
 
 def read_ca(path: str) -> str | None:
@@ -204,7 +215,8 @@ class Materialiser:
             # Built from the watched pod (its node affinity), sent for its uid only: no read per pod.
             # A pin of a placement given back since (a rollback) is taken off first: two pins never both hold.
             pod = {"spec": unpinned({"affinity": {"nodeAffinity": view.node_affinity}})} if view.node_affinity else {}
-            patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
+            patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id,
+                              _deadline_left(job, view.active_deadline, self.ctx.clock.time()))
             patches.append((r.pod or "", view.uid, patch))
         stored = await asyncio.gather(*(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, *each)
                                         for each in patches))  # all at once, as a TrainingJob's pods are created

@@ -25,20 +25,36 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
-from railyard.operator.cache.state_views import leaving, pod_infos
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.cache.state_views import gpu_holders, leaving, pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.adopted_gangs import rank_order
+from railyard.operator.decide.backfill import NEVER, expected_end
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import Room, RoomView, moves_this_hour_seen
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
+from railyard.topology.api.timestamps import epoch
 from railyard.topology.cluster.model import Snapshot
 from railyard.topology.solver.placement import Decision
 
 log = logging.getLogger(__name__)
 
+
+
+def occupants(state: ClusterState, pass_seconds: float) -> dict[str, list[tuple[float, int]]]:
+    """Per node, when each holder of GPUs there is expected gone (decide/backfill.py): a Terminating pod by its
+    deletionTimestamp (its grace period's end), anything else by its job's declared limit, or never."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for node, gpus, key, leaving_by in gpu_holders(state):
+        if leaving_by is not None:
+            end = epoch(leaving_by, NEVER)
+        else:
+            end = expected_end(state.jobs.get(key) if key is not None else None, pass_seconds)
+        out.setdefault(node, []).append((end, gpus))
+    return out
 
 class QueuePass:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
@@ -76,7 +92,8 @@ class QueuePass:
         deadline = time.perf_counter() + settings.placement.solve_budget_seconds
         return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, partial(pod_infos, state),
                          state.usage.freed, state.node_epoch, now, mono, settings,
-                         over_budget=lambda: time.perf_counter() > deadline)
+                         over_budget=lambda: time.perf_counter() > deadline,
+                         occupants=partial(occupants, state, settings.placement.resync_seconds))
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""

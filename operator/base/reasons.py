@@ -94,6 +94,7 @@ class FinishReason(StrEnum):
 
     ALL_SUCCEEDED = "AllSucceeded"
     NON_RETRYABLE_EXIT = "NonRetryableExit"
+    TIME_LIMIT_EXCEEDED = "TimeLimitExceeded"  # ran for spec.timeLimitSeconds: ended
     POD_FAILED = "PodFailed"
     NO_REPLACEMENT = "NoReplacement"
 

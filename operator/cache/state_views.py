@@ -4,7 +4,7 @@ Terminating pods hold until they have gone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from railyard.operator.base.objects import Key
 from railyard.operator.cache.state import ClusterState
@@ -27,6 +27,20 @@ def pod_infos(state: ClusterState) -> list[PodInfo]:
         labels = job.request.pod_labels if job.request is not None else {}
         out += [PodInfo(key[0], labels, usage.node) for usage in usages]
     return out
+
+
+def gpu_holders(state: ClusterState) -> Iterator[tuple[str, int, Key | None, str | None]]:
+    """(node, GPUs, its TrainingJob or None, its deletionTimestamp when Terminating) of every pod that holds GPUs,
+    and of every recorded rank whose pod does not exist yet: what backfill reads the holders' starts from."""
+    for pod in state.pods.values():
+        usage = state.counted(pod)
+        if usage is None or not usage.gpu_count or pod.finished:
+            continue
+        yield usage.node, usage.gpu_count, pod.job_key, pod.deleted_at if pod.terminating else None
+    for key, _, usages in state.reserved_ranks():
+        for usage in usages:
+            if usage.gpu_count:
+                yield usage.node, usage.gpu_count, key, None
 
 
 def leaving(state: ClusterState, jobs: Iterable[Key] | None = None

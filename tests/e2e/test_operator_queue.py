@@ -53,3 +53,42 @@ def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, cus
         wait_condition(custom, namespace, "big", "Placed", reason="Released")  # recorded with its Running
     finally:
         op.stop()
+
+
+def test_jobs_with_declared_limits_backfill_a_reservation_and_end_at_their_limit(
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    """The big gang reserves a TOR whose busy node runs a job with a time limit; a job whose limit ends before
+    that one's does is placed on the reserved TOR (backfill), one without a limit is not; the limited jobs are
+    ended at their limits (Failed, TimeLimitExceeded, an Event) and the big gang lands on the reserved TOR."""
+    sizes = Counter(n.metadata.labels["topology.railyard.dev/tor"] for n in placeable_nodes(core))
+    size = min(sizes.values())
+    tors = sorted(t for t, count in sizes.items() if count == size)
+    op = OperatorProcess(identity, lease_namespace, tmp_path, name="backfill",
+                         extra_env={"RAILYARD_STARVATION_SECONDS": "0"})
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        # One busy node in every TOR; the reserved one (the first by name) is busy for 60 s only.
+        for i, tor in enumerate(tors):
+            limit = {"timeLimitSeconds": 60} if i == 0 else {}
+            create_job(custom, namespace, pinned(f"fill-{i}", 1, tor, **limit))
+        for i in range(len(tors)):
+            wait_bound(api_client, core, namespace, f"fill-{i}", 1)
+        create_job(custom, namespace, make_job("big", size, topology={"requiredTier": "tor"}))
+        wait_condition(custom, namespace, "big", "Placed", status="False", reason="Reserving")
+        reserved = tors[0]
+        create_job(custom, namespace, pinned("unlimited", 1, reserved))
+        create_job(custom, namespace, pinned("short", 1, reserved, timeLimitSeconds=10))
+        wait_bound(api_client, core, namespace, "short", 1, timeout=30)  # 10 s + grace ends before fill-0's 60 s
+        waiting = wait_condition(custom, namespace, "unlimited", "Placed", status="False")
+        assert not (waiting.get("status") or {}).get("placement"), "a job without a limit took reserved nodes"
+        short = wait_condition(custom, namespace, "short", "Failed", reason="TimeLimitExceeded", timeout=60)
+        assert "spec.timeLimitSeconds=10" in condition(short, "Failed")["message"]
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=short").items
+        assert any(e.reason == "TimeLimitExceeded" for e in events)
+        wait_condition(custom, namespace, "fill-0", "Failed", reason="TimeLimitExceeded", timeout=90)
+        pods = wait_bound(api_client, core, namespace, "big", size, timeout=120)
+        placed_tors = {core.read_node(p["spec"]["nodeName"]).metadata.labels["topology.railyard.dev/tor"]
+                       for p in pods}
+        assert placed_tors == {reserved}, "the big gang landed where it reserved, when the limits ran out"
+    finally:
+        op.stop()
