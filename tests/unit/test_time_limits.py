@@ -4,15 +4,21 @@ the pods deleted; an adopted gang's pods get the rest as their activeDeadlineSec
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
 import pytest
+from railyard.operator.act.loop import PlacementLoop
 from railyard.operator.act.materialiser import _deadline_left
 from railyard.operator.base.objects import parse_job
-from railyard.operator.base.reasons import FinishReason
+from railyard.operator.base.reasons import FinishReason, LossReason
+from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Finish
 from railyard.operator.decide.adoption import adopted_job, pin_patch, time_limit
 from railyard.operator.decide.assess import assess
 from railyard.topology.cluster.workload_groups import GroupMember, WorkloadKind
 from railyard.topology.cluster.workload_intent import TIME_LIMIT
+from railyard.topology.solver.placement import solve
 
 from tests.support.clusters import snapshot
 from tests.support.harness import rig
@@ -119,3 +125,48 @@ def test_an_adopted_pod_is_pinned_with_what_is_left_of_its_gangs_limit_unless_it
     patch = pin_patch({}, "adopted", 0, 0, "n0", [0], "p1", 590)
     assert patch["spec"]["activeDeadlineSeconds"] == 590
     assert "activeDeadlineSeconds" not in pin_patch({}, "adopted", 0, 0, "n0", [0], "p1")["spec"]
+
+
+def test_a_new_leader_ends_the_gang_at_the_same_deadline():
+    r = rig(nodes=2)
+    r.submit(make_job("inherited", 1, timeLimitSeconds=300))
+    r.running()
+    r.clock.advance(301)
+    successor = PlacementLoop(r.state, r.api, r.loop.ctx.settings, lambda: True, clock=r.clock)  # blank memory
+    asyncio.run(successor.run_once())
+    r.deliver()
+    assert (_failed(r, "inherited") or {}).get("reason") == "TimeLimitExceeded", "the deadline is in the status"
+
+
+def test_a_preemption_victim_past_its_deadline_is_ended_not_requeued():
+    body = make_job("victim", 1, timeLimitSeconds=60)
+    body["status"] = {"placedAt": "2027-01-15T08:00:00Z",
+                      "placement": {"id": "p1", "ranks": [{"rank": 0, "node": "n0", "gpus": [0], "pod": "victim-0"}],
+                                    "tors": 1, "leaves": 1, "spines": 1},
+                      "preemptedBy": "default/big",
+                      "conditions": [{"type": "Placed", "status": "True", "reason": "Released"},
+                                     {"type": "Preempted", "status": "True", "reason": "SavingCheckpoint"}]}
+    job = parse_job(body)
+    assert job.deadline is not None
+    action = assess(job, [], snapshot(), job.deadline.timestamp() + 1, 300)
+    assert isinstance(action, Finish) and action.reason == FinishReason.TIME_LIMIT_EXCEEDED
+
+
+def test_a_requeued_gang_starts_its_clock_again_when_it_is_placed_again():
+    r = rig(nodes=2)
+    r.submit(make_job("again", 1, timeLimitSeconds=600))
+    r.running()
+    first = parse_job(r.api.objects["trainingjobs"][("default", "again")])
+    assert first.status.placed_at is not None
+    later = first.status.placed_at + timedelta(seconds=500)
+    requeued = transitions.requeued(first, LossReason.NODE_DELETED, [], [], "lost", None, later)
+    body = dict(r.api.objects["trainingjobs"][("default", "again")])
+    body["status"] = {**body["status"], **requeued.as_patch()}
+    body["status"] = {k: v for k, v in body["status"].items() if v is not None}
+    job = parse_job(body)
+    assert job.placement is None and job.deadline is None, "no placement: no clock"
+    assert job.request is not None
+    decision = solve(r.state.snapshot(), job.request)
+    assert decision.placement is not None
+    placed = transitions.placing(job, decision.placement, "p2", later + timedelta(seconds=5), 0)
+    assert placed.placed_at == later + timedelta(seconds=5)
