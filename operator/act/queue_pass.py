@@ -23,13 +23,13 @@ from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
-from railyard.operator.base.reasons import ConditionType, PlacedReason
+from railyard.operator.base.reasons import ConditionType, EventReason, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.cache.state_views import gpu_holders, leaving, pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.adopted_gangs import rank_order
-from railyard.operator.decide.backfill import NEVER, expected_end
+from railyard.operator.decide.backfill import NEVER, backfill_message, expected_end
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
@@ -137,6 +137,9 @@ class QueuePass:
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
             raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
+        for entry in plan.backfilled:
+            if (job := self.ctx.state.jobs.get(entry.job)) is not None:
+                await self.events.normal(job, EventReason.BACKFILLED, backfill_message(entry))
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),

@@ -172,6 +172,7 @@ class EventReason(StrEnum):
     MIGRATING = "Migrating"  # this gang is moved (checkpoint first) so a waiting gang fits
     MIGRATION_CANCELLED = "MigrationCancelled"  # the move is off (the waiting gang no longer needs it, or no room)
     PLACEMENT_RESTORED = "PlacementRestored"  # an adopted gang's TrainingJob made again: placement read from pods
+    BACKFILLED = "Backfilled"  # placed on nodes reserved for a starving gang: its time limit ends first
     SAVE_ON_FAULT = "SaveOnFault"  # what a fault's survivors saved, or why they did not (lastRestart.saveOnFault)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from railyard.operator.base.objects import Job, Key
+from railyard.topology.api.timestamps import iso
 from railyard.topology.cluster.model import Snapshot
 from railyard.topology.solver.placement import Decision
 from railyard.topology.solver.request import GangRequest
@@ -82,6 +83,12 @@ class Backfilled:
     nodes: frozenset[str]  # the holder's reserved nodes when it was placed
     end: float
     start: float
+
+
+def backfill_message(entry: Backfilled) -> str:
+    """What the backfilled job's Event says."""
+    return (f"placed on nodes reserved for {entry.holder[0]}/{entry.holder[1]}: its time limit ends by "
+            f"{iso(entry.end)}, before that gang could start ({iso(entry.start)})")
 
 
 @dataclass
