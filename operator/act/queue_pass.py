@@ -131,14 +131,14 @@ class QueuePass:
         # onto GPUs it is about to hold.
         by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
         outcomes = await asyncio.gather(
-            *(self._record_and_release(j, d, priority) for j, d, priority in by_size),
+            *(self._record_and_release(j, d, priority, now) for j, d, priority in by_size),
             *(self.writer.guard(j.key, self._mark_unplaced(j, e, said.get(e.key))) for j, e in unplaced),
             return_exceptions=True)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
             raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
         for entry in plan.backfilled:
-            if (job := self.ctx.state.jobs.get(entry.job)) is not None:
+            if (job := self.ctx.state.jobs.get(entry.job)) is not None and job.placement is not None:
                 await self.events.normal(job, EventReason.BACKFILLED, backfill_message(entry))
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
@@ -207,15 +207,17 @@ class QueuePass:
                 if mover is not None:
                     await self.moves.no_room(mover, f"{job.namespace}/{job.name}'s pods would be refused")
 
-    async def _record_and_release(self, job: Job, decision: Decision, priority: int) -> None:
+    async def _record_and_release(self, job: Job, decision: Decision, priority: int, now: float) -> None:
         """Record the placement; once it is stored, the gang joins the release line."""
-        await self.writer.guard(job.key, self._record(job, decision, priority))
+        await self.writer.guard(job.key, self._record(job, decision, priority, now))
         recorded = self.ctx.state.jobs.get(job.key)
         if recorded is not None and recorded.placement is not None:
             self.materialiser.enqueue(recorded)
             await self.writer.guard(job.key, self.errors.cleared(recorded))
 
-    async def _record(self, job: Job, decision: Decision, priority: int) -> None:
+    async def _record(self, job: Job, decision: Decision, priority: int, now: float) -> None:
+        """Write the placement down, at the pass's time: its time limit runs from when the pass decided (backfill
+        checked the end it would have then)."""
         assert decision.placement is not None
         adopted = None
         if job.spec is not None and job.spec.adopt is not None:  # the owner's pods, by rank
@@ -223,8 +225,7 @@ class QueuePass:
             if ordered is None:
                 return  # a pod went away since the pass began: the next pass queues it again
             adopted = [(p.name, p.uid) for p in ordered]
-        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
-                                    priority, adopted)
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(now), priority, adopted)
         await self.writer.patch(job, patch)
 
     async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:

@@ -28,12 +28,12 @@ Occupants = Mapping[str, Sequence[tuple[float, int]]]
 
 
 def expected_end(job: Job | None, pass_seconds: float) -> float:
-    """When a placed job's pods are expected gone: its deadline, one pass to see it (the operator ends it on a
-    pass) and its pods' grace period to exit. NEVER without a declared limit (or an owner we do not know)."""
+    """When a placed job's pods are expected gone: its deadline, two passes (one ends the job, the next deletes
+    its pods) and its pods' grace period to exit. NEVER without a declared limit (or an owner we do not know)."""
     deadline = job.deadline if job is not None else None
     if job is None or deadline is None:
         return NEVER
-    return deadline.timestamp() + pass_seconds + grace_seconds(job)
+    return deadline.timestamp() + 2 * pass_seconds + grace_seconds(job)
 
 
 def end_if_placed(job: Job, now: float, pass_seconds: float) -> float:
@@ -41,7 +41,7 @@ def end_if_placed(job: Job, now: float, pass_seconds: float) -> float:
     limit = job.spec.time_limit_seconds if job.spec is not None else None
     if limit is None:
         return NEVER
-    return now + limit + pass_seconds + grace_seconds(job)
+    return now + limit + 2 * pass_seconds + grace_seconds(job)
 
 
 def grace_seconds(job: Job) -> float:

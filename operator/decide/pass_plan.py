@@ -30,6 +30,7 @@ from railyard.topology.solver.decision import decide, never_fits, placed_pods, t
 from railyard.topology.solver.defrag import fits_by_gpus
 from railyard.topology.solver.placement import Decision
 from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.reservation import still_holds
 
 Fits = tuple[int, Decision | None]  # (the nodes' epoch, why the gang never fits this cluster, or None)
 
@@ -210,7 +211,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     for holder in holding:
         off = _union(held.values()) | never_its(holder.key)
         sticky = work.recall(holder.key).reserved if work.recall(holder.key).backfilled_into else frozenset()
-        if sticky and not sticky & off and all(current.has_node(n) for n in sticky):
+        if sticky and not sticky & off and still_holds(current, holder.request, sticky):
             held[holder.key] = sticky
         elif nodes := queue.reserved_nodes(holder, current.without_nodes(off)):
             held[holder.key] = nodes
@@ -309,7 +310,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             held[key] = nodes
         else:
             del held[key]
-    for key in {b.holder for b in backfill.backfilled if b.holder in held}:
+    for key in {b.holder for b in backfill.backfilled if held.get(b.holder) == b.nodes}:  # not re-chosen since
         work.remember(key, backfilled_into=True)
     for key in set(held) | {k for k, m in given.memory.items() if m.reserved}:
         if work.recall(key).reserved != held.get(key, frozenset()):
