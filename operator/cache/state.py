@@ -401,7 +401,9 @@ class ClusterState:
         changes (the template's requests are parsed here, once); a pod event touches only its rank."""
         self.jobs_epoch += 1  # called whenever a job is stored or forgotten
         job = self.jobs.get(key)
-        placement = job.placement if job is not None and not job.finished else None
+        # A finished job's placement still says whose claims are believed: its pods hold their GPUs until they
+        # have gone (a gang ended at its time limit); its ranks without a pod hold nothing (_sync_rank).
+        placement = job.placement if job is not None else None
         plan: dict[str, tuple[int, PodUsage]] = {}
         if job is not None and placement is not None:
             try:
@@ -450,9 +452,11 @@ class ClusterState:
         rank, usage = plan[pod_name]
         pod = self.pods.get((key[0], pod_name))
         reserved = self._reserved.setdefault(key, set())
-        if pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod):
+        job = self.jobs.get(key)
+        live = pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod)
+        if live or (job is not None and job.finished):  # a finished job's missing pods will never be made
             if rank in reserved:
-                self.usage.set(("rank", key, rank), None, handover=True)
+                self.usage.set(("rank", key, rank), None, handover=live)
                 reserved.discard(rank)
         else:
             self.usage.set(("rank", key, rank), usage)

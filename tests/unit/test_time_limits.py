@@ -170,3 +170,20 @@ def test_a_requeued_gang_starts_its_clock_again_when_it_is_placed_again():
     assert decision.placement is not None
     placed = transitions.placing(job, decision.placement, "p2", later + timedelta(seconds=5), 0)
     assert placed.placed_at == later + timedelta(seconds=5)
+
+
+def test_a_gang_ended_at_its_limit_holds_its_gpus_until_its_pods_have_gone():
+    """Found by the interaction model: a finished job's pods were believed by nobody, so in the pass that ended a
+    gang at its limit, a waiting job was placed on the GPUs its pods (released, not yet bound) still held."""
+    r = rig(nodes=1)
+    r.submit(make_job("ending", 1, timeLimitSeconds=60))
+    r.step()  # placed and released; not bound yet
+    r.submit(make_job("next", 1))
+    r.step()
+    assert "placement" not in r.status("next")
+    r.clock.advance(61)
+    r.step()  # ends the gang; its pod still exists
+    assert (_failed(r, "ending") or {}).get("reason") == "TimeLimitExceeded"
+    assert "placement" not in r.status("next"), "placed on GPUs the ended gang's pod still holds"
+    r.step(2)  # its pod deleted (unbound: at once), then the GPUs are free
+    assert r.status("next").get("placement"), "placed once it has gone"
