@@ -29,6 +29,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, LABEL_RESTART
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.cache.state_views import pods_of_placement
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.adoption import pin_patch, unpinned
 from railyard.operator.decide.assess import REFUSED_PREFIX
@@ -341,7 +342,7 @@ class Materialiser:
         """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
         metrics.PLACEMENT_FAILURES.labels(refused.reason).inc()
         placement_id = job.placement.id if job.placement is not None else ""
-        await self.pods.delete(job.key, [p.name for p in self.ctx.state.pods_of_placement(job.key, placement_id)])
+        await self.pods.delete(job.key, [p.name for p in pods_of_placement(self.ctx.state, job.key, placement_id)])
         current = self.writer.current(job)
         now = utc(self.ctx.clock.time())
         await self.writer.patch(current, transitions.dropped(current, refused.reason, refused.message, now))

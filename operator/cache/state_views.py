@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from railyard.operator.base.objects import Key
+from railyard.operator.base.objects import Key, PodView
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.cache.usage import Holder
 from railyard.topology.cluster.affinity import PodInfo
@@ -27,6 +27,10 @@ def pod_infos(state: ClusterState) -> list[PodInfo]:
         labels = job.request.pod_labels if job.request is not None else {}
         out += [PodInfo(key[0], labels, usage.node) for usage in usages]
     return out
+
+
+def pods_of_placement(state: ClusterState, key: Key, placement_id: str) -> list[PodView]:
+    return [p for p in state.job_pods(key) if p.placement_id == placement_id]
 
 
 def gpu_holders(state: ClusterState) -> Iterator[tuple[str, int, Key | None, str | None]]:
