@@ -1,6 +1,6 @@
-"""Two views of the cluster state that inter-pod rules and preemption read: the pods on each node as a template's
-affinity sees them (live pods, and the ranks of recorded placements whose pods do not exist yet), and what
-Terminating pods hold until they have gone."""
+"""Views of the cluster state that placement reads: the pods on each node as a template's affinity sees them (live
+pods, and the ranks of recorded placements whose pods do not exist yet), what Terminating pods hold until they have
+gone (preemption), what holds GPUs on each node and for which job (backfill), and a placement's pods."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ that held one 128-node leaf waited for every pod in it to end.
 Only these are held, not the whole domain or cluster: the rest keeps serving the jobs behind it. Held
 nodes stay as free as they were (nobody else may use them), so the choice only moves to other nodes
 when those have become freer, and what the gang waits for shrinks from pass to pass. Computed over
-arrays: the holder asks every pass, on 12,288 nodes too."""
+arrays: the holder asks every pass, on 12,288 nodes too. `still_holds`: whether a reservation kept across passes
+(one jobs were backfilled into, operator/decide/backfill.py) could still hold the gang."""
 
 from __future__ import annotations
 
