@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help deps demo worker-wheel test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag reservation-bench spares
+.PHONY: help deps demo worker-wheel test lint unit e2e build cluster-up cluster-down bench client-bench plan train-torch compare goodput soak preemption defrag reservation-bench backfill-bench spares
 
 help:
 	@echo "make demo   - build the control plane, start it with simulated GPU nodes, show them"
@@ -14,6 +14,7 @@ help:
 	@echo "make preemption - force-fit: victims and GPU-hours lost, Railyard vs evict-the-youngest (JSON)"
 	@echo "make defrag / make spares - a fragmenting stream, and replacements with full TORs (JSON)"
 	@echo "make reservation-bench - starvationSeconds on the living stream, simulated (JSON)"
+	@echo "make backfill-bench - backfill on declared time limits, living stream simulated (JSON)"
 	@echo "  (each writes bench-NAME.json here; docs/benchmarks.md shows docs/results/, see the Makefile to refresh)"
 
 deps:
@@ -89,6 +90,11 @@ defrag: deps
 # RESULT=docs/results/reservation.json
 reservation-bench: deps
 	$(BENCH) reservation | tee bench-reservation.json
+
+# Backfill into reservations on declared limits, the living stream simulated with and without limits
+# (docs/placement.md, "Backfill on declared run times"). RESULT=docs/results/backfill.json
+backfill-bench: deps
+	$(BENCH) backfill | tee bench-backfill.json
 
 # 12,288 kwok nodes, empty then with 50,000 pods (restarts the local rig). RESULT=docs/results/scale.json
 scale-bench: deps build

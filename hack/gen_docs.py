@@ -339,6 +339,16 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
         _fig("healthy ranks moved, that case: no spares / one spare per TOR",
              *_both("without_spares", "with_one_spare_per_tor", _CASE_1024_8, "healthy_ranks_moved")),
     )),
+    "backfill": ("backfill on declared time limits (`make backfill-bench`)", None, (
+        _fig("seeds", ("runs",), unit="count"),
+        *(_fig(f"{share} declaring: p99 wait with limits over without, median: every job / 1 / 2-16 / 32+ "
+               f"replicas", *(("with_over_without_by_share", key, name, "median")
+                              for name in ("all", "1 replica", "2-16 replicas", "32+ replicas")), unit="x")
+          for share, key in (("half of the jobs", "0.5"), ("every job", "1"))),
+        _fig("every job declaring: the same, highest seed", *(("with_over_without_by_share", "1", name, "max")
+                                                          for name in ("all", "1 replica", "2-16 replicas",
+                                                                       "32+ replicas")), unit="x"),
+    )),
     "reservation": ("starvation threshold (`make reservation-bench`)", None, (
         _fig("seeds", ("runs",), unit="count"),
         *(_fig(f"seed {seed}: every job's wait p99 s at starvationSeconds 60 / 90 / 120",

@@ -9,6 +9,7 @@ BENCHMARKS = {
     # the pure core
     "placement": ("bench.core.placement", "solve time and quality of the placement solver (JSON)"),
     "reservation": ("bench.core.reservation", "starvationSeconds on the living stream, simulated"),
+    "backfill": ("bench.core.backfill", "backfill into reservations on declared limits, living stream, simulated"),
     "defrag": ("bench.core.defrag", "a fragmenting stream with and without defragmentation, simulated"),
     "spares": ("bench.core.spares", "replacements with full TORs, with and without hot spares, simulated"),
     "preemption": ("bench.core.preemption", "victims and GPU-hours lost: Railyard vs evict-the-youngest"),

@@ -19,6 +19,7 @@ from railyard.operator.base.reasons import ConditionType
 from railyard.operator.base.settings import Settings
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.actions import Restart
+from railyard.operator.decide.backfill import expected_end
 from railyard.operator.decide.holds import Hold, PendingMove
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, QueueMemory, drive, plan_pass
 from railyard.operator.decide.priority import PriorityClassView
@@ -49,8 +50,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def training_job(name: str, replicas: int, gpus: int, *, required_tier: str | None = None,
                  preferred_tier: str | None = None, priority_class: str | None = None, migratable: bool = False,
-                 backfill_spares: bool = False, namespace: str = "bench") -> dict[str, Any]:
-    """A TrainingJob as a user would write it (one container asking for `gpus` GPUs)."""
+                 backfill_spares: bool = False, namespace: str = "bench", time_limit: int | None = None
+                 ) -> dict[str, Any]:
+    """A TrainingJob as a user would write it (one container asking for `gpus` GPUs; `time_limit`: its
+    spec.timeLimitSeconds)."""
     topology = {k: v for k, v in (("requiredTier", required_tier), ("preferredTier", preferred_tier)) if v}
     spec: dict[str, Any] = {"replicas": replicas, "topology": topology,
                             "preemption": {"migratable": migratable, "backfillSpares": backfill_spares},
@@ -58,6 +61,8 @@ def training_job(name: str, replicas: int, gpus: int, *, required_tier: str | No
                                                                   "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}
     if priority_class:
         spec["priorityClassName"] = priority_class
+    if time_limit is not None:
+        spec["timeLimitSeconds"] = time_limit
     return {"apiVersion": "railyard.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": namespace, "uid": uuid.uuid4().hex, "generation": 1,
                          "resourceVersion": "1"}, "spec": spec}
@@ -93,6 +98,7 @@ class SimCluster:
     down: set[str] = field(default_factory=set)  # nodes out of service (failed, not yet repaired)
     epoch: int = 0  # changes with the usable node set (what the queue's never-fits memo is keyed by)
     reservations: int = 0  # starvation reservations taken
+    backfilled: int = 0  # jobs placed on reserved nodes by their declared limits
     waits: dict[Key, float] = field(default_factory=dict)  # job -> seconds from arrival to placement
     plans: int = 0
     moved: list[tuple[Key, float]] = field(default_factory=list)  # (mover, GPU-seconds its move cost)
@@ -133,7 +139,10 @@ class SimCluster:
         requests = dict(job.request.resources) if job.request is not None else {}
         slots = tuple((node, tuple(gpus)) for node, gpus in placement.allocations)
         self.current = self.current.allocate(slots, requests)
-        self.running[key] = Running(slots, requests, self.now + self.lifetimes[key])
+        limit = job.spec.time_limit_seconds if job.spec is not None else None
+        # The operator ends a gang at its declared limit (decide/assess.py): it runs its lifetime or that.
+        runs = self.lifetimes[key] if limit is None else min(self.lifetimes[key], limit)
+        self.running[key] = Running(slots, requests, self.now + runs)
 
     # --- a pass ------------------------------------------------------------------------------------
 
@@ -170,7 +179,16 @@ class SimCluster:
                               if (placed := job.condition(ConditionType.PLACED)) is not None
                               and placed.reason == "Reserving")
         return PassInput(self.view(), tuple(self.waiting()), jobs, dict(self.memory), room, reserving, list,
-                         self.freed, self.epoch, wall, self.now, self.settings)
+                         self.freed, self.epoch, wall, self.now, self.settings, occupants=self.occupants)
+
+    def occupants(self) -> dict[str, list[tuple[float, int]]]:
+        """What holds GPUs per node and when it is expected gone by its declared limit (never without one)."""
+        out: dict[str, list[tuple[float, int]]] = {}
+        for key, run in self.running.items():
+            end = expected_end(self.jobs.get(key), self.settings.placement.resync_seconds)
+            for node, gpus in run.slots:
+                out.setdefault(node, []).append((end, len(gpus)))
+        return out
 
     def fail(self, node: str) -> None:
         self.down.add(node)
@@ -191,6 +209,7 @@ class SimCluster:
         self.reservations += sum(1 for key, value in plan.memory.items() if value.reserved_at is not None
                                  and (key not in self.memory or self.memory[key].reserved_at is None))
         self.memory.update(plan.memory)
+        self.backfilled += len({b.job for b in plan.backfilled})
         self.holds = dict(plan.holds)
         for expired in plan.expired:
             self.cooling[expired.key] = self.now + self.settings.preemption.hold_seconds

@@ -240,7 +240,8 @@ class PlacementLoop:
                 work.append(names)
             steady_key = (state.job_version(job), state.node_epoch)
             memory = ctx.memories.peek(job)
-            if memory is not None and memory.steady == steady_key and not self.moves.active:
+            if memory is not None and memory.steady == steady_key and not self.moves.active and \
+                    not job.past_deadline(now):
                 action: Action = Wait()  # a steady gang, nothing changed since it was last assessed Wait
                 pods = []
             else:

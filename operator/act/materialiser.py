@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 
 from railyard.operator.act.actor_context import Context
 from railyard.operator.act.events import Events
@@ -28,6 +29,7 @@ from railyard.operator.base.clock import utc
 from railyard.operator.base.keys import ANNOTATION_PLACEMENT_ID, LABEL_RESTART
 from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import PlacedReason
+from railyard.operator.cache.state_views import pods_of_placement
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.adoption import pin_patch, unpinned
 from railyard.operator.decide.assess import REFUSED_PREFIX
@@ -49,6 +51,16 @@ class CreateRefused(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+def _deadline_left(job: Job, own: int | None, now: float) -> int | None:
+    """The seconds an adopted pod may still run under its gang's time limit, unless its own
+    activeDeadlineSeconds ends it sooner already (the API never lets that be raised)."""
+    deadline = job.deadline
+    if deadline is None:
+        return None
+    left = math.ceil(deadline.timestamp() - now)
+    return None if own is not None and own <= left else left
 
 
 def read_ca(path: str) -> str | None:
@@ -204,7 +216,8 @@ class Materialiser:
             # Built from the watched pod (its node affinity), sent for its uid only: no read per pod.
             # A pin of a placement given back since (a rollback) is taken off first: two pins never both hold.
             pod = {"spec": unpinned({"affinity": {"nodeAffinity": view.node_affinity}})} if view.node_affinity else {}
-            patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id)
+            patch = pin_patch(pod, job.name, r.rank, job.restart_count, r.node, r.gpus, placement.id,
+                              _deadline_left(job, view.active_deadline, self.ctx.clock.time()))
             patches.append((r.pod or "", view.uid, patch))
         stored = await asyncio.gather(*(self.ctx.limited(self.ctx.api.patch_pod, job.namespace, *each)
                                         for each in patches))  # all at once, as a TrainingJob's pods are created
@@ -329,7 +342,7 @@ class Materialiser:
         """Undo the placement (its GPUs go back) and say why; the job holds nothing meanwhile."""
         metrics.PLACEMENT_FAILURES.labels(refused.reason).inc()
         placement_id = job.placement.id if job.placement is not None else ""
-        await self.pods.delete(job.key, [p.name for p in self.ctx.state.pods_of_placement(job.key, placement_id)])
+        await self.pods.delete(job.key, [p.name for p in pods_of_placement(self.ctx.state, job.key, placement_id)])
         current = self.writer.current(job)
         now = utc(self.ctx.clock.time())
         await self.writer.patch(current, transitions.dropped(current, refused.reason, refused.message, now))

@@ -23,22 +23,38 @@ from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import utc
 from railyard.operator.base.objects import Job
-from railyard.operator.base.reasons import ConditionType, PlacedReason
+from railyard.operator.base.reasons import ConditionType, EventReason, PlacedReason
 from railyard.operator.cache.memory import cooling, holds, moves
-from railyard.operator.cache.state_views import leaving, pod_infos
+from railyard.operator.cache.state import ClusterState
+from railyard.operator.cache.state_views import gpu_holders, leaving, pod_infos
 from railyard.operator.decide import status_transitions as transitions
 from railyard.operator.decide.adopted_gangs import rank_order
+from railyard.operator.decide.backfill import NEVER, backfill_message, expected_end
 from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, plan_pass
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import Room, RoomView, moves_this_hour_seen
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
+from railyard.topology.api.timestamps import epoch
 from railyard.topology.cluster.model import Snapshot
 from railyard.topology.solver.placement import Decision
 
 log = logging.getLogger(__name__)
 
+
+
+def occupants(state: ClusterState, pass_seconds: float) -> dict[str, list[tuple[float, int]]]:
+    """Per node, when each holder of GPUs there is expected gone (decide/backfill.py): a Terminating pod by its
+    deletionTimestamp (its grace period's end), anything else by its job's declared limit, or never."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for node, gpus, key, leaving_by in gpu_holders(state):
+        if leaving_by is not None:
+            end = epoch(leaving_by, NEVER)
+        else:
+            end = expected_end(state.jobs.get(key) if key is not None else None, pass_seconds)
+        out.setdefault(node, []).append((end, gpus))
+    return out
 
 class QueuePass:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
@@ -76,7 +92,8 @@ class QueuePass:
         deadline = time.perf_counter() + settings.placement.solve_budget_seconds
         return PassInput(snapshot, tuple(waiting), jobs, memory, room, reserving, partial(pod_infos, state),
                          state.usage.freed, state.node_epoch, now, mono, settings,
-                         over_budget=lambda: time.perf_counter() > deadline)
+                         over_budget=lambda: time.perf_counter() > deadline,
+                         occupants=partial(occupants, state, settings.placement.resync_seconds))
 
     async def run(self, waiting: list[QueuedJob], snapshot: Snapshot, now: float) -> int:
         """Place what fits; the number of gangs placed."""
@@ -114,12 +131,15 @@ class QueuePass:
         # onto GPUs it is about to hold.
         by_size = sorted(placed, key=lambda jd: len(jd[1].placement.replicas) if jd[1].placement else 0)
         outcomes = await asyncio.gather(
-            *(self._record_and_release(j, d, priority) for j, d, priority in by_size),
+            *(self._record_and_release(j, d, priority, now) for j, d, priority in by_size),
             *(self.writer.guard(j.key, self._mark_unplaced(j, e, said.get(e.key))) for j, e in unplaced),
             return_exceptions=True)
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
             raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
+        for entry in plan.backfilled:
+            if (job := self.ctx.state.jobs.get(entry.job)) is not None and job.placement is not None:
+                await self.events.normal(job, EventReason.BACKFILLED, backfill_message(entry))
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
@@ -187,15 +207,17 @@ class QueuePass:
                 if mover is not None:
                     await self.moves.no_room(mover, f"{job.namespace}/{job.name}'s pods would be refused")
 
-    async def _record_and_release(self, job: Job, decision: Decision, priority: int) -> None:
+    async def _record_and_release(self, job: Job, decision: Decision, priority: int, now: float) -> None:
         """Record the placement; once it is stored, the gang joins the release line."""
-        await self.writer.guard(job.key, self._record(job, decision, priority))
+        await self.writer.guard(job.key, self._record(job, decision, priority, now))
         recorded = self.ctx.state.jobs.get(job.key)
         if recorded is not None and recorded.placement is not None:
             self.materialiser.enqueue(recorded)
             await self.writer.guard(job.key, self.errors.cleared(recorded))
 
-    async def _record(self, job: Job, decision: Decision, priority: int) -> None:
+    async def _record(self, job: Job, decision: Decision, priority: int, now: float) -> None:
+        """Write the placement down, at the pass's time: its time limit runs from when the pass decided (backfill
+        checked the end it would have then)."""
         assert decision.placement is not None
         adopted = None
         if job.spec is not None and job.spec.adopt is not None:  # the owner's pods, by rank
@@ -203,8 +225,7 @@ class QueuePass:
             if ordered is None:
                 return  # a pod went away since the pass began: the next pass queues it again
             adopted = [(p.name, p.uid) for p in ordered]
-        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(self.ctx.clock.time()),
-                                    priority, adopted)
+        patch = transitions.placing(job, decision.placement, uuid.uuid4().hex[:10], utc(now), priority, adopted)
         await self.writer.patch(job, patch)
 
     async def _mark_unplaced(self, job: Job, entry: Unplaced, making_room: str | CreateRefused | None) -> None:

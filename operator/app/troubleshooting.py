@@ -178,6 +178,10 @@ ADVICE: tuple[Advice, ...] = (
            "The training process failed more often than `spec.restartPolicy.maxRestarts` allows.",
            "Read the failing rank's log; restarts caused by the infrastructure (lost nodes, drains, "
            "preemption) never count against `maxRestarts`."),
+    Advice(ConditionType.FAILED, "True", FinishReason.TIME_LIMIT_EXCEEDED,
+           "The gang ran for its `spec.timeLimitSeconds` (counted from `status.placedAt`, its last placement from "
+           "the queue) and was ended.",
+           "Raise the limit if the job needs longer, or resume it from its last checkpoint in a new job."),
     Advice(ConditionType.FAILED, "True", FinishReason.NO_REPLACEMENT,
            "The job lost ranks, found no replacement and may not wait for one.",
            "Re-create it when capacity is back."),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -78,6 +78,7 @@ class PodView:
     member: GroupMember | None = None
     # Such a gated pod's own node affinity: what pinning it narrows (act/materialiser.py pins without reading it).
     node_affinity: Mapping[str, Any] | None = None
+    active_deadline: int | None = None  # such a pod's spec.activeDeadlineSeconds (the kubelet ends it then)
 
     @property
     def key(self) -> Key:
@@ -113,6 +114,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         usage=pod_usage(pod), bound_usage=pod_usage(pod, trusted=False), labels=labels,
         member=(member := _member(pod, labels)),
         node_affinity=(spec.get("affinity") or {}).get("nodeAffinity") if member is not None else None,
+        active_deadline=spec.get("activeDeadlineSeconds") if member is not None else None,
     )
 
 
@@ -271,6 +273,19 @@ class Job:
     @property
     def queued_since(self) -> datetime | None:
         return self.status.queued_since or self.created
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the placed gang's time limit runs out (spec.timeLimitSeconds from status.placedAt)."""
+        spec, placed_at = self.spec, self.status.placed_at
+        if spec is None or spec.time_limit_seconds is None or placed_at is None or self.placement is None:
+            return None
+        return placed_at + timedelta(seconds=spec.time_limit_seconds)
+
+    def past_deadline(self, now: float) -> bool:
+        """Its time limit ran out (`now`: wall seconds)."""
+        deadline = self.deadline
+        return deadline is not None and now >= deadline.timestamp()
 
 
 def state_of(conditions: list[Condition]) -> JobState:

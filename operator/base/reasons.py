@@ -94,6 +94,7 @@ class FinishReason(StrEnum):
 
     ALL_SUCCEEDED = "AllSucceeded"
     NON_RETRYABLE_EXIT = "NonRetryableExit"
+    TIME_LIMIT_EXCEEDED = "TimeLimitExceeded"  # ran for spec.timeLimitSeconds: ended
     POD_FAILED = "PodFailed"
     NO_REPLACEMENT = "NoReplacement"
 
@@ -171,6 +172,7 @@ class EventReason(StrEnum):
     MIGRATING = "Migrating"  # this gang is moved (checkpoint first) so a waiting gang fits
     MIGRATION_CANCELLED = "MigrationCancelled"  # the move is off (the waiting gang no longer needs it, or no room)
     PLACEMENT_RESTORED = "PlacementRestored"  # an adopted gang's TrainingJob made again: placement read from pods
+    BACKFILLED = "Backfilled"  # placed on nodes reserved for a starving gang: its time limit ends first
     SAVE_ON_FAULT = "SaveOnFault"  # what a fault's survivors saved, or why they did not (lastRestart.saveOnFault)
 
 

@@ -66,6 +66,7 @@ class JobMemory:
     reserved_at: float | None = None  # monotonic: when it took the starvation reservation
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     reserved: frozenset[str] = frozenset()  # the nodes its starvation reservation held after the last pass
+    backfilled_into: bool = False  # jobs were backfilled into that reservation: it keeps those nodes
     fits_empty: tuple[int, Decision | None] | None = None  # (the nodes' epoch, why it never fits, or None)
     hold: Hold | None = None  # nodes held for it while others make room (decide/holds.py)
     cooling_until: float = float("-inf")  # monotonic: its last hold timed out; it plans no new room before
@@ -87,12 +88,13 @@ class JobMemory:
     stragglers: tuple[int, StragglerTracker] | None = field(default=None, repr=False)
 
     def queue_memory(self) -> QueueMemory:
-        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty, self.reserved)
+        return QueueMemory(self.failure, self.reserved_at, self.reservation_ended, self.fits_empty, self.reserved,
+                           self.backfilled_into)
 
     def remember_queue(self, value: QueueMemory) -> None:
         self.failure, self.reserved_at = value.failure, value.reserved_at
         self.reservation_ended, self.fits_empty = value.reservation_ended, value.fits_empty
-        self.reserved = value.reserved
+        self.reserved, self.backfilled_into = value.reserved, value.backfilled_into
 
     def tracker(self, restart_count: int) -> StragglerTracker | None:
         if self.stragglers is None or self.stragglers[0] != restart_count:

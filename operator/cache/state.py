@@ -401,7 +401,7 @@ class ClusterState:
         changes (the template's requests are parsed here, once); a pod event touches only its rank."""
         self.jobs_epoch += 1  # called whenever a job is stored or forgotten
         job = self.jobs.get(key)
-        placement = job.placement if job is not None and not job.finished else None
+        placement = job.placement if job is not None else None  # a finished job's pods hold GPUs until gone
         plan: dict[str, tuple[int, PodUsage]] = {}
         if job is not None and placement is not None:
             try:
@@ -450,9 +450,10 @@ class ClusterState:
         rank, usage = plan[pod_name]
         pod = self.pods.get((key[0], pod_name))
         reserved = self._reserved.setdefault(key, set())
-        if pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod):
+        live = pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod)
+        if live or ((job := self.jobs.get(key)) is not None and job.finished):  # its missing pods: never made
             if rank in reserved:
-                self.usage.set(("rank", key, rank), None, handover=True)
+                self.usage.set(("rank", key, rank), None, handover=live)
                 reserved.discard(rank)
         else:
             self.usage.set(("rank", key, rank), usage)
@@ -481,9 +482,6 @@ class ClusterState:
             if first_terminating is not None:
                 terminating[pod[1]] = first_terminating
         return bound, terminating
-
-    def pods_of_placement(self, key: Key, placement_id: str) -> list[PodView]:
-        return [p for p in self.job_pods(key) if p.placement_id == placement_id]
 
     def reserved_ranks(self) -> Iterable[tuple[Key, Job, list[PodUsage]]]:
         """Every recorded placement's ranks whose pods do not exist yet: (job key, job, what each holds)."""

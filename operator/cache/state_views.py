@@ -1,12 +1,12 @@
-"""Two views of the cluster state that inter-pod rules and preemption read: the pods on each node as a template's
-affinity sees them (live pods, and the ranks of recorded placements whose pods do not exist yet), and what
-Terminating pods hold until they have gone."""
+"""Views of the cluster state that placement reads: the pods on each node as a template's affinity sees them (live
+pods, and the ranks of recorded placements whose pods do not exist yet), what Terminating pods hold until they have
+gone (preemption), what holds GPUs on each node and for which job (backfill), and a placement's pods."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from railyard.operator.base.objects import Key
+from railyard.operator.base.objects import Key, PodView
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.cache.usage import Holder
 from railyard.topology.cluster.affinity import PodInfo
@@ -27,6 +27,24 @@ def pod_infos(state: ClusterState) -> list[PodInfo]:
         labels = job.request.pod_labels if job.request is not None else {}
         out += [PodInfo(key[0], labels, usage.node) for usage in usages]
     return out
+
+
+def pods_of_placement(state: ClusterState, key: Key, placement_id: str) -> list[PodView]:
+    return [p for p in state.job_pods(key) if p.placement_id == placement_id]
+
+
+def gpu_holders(state: ClusterState) -> Iterator[tuple[str, int, Key | None, str | None]]:
+    """(node, GPUs, its TrainingJob or None, its deletionTimestamp when Terminating) of every pod that holds GPUs,
+    and of every recorded rank whose pod does not exist yet: what backfill reads the holders' starts from."""
+    for pod in state.pods.values():
+        usage = state.counted(pod)
+        if usage is None or not usage.gpu_count or pod.finished:
+            continue
+        yield usage.node, usage.gpu_count, pod.job_key, pod.deleted_at if pod.terminating else None
+    for key, _, usages in state.reserved_ranks():
+        for usage in usages:
+            if usage.gpu_count:
+                yield usage.node, usage.gpu_count, key, None
 
 
 def leaving(state: ClusterState, jobs: Iterable[Key] | None = None

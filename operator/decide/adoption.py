@@ -20,8 +20,9 @@ from railyard.operator.base.keys import (
     LABEL_RESTART,
 )
 from railyard.operator.decide.builders import pin_to
+from railyard.topology.api.job import MAX_TIME_LIMIT_SECONDS
 from railyard.topology.cluster.workload_groups import GroupMember
-from railyard.topology.cluster.workload_intent import placement_spec, tier_intent
+from railyard.topology.cluster.workload_intent import TIME_LIMIT, placement_spec, tier_intent
 
 ADOPTED_KIND = "railyard.dev/adopted-kind"  # label on the TrainingJob: what it places (JobSet, ...)
 ADOPTED_NAME = "railyard.dev/adopted-name"
@@ -55,6 +56,8 @@ def adopted_job(member: GroupMember, size: int, pod: Mapping[str, Any], namespac
         body["metadata"]["ownerReferences"] = [{
             "apiVersion": member.owner.api_version, "kind": member.owner.kind, "name": member.owner.name,
             "uid": member.owner.uid, "blockOwnerDeletion": False}]
+    if (limit := time_limit(meta.get("annotations") or {}, pod.get("spec") or {})) is not None:
+        body["spec"]["timeLimitSeconds"] = limit
     if (pod.get("spec") or {}).get("priorityClassName"):
         body["spec"]["priorityClassName"] = pod["spec"]["priorityClassName"]
     return body
@@ -113,13 +116,34 @@ def ranked(members: Mapping[str, GroupMember], offsets: Mapping[int, int] | None
 
 
 def pin_patch(pod: Mapping[str, Any], job_name: str, rank: int, restart_count: int, node: str, gpus: Sequence[int],
-              placement_id: str) -> dict[str, Any]:
+              placement_id: str, active_deadline: int | None = None) -> dict[str, Any]:
     """The merge patch that makes an adopted gang's gated pod one of the placement's: pinned to its node (node
     affinity narrowed, as a gated pod allows), its GPUs and placement named as a TrainingJob's pods name them,
-    labelled with its job and rank (so it is found, counted and shown like one)."""
+    labelled with its job and rank (so it is found, counted and shown like one). `active_deadline`: the seconds
+    left of the gang's time limit, set as the pod's activeDeadlineSeconds (a field the API lets be set or
+    lowered, never raised): the kubelet ends the pod then, so the owner's own failure policy sees it end."""
     spec = copy.deepcopy(dict(pod.get("spec") or {}))
     pin_to(spec, node)
+    fields: dict[str, Any] = {"affinity": spec["affinity"]}
+    if active_deadline is not None:
+        fields["activeDeadlineSeconds"] = max(1, active_deadline)
     return {"metadata": {"labels": {LABEL_JOB: job_name, LABEL_RANK: str(rank), LABEL_RESTART: str(restart_count)},
                          "annotations": {ANNOTATION_GPUS: ",".join(map(str, gpus)),
                                          ANNOTATION_PLACEMENT_ID: placement_id}},
-            "spec": {"affinity": spec["affinity"]}}
+            "spec": fields}
+
+
+def time_limit(annotations: Mapping[str, str], pod_spec: Mapping[str, Any]) -> int | None:
+    """An adopted gang's declared run time: the annotation TIME_LIMIT, or the pods' own activeDeadlineSeconds
+    (the kubelet's limit), the smaller. A bad annotation is refused naming it (the gang is not adopted)."""
+    limits: list[int] = []
+    raw = annotations.get(TIME_LIMIT)
+    if raw is not None:
+        if not raw.strip().isdigit() or not 1 <= int(raw) <= MAX_TIME_LIMIT_SECONDS:
+            raise ValueError(f"annotation {TIME_LIMIT}={raw!r}: must be a whole number of seconds from 1 to "
+                             f"{MAX_TIME_LIMIT_SECONDS}")
+        limits.append(int(raw))
+    own = pod_spec.get("activeDeadlineSeconds")
+    if isinstance(own, int) and not isinstance(own, bool) and 1 <= own <= MAX_TIME_LIMIT_SECONDS:
+        limits.append(own)
+    return min(limits) if limits else None

@@ -178,7 +178,7 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
             force_after: float, conflict_retry: float, health: Mapping[str, NodeHealth] | None,
             seen: Seen | None, record_release_after: float) -> Action:
     if job.spec is not None and job.spec.adopt is not None:
-        return assess_adopted(job, pods)
+        return time_limit_exceeded(job) if job.past_deadline(now) and not job.finished else assess_adopted(job, pods)
     generation = job.generation
     force = _stuck(pods, snapshot, now, force_after, seen, health)
     if job.finished:
@@ -190,6 +190,8 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
     spec = job.model.spec
     placed = job.condition(ConditionType.PLACED)
     placement = job.placement
+    if job.past_deadline(now):
+        return time_limit_exceeded(job)
     if placement is None:
         stray = tuple(p.name for p in pods if not p.terminating)
         if stray or force:
@@ -310,6 +312,16 @@ def _assess(job: Job, pods: Sequence[PodView], snapshot: Snapshot, now: float, b
     if force:
         return Cleanup(force=force)
     return Wait()
+
+
+def time_limit_exceeded(job: Job) -> Finish:
+    """The gang ran for its declared limit: it ends (placement trusted the limit)."""
+    limit = job.spec.time_limit_seconds if job.spec is not None else None
+    deadline = job.deadline
+    return Finish(False, FinishReason.TIME_LIMIT_EXCEEDED,
+                  f"ran for its time limit, spec.timeLimitSeconds={limit}, placed at "
+                  f"{job.status.placed_at.isoformat() if job.status.placed_at else '?'}: ended at "
+                  f"{deadline.isoformat() if deadline else '?'}")
 
 
 def _stalled(unbound: list[str], wanted: Mapping[str, Any], pods: Sequence[PodView], placement: PlacementStatus,

@@ -18,6 +18,7 @@ from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.decide import queue
+from railyard.operator.decide.backfill import Backfill, Backfilled, Occupants
 from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, held_for_others
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
@@ -29,6 +30,7 @@ from railyard.topology.solver.decision import decide, never_fits, placed_pods, t
 from railyard.topology.solver.defrag import fits_by_gpus
 from railyard.topology.solver.placement import Decision
 from railyard.topology.solver.request import GangRequest
+from railyard.topology.solver.reservation import still_holds
 
 Fits = tuple[int, Decision | None]  # (the nodes' epoch, why the gang never fits this cluster, or None)
 
@@ -42,6 +44,9 @@ class QueueMemory:
     reservation_ended: float | None = None  # monotonic: when its last reservation ran out (rotation)
     fits_empty: Fits | None = None
     reserved: frozenset[str] = frozenset()  # the nodes its reservation holds after the last pass
+    # Jobs backfilled into its reservation (decide/backfill.py): it keeps those nodes, which are less free only
+    # until a time it knows, rather than move to nodes that merely look freer now.
+    backfilled_into: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class PassInput:
     mono: float
     settings: Settings
     over_budget: Callable[[], bool] = lambda: False  # the pass's solve time is spent: the rest waits
+    occupants: Callable[[], Occupants] = dict  # what holds GPUs per node and its declared end (read when needed)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ class PassPlan:
     solves: list[float] = field(default_factory=list)  # seconds each solve took
     budget_spent: bool = False  # jobs were left for the next pass
     after: Snapshot | None = None  # the snapshot with every placement of the pass taken
+    backfilled: list[Backfilled] = field(default_factory=list)  # jobs placed on reserved nodes by their limits
 
 
 def _union(sets: Iterable[frozenset[str]]) -> frozenset[str]:
@@ -202,7 +209,11 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
 
     held: dict[Key, frozenset[str]] = {}  # holder -> its nodes, disjoint, in queue order
     for holder in holding:
-        if nodes := queue.reserved_nodes(holder, current.without_nodes(_union(held.values()) | never_its(holder.key))):
+        off = _union(held.values()) | never_its(holder.key)
+        sticky = work.recall(holder.key).reserved if work.recall(holder.key).backfilled_into else frozenset()
+        if sticky and not sticky & off and still_holds(current, holder.request, sticky):
+            held[holder.key] = sticky
+        elif nodes := queue.reserved_nodes(holder, current.without_nodes(off)):
             held[holder.key] = nodes
     starvation = settings.placement.starvation_seconds
     starving = [j for j in ordered if j.key not in held and queue.starving(j, given.now, starvation)]
@@ -214,6 +225,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         return decide(view, request, pods or ())
 
     room = replace(room, decide=decide_here)
+    backfill = Backfill(given.occupants, given.now, settings.placement.resync_seconds,
+                        settings.placement.backfill_trust)
+    requests = {j.key: j.request for j in given.waiting}
     for candidate in ordered:
         if given.over_budget():  # the rest waits for the next pass (the loop turns again)
             plan.budget_spent = True
@@ -226,7 +240,10 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         # A job whose reservation ran out on this pass is solved whatever else: its Placed reason must leave
         # Reserving, or the next pass takes it for a holder again and restarts its box.
         box_ended = memory.reservation_ended == given.mono
-        others_hold = _union(nodes for key, nodes in held.items() if key != candidate.key)
+        # Reservations this job ends before (by its declared limit) are open to it: backfill.
+        open_to = backfill.open_to(job, held, requests, current) if held else {}
+        others_hold = _union(nodes - open_to[key][1] if key in open_to else nodes
+                             for key, nodes in held.items() if key != candidate.key)
         gains = partial(work.may_gain, candidate, current, others_hold)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
@@ -245,6 +262,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         yield  # between solves: watch events and probes keep flowing
         if decision.placement is not None:
             current = taken(current, decision)
+            backfill.placed(job, decision, held, open_to)
             if pods is not None:
                 pods.extend(placed_pods(decision))
             plan.placed.append((candidate.key, decision))
@@ -292,13 +310,18 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             held[key] = nodes
         else:
             del held[key]
+    for key in {b.holder for b in backfill.backfilled if held.get(b.holder) == b.nodes}:  # not re-chosen since
+        work.remember(key, backfilled_into=True)
     for key in set(held) | {k for k, m in given.memory.items() if m.reserved}:
         if work.recall(key).reserved != held.get(key, frozenset()):
             work.remember(key, reserved=held.get(key, frozenset()))
+        if key not in held and work.recall(key).backfilled_into:
+            work.remember(key, backfilled_into=False)
     plan.memory = {key: work.memory[key] for key in work.changed}
     plan.holds = dict(room.holds)
     plan.moves_started = list(room.moves_started)
     plan.after = current
+    plan.backfilled = backfill.backfilled
     return plan
 
 

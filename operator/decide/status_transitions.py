@@ -90,7 +90,7 @@ def placing(job: Job, placement: Placement, placement_id: str, now: datetime, pr
     return TrainingJobStatus(
         placement=placement_status(placement, job.name, placement_id, serial, job.desired_replicas, priority,
                                    adopted),
-        placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name),
+        placements=serial + 1, replicas=len(placement.replicas), selector=selector(job.name), placed_at=now,
         queued_since=job.queued_since, conditions=below_desired(job, conditions, len(placement.replicas), now))
 
 

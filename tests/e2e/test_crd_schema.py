@@ -113,6 +113,9 @@ CASES = {
     "spread-zero-skew": with_pod(topologySpreadConstraints=[{"maxSkew": 0, "topologyKey": "k",
                                                             "whenUnsatisfiable": "DoNotSchedule"}]),
     "affinity-string": with_pod(affinity="anywhere"),
+    "time-limit": {**BASE, "spec": {**BASE["spec"], "timeLimitSeconds": 3600}},
+    "time-limit-zero": {**BASE, "spec": {**BASE["spec"], "timeLimitSeconds": 0}},
+    "time-limit-over-a-year": {**BASE, "spec": {**BASE["spec"], "timeLimitSeconds": 31622401}},
 }
 
 
@@ -164,6 +167,23 @@ def test_template_topology_and_parallelism_are_immutable(crds, custom, namespace
     # priorityClassName stays editable (it only orders the queue until the job is placed)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "frozen",
                                           {"spec": {"priorityClassName": "training-high"}})
+
+
+def test_a_time_limit_may_be_set_or_lowered_but_never_raised_or_removed(crds, custom, namespace):
+    from tests.support.jobs import create_job
+
+    create_job(custom, namespace, make_job("limited", 1))
+
+    def patch(value: int | None) -> None:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "limited",
+                                              {"spec": {"timeLimitSeconds": value}})
+
+    patch(7200)  # set on a job that had none
+    patch(3600)  # lowered
+    for value in (7200, None):  # raised, removed
+        with pytest.raises(client.ApiException) as err:
+            patch(value)
+        assert err.value.status == 422 and "may be set or lowered, never raised or removed" in err.value.body
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "examples" / "jobs").glob("*.yaml")), ids=lambda p: p.name)

@@ -14,10 +14,12 @@ from tests.support.jobs import (
     make_job,
     pinned,
     placeable_nodes,
+    pods_of,
     wait_bound,
     wait_condition,
 )
 from tests.support.operator import OperatorProcess, wait_for_leader
+from tests.support.poll import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -51,5 +53,52 @@ def test_starving_gang_reserves_its_domain(identity, crds, api_client, core, cus
                        for p in pods}
         assert placed_tors == {reserved}
         wait_condition(custom, namespace, "big", "Placed", reason="Released")  # recorded with its Running
+    finally:
+        op.stop()
+
+
+def test_jobs_with_declared_limits_backfill_a_reservation_and_end_at_their_limit(
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    """The big gang reserves a TOR one of whose nodes is half used by a job with a time limit; a job whose limit
+    ends before that one's does is placed beside it (backfill, with a Backfilled Event), one without a limit is
+    not; the limited jobs are ended at their limits (Failed, TimeLimitExceeded, an Event) and the big gang lands
+    on the reserved TOR. Backfill trusts the declared limits whole here (RAILYARD_BACKFILL_TRUST=1) to keep the
+    test short."""
+    sizes = Counter(n.metadata.labels["topology.railyard.dev/tor"] for n in placeable_nodes(core))
+    size = min(sizes.values())
+    tors = sorted(t for t, count in sizes.items() if count == size)
+    op = OperatorProcess(identity, lease_namespace, tmp_path, name="backfill",
+                         extra_env={"RAILYARD_STARVATION_SECONDS": "0", "RAILYARD_BACKFILL_TRUST": "1"})
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        # One busy node in every TOR; in the reserved one (the first by name) half a node, for 60 s only.
+        for i, tor in enumerate(tors):
+            limit = {"timeLimitSeconds": 60, "gpus": 4} if i == 0 else {}
+            create_job(custom, namespace, pinned(f"fill-{i}", 1, tor, **limit))
+        for i in range(len(tors)):
+            wait_bound(api_client, core, namespace, f"fill-{i}", 1)
+        create_job(custom, namespace, make_job("big", size, topology={"requiredTier": "tor"}))
+        wait_condition(custom, namespace, "big", "Placed", status="False", reason="Reserving")
+        reserved = tors[0]
+        create_job(custom, namespace, pinned("unlimited", 1, reserved, gpus=4))
+        create_job(custom, namespace, pinned("short", 1, reserved, timeLimitSeconds=10, gpus=4))
+        short_pod, = wait_bound(api_client, core, namespace, "short", 1, timeout=30)  # ends before fill-0's 60 s
+        fill_pod, = pods_of(api_client, core, namespace, "fill-0")
+        assert short_pod["spec"]["nodeName"] == fill_pod["spec"]["nodeName"], "beside fill-0, not on a free node"
+        backfilled = poll(lambda: [e for e in core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=short").items if e.reason == "Backfilled"],
+            30, "a Backfilled Event")
+        assert f"reserved for {namespace}/big" in backfilled[0].message
+        waiting = wait_condition(custom, namespace, "unlimited", "Placed", status="False")
+        assert not (waiting.get("status") or {}).get("placement"), "a job without a limit took reserved nodes"
+        short = wait_condition(custom, namespace, "short", "Failed", reason="TimeLimitExceeded", timeout=60)
+        assert "spec.timeLimitSeconds=10" in condition(short, "Failed")["message"]
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=short").items
+        assert any(e.reason == "TimeLimitExceeded" for e in events)
+        wait_condition(custom, namespace, "fill-0", "Failed", reason="TimeLimitExceeded", timeout=90)
+        pods = wait_bound(api_client, core, namespace, "big", size, timeout=120)
+        placed_tors = {core.read_node(p["spec"]["nodeName"]).metadata.labels["topology.railyard.dev/tor"]
+                       for p in pods}
+        assert placed_tors == {reserved}, "the big gang landed where it reserved, when the limits ran out"
     finally:
         op.stop()

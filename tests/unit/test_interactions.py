@@ -32,6 +32,7 @@ from railyard.operator.decide import eviction_review
 from railyard.operator.decide.checkpoint_wait import nobody_reports
 from railyard.operator.decide.reports import WorkerReport
 from railyard.operator.decide.spares import spare_nodes
+from railyard.topology.api.timestamps import epoch
 from railyard.topology.cluster.dra_devices import allocated, inventory
 from railyard.topology.cluster.nodes import parse_gpu_annotation, pinned_node
 
@@ -80,9 +81,10 @@ class FeaturesMeet(RuleBasedStateMachine):
         self.settle()
 
     @rule(replicas=st.integers(1, 4), class_name=st.sampled_from(["low", "high"]), migratable=st.booleans(),
-          elastic=st.booleans(), reporting=st.booleans(), backfill=st.booleans(), in_place=st.booleans())
+          elastic=st.booleans(), reporting=st.booleans(), backfill=st.booleans(), in_place=st.booleans(),
+          limit=st.sampled_from([None, None, 40, 200]))
     def create_job(self, replicas: int, class_name: str, migratable: bool, elastic: bool, reporting: bool,
-                   backfill: bool, in_place: bool = False) -> None:
+                   backfill: bool, in_place: bool = False, limit: int | None = None) -> None:
         name = f"job-{self.jobs}"
         self.jobs += 1
         spec: dict[str, Any] = {"preemption": {"migratable": migratable, "backfillSpares": backfill},
@@ -92,6 +94,8 @@ class FeaturesMeet(RuleBasedStateMachine):
             spec.update(minReplicas=1, maxReplicas=4)
         if replicas > 1:
             spec["topology"] = {"requiredTier": "tor"}
+        if limit is not None:  # a declared run time: ended there, and it may backfill reservations
+            spec["timeLimitSeconds"] = limit
         body = make_job(name, replicas, **spec)
         body["spec"]["priorityClassName"] = class_name
         self.r.api.create_job(body)
@@ -331,9 +335,16 @@ class FeaturesMeet(RuleBasedStateMachine):
 
     @invariant()
     def nothing_failed_nor_errored(self) -> None:
+        """Nothing fails but at its declared time limit, and never before it."""
         for body in self.r.api.objects["trainingjobs"].values():
-            conditions = (body.get("status") or {}).get("conditions") or []
-            assert not cond.is_true(conditions, cond.FAILED), cond.get(conditions, cond.FAILED)
+            status = body.get("status") or {}
+            conditions = status.get("conditions") or []
+            failed = cond.get(conditions, cond.FAILED)
+            if failed is not None and failed.get("status") == "True" and failed.get("reason") == "TimeLimitExceeded":
+                limit, placed_at = body["spec"].get("timeLimitSeconds"), epoch(status.get("placedAt"), 0.0)
+                assert limit is not None and self.r.clock.time() >= placed_at + limit, f"ended early: {failed}"
+                continue
+            assert not cond.is_true(conditions, cond.FAILED), failed
         errors = [e["message"] for e in self.r.api.posted_events if e["reason"] == "InternalError"]
         assert not errors, f"the operator failed on a job: {errors}"
 

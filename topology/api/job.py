@@ -234,6 +234,9 @@ REMOVED_SPEC_FIELDS = {
 }
 
 
+MAX_TIME_LIMIT_SECONDS = 366 * 24 * 3600  # 366 days: a longer one is no limit
+
+
 class TrainingJobSpec(_Model):
     replicas: int = Field(ge=1, le=MAX_REPLICAS)
     min_replicas: int | None = Field(None, alias="minReplicas", ge=1, le=MAX_REPLICAS)
@@ -251,6 +254,9 @@ class TrainingJobSpec(_Model):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     template: dict[str, Any] = Field(default_factory=dict)
     adopt: AdoptSpec | None = None
+    # How long the gang may run once placed from the queue (Slurm's --time, a Job's activeDeadlineSeconds):
+    # it is ended at the limit (Failed, TimeLimitExceeded), and placement trusts it (backfill into reservations).
+    time_limit_seconds: int | None = Field(None, alias="timeLimitSeconds", ge=1, le=MAX_TIME_LIMIT_SECONDS)
 
     @model_validator(mode="before")
     @classmethod

@@ -235,6 +235,9 @@ class TrainingJobStatus(_Model):
     selector: str | None = None
     queued_since: Timestamp | None = Field(None, alias="queuedSince")
     start_time: Timestamp | None = Field(None, alias="startTime")
+    # When the gang was last placed from the queue (restarts keep it; a requeue places it anew): the time
+    # limit (spec.timeLimitSeconds) counts from here.
+    placed_at: Timestamp | None = Field(None, alias="placedAt")
     completion_time: Timestamp | None = Field(None, alias="completionTime")
     restart_count: int = Field(0, alias="restartCount")  # the gang's attempts so far
     placements: int = 0  # placements recorded so far (the next one's serial)

@@ -14,6 +14,7 @@ OPT_IN_VALUE = "gang"
 REQUIRED_TIER = "railyard.dev/required-tier"
 PREFERRED_TIER = "railyard.dev/preferred-tier"
 RAIL_ALIGNMENT = "railyard.dev/rail-alignment"
+TIME_LIMIT = "railyard.dev/time-limit-seconds"  # the gang's declared run time (spec.timeLimitSeconds)
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 # Pod fields that are the owner's business, not placement's: left out of the gang's TrainingJob template.

@@ -9,7 +9,8 @@ that held one 128-node leaf waited for every pod in it to end.
 Only these are held, not the whole domain or cluster: the rest keeps serving the jobs behind it. Held
 nodes stay as free as they were (nobody else may use them), so the choice only moves to other nodes
 when those have become freer, and what the gang waits for shrinks from pass to pass. Computed over
-arrays: the holder asks every pass, on 12,288 nodes too."""
+arrays: the holder asks every pass, on 12,288 nodes too. `still_holds`: whether a reservation kept across passes
+(one jobs were backfilled into, operator/decide/backfill.py) could still hold the gang."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ def reserved_nodes(snapshot: Snapshot, request: GangRequest) -> frozenset[str]:
         return frozenset()
     nodes = snapshot.nodes
     return frozenset(nodes[i].name for i in best[1].tolist())
+
+
+def still_holds(snapshot: Snapshot, request: GangRequest, nodes: frozenset[str]) -> bool:
+    """Whether a reservation kept from an earlier pass could still hold the request's smallest gang with nothing
+    else on its nodes: every node still there and eligible for the template, their capacity enough (a taint, a
+    drop in allocatable GPUs or a larger request since would leave it holding nodes it cannot use)."""
+    positions = snapshot.positions()
+    if not nodes or any(n not in positions for n in nodes):
+        return False
+    indices = [positions[n] for n in nodes]
+    if not set(indices) <= set(template_indices(snapshot, request).tolist()):
+        return False
+    per = request.gpus_per_replica
+    if not per:
+        return True
+    counts = node_arrays(snapshot).gpu_count
+    return sum(int(counts[i]) // per for i in indices) >= request.smallest

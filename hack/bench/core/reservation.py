@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.common import emit, superpod_snapshot
 from bench.peers.living import SIZE_CLASSES, living_stream, settled_percentile, size_class
@@ -27,7 +28,7 @@ PASS_SECONDS = 1.0
 SAID = "the operator's queue pass (decide/pass_plan.plan_pass) with its settings model, in 1 s simulated passes"
 
 
-def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict:
+def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict[str, Any]:
     sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_STARVATION_SECONDS": starvation}))
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrival)
@@ -38,7 +39,8 @@ def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict:
         while pending and pending[0].arrival <= now:
             job = pending.pop(0)
             key = sim.submit(training_job(job.name, job.replicas, job.gpus, required_tier=job.required_tier,
-                                          preferred_tier=job.preferred_tier), job.lifetime or 0.0, job.arrival)
+                                          preferred_tier=job.preferred_tier, time_limit=job.time_limit),
+                             job.lifetime or 0.0, job.arrival)
             classes[key] = size_class(job)
         sim.step(now)
         if now < seconds:
@@ -53,7 +55,7 @@ def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict:
     return {"wait_p50_seconds": p(50), "wait_p99_seconds": p(99),
             "wait_p99_by_size_seconds": {name: p(99, name) for name, _, _ in SIZE_CLASSES},
             "gpu_utilisation_held_from_start": round(held_gpu_seconds / seconds / total, 4),
-            "reservations": sim.reservations, "unplaced_at_cap": len(waiting)}
+            "reservations": sim.reservations, "unplaced_at_cap": len(waiting), "backfilled": sim.backfilled}
 
 
 def main() -> int:

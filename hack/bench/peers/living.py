@@ -10,6 +10,7 @@ as on a busy cluster). The size mix is the burst's (workload.STREAM_MIX); lifeti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -20,6 +21,7 @@ from bench.core.workload import STREAM_MIX
 from bench.peers.translators import PeerJob
 
 LIFETIME_SIGMA = 0.8
+LIMIT_SIGMA = 0.5  # declared limits over lifetimes (with_limits)
 MIN_LIFETIME_SECONDS = 10
 # Size classes by replicas: what a queue's users feel differently (a 1-GPU notebook-sized job and a
 # 128-node pretraining gang do not wait alike).
@@ -56,6 +58,22 @@ def living_stream(seconds: float, seed: int, cluster_gpus: int, load: float = 1.
                             lifetime=max(MIN_LIFETIME_SECONDS, round(lifetime))))
         at += rng.expovariate(rate)
     return jobs
+
+
+def with_limits(jobs: Sequence[PeerJob], share: float, seed: int) -> list[PeerJob]:
+    """The same stream with `share` of the jobs declaring a time limit, as users of batch systems write them:
+    rounded up to whole minutes, over their lifetime by a factor drawn lognormal around 2x (median; few close to
+    it, some 5x), never under it (no job is ended by its limit, so the arrivals' work is the same)."""
+    rng = random.Random(seed * 7919 + 1)
+    out = []
+    for job in jobs:
+        if job.lifetime is None or rng.random() >= share:
+            out.append(job)
+            continue
+        factor = max(1.1, rng.lognormvariate(math.log(2.0), LIMIT_SIGMA))
+        limit = int(math.ceil(job.lifetime * factor / 60.0) * 60)
+        out.append(dataclasses.replace(job, time_limit=limit))
+    return out
 
 
 def size_class(job: PeerJob) -> str:

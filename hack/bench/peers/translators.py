@@ -43,6 +43,7 @@ class PeerJob:
     preferred_tier: str | None
     arrival: float = 0.0  # seconds into the run (the living cluster's stream; 0 in the burst)
     lifetime: float | None = None  # seconds each pod runs before it succeeds; None: forever
+    time_limit: int | None = None  # its declared run time (TrainingJob spec.timeLimitSeconds); None: none
 
 
 def stream(count: int, seed: int) -> list[PeerJob]:
