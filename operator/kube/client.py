@@ -140,6 +140,8 @@ def _resource_of(path: str) -> str:
 
 
 class KubeApi:
+    streams_lists = True  # watch(path, "") lists by a stream (kube/reflector.py)
+
     def __init__(self, workers: int = 24, api_client: client.ApiClient | None = None,
                  read_timeout: float = 30.0, user_agent: str | None = None, kubeconfig: str | None = None) -> None:
         self.api = api_client or load_config(kubeconfig, pool=max(16, workers + 8))
@@ -253,33 +255,31 @@ class KubeApi:
 
     def list_all(self, path: str, query: list[tuple[str, str]] | None = None,
                  on_page: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-        """Every item of a collection, page by page (synchronous: for the CLI); `on_page` is told the
-        count so far after each page."""
+        """Every item of a collection, page by page (synchronous, the CLI's); `on_page` gets the count so far."""
         items: list[dict[str, Any]] = []
         cont: str | None = None
-        while True:
-            page = self.request("GET", path, query=[*(query or []), ("limit", "500"),
-                                                    *([("continue", cont)] if cont else [])], timeout=60)
+        while cont != "":
+            page = self.list_page(path, 500, cont, extra=query)
             items.extend(page.get("items") or [])
-            if on_page is not None:
-                on_page(len(items))
-            cont = page["metadata"].get("continue")
-            if not cont:
-                return items
+            (on_page or (lambda _: None))(len(items))
+            cont = page["metadata"].get("continue") or ""
+        return items
 
     # --- list + watch (the reflector's transport; runs on the reflector's own thread) ----------------
 
-    def list_page(self, path: str, limit: int, cont: str | None, timeout: float = 60.0) -> dict[str, Any]:
-        query = [("limit", str(limit))] + ([("continue", cont)] if cont else [])
+    def list_page(self, path: str, limit: int, cont: str | None, timeout: float = 60.0,
+                  extra: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        query = [*(extra or []), ("limit", str(limit)), *([("continue", cont)] if cont else [])]
         return self.request("GET", path, query=query, timeout=timeout)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int,
               silence_seconds: float | None = None) -> Iterator[dict[str, Any]]:
-        """Watch events (parsed JSON lines) from `resource_version`; ends when the server closes the
-        stream. The read timeout is between two reads: a stream silent for `silence_seconds` (no event,
-        no bookmark) raises, so a dead connection never looks like a quiet cluster."""
-        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
-                 ("timeoutSeconds", str(timeout_seconds))]
+        """Watch events (parsed JSON lines) from `resource_version` ("": every object first, from the watch cache,
+        then a bookmark marking their end: a streaming list); ends when the server closes the stream. The read
+        timeout is between two reads: a stream silent for `silence_seconds` (no event, no bookmark) raises."""
+        since = [("resourceVersion", resource_version)] if resource_version else \
+            [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        query = [("watch", "true"), *since, ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
         response = self._send("GET", path, query=query, timeout=silence_seconds or timeout_seconds + 30)
         raw = response.response
         try:

@@ -6,6 +6,9 @@ vanished meanwhile, and never says when the initial listing is complete; the pla
 (Replace semantics, and "place nothing before Nodes, Pods and TrainingJobs are listed"). Parsing
 and slimming happen on the reflector's thread, so the event loop only applies small views.
 
+- A list is streamed where the API server offers it (WatchList: a watch that sends every object from its
+  watch cache, then a bookmark marking their end), else read page by page from etcd; a fresh operator's paged
+  list of 100k pods outlasted the watch window it was to resume from, and listed again.
 - A transport error (a dropped connection, a 5xx) resumes the watch from the last resourceVersion
   seen; only 410 Gone (or a list-level error) re-lists.
 - A stream silent for `silence_seconds` (no event and no bookmark; the API server sends a bookmark
@@ -40,6 +43,9 @@ PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "trainingjobs": f"/ap
          "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
          SLICES: "/apis/resource.k8s.io/v1/resourceslices", CLAIMS: "/apis/resource.k8s.io/v1/resourceclaims"}
 TRANSFORMS: dict[str, Callable[[dict[str, Any]], Any]] = {"pods": pod_view, CLAIMS: claim_view}
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation that ends a streaming list's objects
 
 
 class ListWatch(Protocol):
@@ -77,6 +83,7 @@ class Reflector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lists = 0
+        self.streaming: bool | None = None  # whether the API server streams lists (None: not asked yet)
         self._queued: list[tuple[str, Any, int | None]] = []  # in arrival order, applied by _apply_queued
         self._queued_lock = threading.Lock()
 
@@ -115,6 +122,43 @@ class Reflector:
                 backoff = min(backoff * 2, 10.0)
 
     def _list(self) -> str:
+        """A complete list, delivered as one REPLACE: streamed from the API server's watch cache where it can (a
+        watch that sends every object, then a bookmark marking their end: no page-by-page read of etcd that a
+        fresh operator's first watch could outlast), else page by page."""
+        if getattr(self.api, "streams_lists", False) and self.streaming is not False:
+            try:
+                listed = self._stream()
+            except ApiException as e:
+                if e.status is None or e.status >= 500:
+                    raise
+                listed = None  # refused: an API server without streaming lists (WatchList)
+            if listed is not None:
+                self.streaming = True
+                return listed
+            if self.streaming is None:
+                log.info("%s: the API server does not stream lists; listing page by page", self.kind)
+                self.streaming = False
+        return self._paged()
+
+    def _stream(self) -> str | None:
+        """The objects a streaming list sends, up to the bookmark that ends them; None when the stream says it
+        is no streaming list (another bookmark first, or it ends without one)."""
+        items: list[Any] = []
+        for event in self.api.watch(self.path, "", self.watch_seconds, self.silence_seconds):
+            kind, obj = event.get("type"), event.get("object") or {}
+            meta = obj.get("metadata") or {}
+            if kind == "ERROR":
+                raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+            if kind == "BOOKMARK":
+                if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
+                    return None
+                self._listed(items, str(meta.get("resourceVersion") or ""))
+                return str(meta.get("resourceVersion") or "")
+            if kind == "ADDED" and (item := self._read(obj)) is not None:
+                items.append(item)
+        return None
+
+    def _paged(self) -> str:
         items: list[Any] = []
         cont: str | None = None
         list_rv = ""
@@ -131,12 +175,15 @@ class Reflector:
             cont = page["metadata"].get("continue")
             if not cont:
                 break
+        self._listed(items, list_rv)
+        return list_rv
+
+    def _listed(self, items: list[Any], list_rv: str) -> None:
         self.lists += 1
         metrics.RELISTS.labels(self.kind).inc()
         self._deliver("REPLACE", items, int(list_rv) if list_rv.isdigit() else None)
         self._seen(list_rv)
         self._resume_at = list_rv
-        return list_rv
 
     def _read(self, obj: Any) -> Any:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from railyard.operator.kube.reflector import Reflector
 
@@ -30,8 +31,8 @@ class ScriptedApi:
             yield from ()
 
 
-def test_a_410_in_the_watch_means_a_fresh_list_then_a_watch_from_its_version():
-    api = ScriptedApi()
+def _reflect(api: Any) -> tuple[list, Reflector]:
+    """Run a nodes reflector over `api` until it says it is done; what was delivered, and the reflector."""
     delivered: list = []
     loop = asyncio.new_event_loop()
     reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)
@@ -40,6 +41,12 @@ def test_a_410_in_the_watch_means_a_fresh_list_then_a_watch_from_its_version():
     reflector.stop()
     loop.run_until_complete(asyncio.sleep(0.01))  # run the deliveries queued with call_soon_threadsafe
     loop.close()
+    return delivered, reflector
+
+
+def test_a_410_in_the_watch_means_a_fresh_list_then_a_watch_from_its_version():
+    api = ScriptedApi()
+    delivered, _ = _reflect(api)
     assert api.lists == 2 and api.watched[:2] == ["100", "200"]
     kinds = [(d[1], d[3]) for d in delivered]
     assert kinds[:3] == [("REPLACE", 100), ("ADDED", None), ("REPLACE", 200)]
@@ -69,14 +76,7 @@ class DroppingApi:
 
 def test_a_dropped_watch_resumes_from_the_last_version_and_a_bad_object_is_skipped():
     api = DroppingApi()
-    delivered: list = []
-    loop = asyncio.new_event_loop()
-    reflector = Reflector(api, "nodes", lambda *a: delivered.append(a), loop)
-    reflector.start()
-    assert api.done.wait(10)
-    reflector.stop()
-    loop.run_until_complete(asyncio.sleep(0.01))
-    loop.close()
+    delivered, reflector = _reflect(api)
     assert api.lists == 1, "a transport error is no reason to list again"
     assert api.watched[:2] == ["100", "105"], "the watch resumed where it was"
     replace = next(d for d in delivered if d[1] == "REPLACE")
@@ -150,3 +150,55 @@ def test_events_that_arrive_while_the_loop_is_busy_are_applied_in_order_after_on
     assert [d[1] for d in delivered[:2]] == ["REPLACE", "MODIFIED"]
     assert [d[2]["metadata"]["name"] for d in delivered[1:]] == [f"p{i}" for i in range(1000)]
     assert loop.wakes == 1, f"woken {loop.wakes} times for one batch"
+
+
+class StreamingApi:
+    """An API server that streams lists (WatchList), or one that does not (`answer`: what a streaming list
+    request gets: "stream", "refused" (422), or "legacy" (a plain watch: objects, then an ordinary bookmark))."""
+
+    streams_lists = True
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.pages = 0
+        self.watched: list[str] = []
+        self.done = threading.Event()
+
+    def list_page(self, path, limit, cont):
+        self.pages += 1
+        return {"metadata": {"resourceVersion": "70"}, "items": [{"metadata": {"name": "paged"}}]}
+
+    def watch(self, path, rv, timeout, silence=None):
+        from railyard.operator.kube.client import ApiException
+
+        self.watched.append(rv)
+        if rv == "":
+            if self.answer == "refused":
+                raise ApiException(status=422, reason="sendInitialEvents is forbidden")
+            yield {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "41"}}}
+            yield {"type": "ADDED", "object": {"metadata": {"name": "b", "resourceVersion": "42"}}}
+            annotations = {"k8s.io/initial-events-end": "true"} if self.answer == "stream" else {}
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "50", "annotations": annotations}}}
+            return
+        self.done.set()
+        yield from ()
+
+
+def test_a_streaming_list_is_one_replace_at_its_bookmark_and_the_watch_goes_on_from_there():
+    api = StreamingApi("stream")
+    delivered, reflector = _reflect(api)
+    assert reflector.streaming is True
+    assert api.pages == 0, "no page-by-page list"
+    assert api.watched[:2] == ["", "50"]
+    (_, kind, items, rv), *_ = delivered
+    assert kind == "REPLACE" and rv == 50 and [i["metadata"]["name"] for i in items] == ["a", "b"]
+
+
+def test_an_api_server_that_refuses_or_does_not_mark_a_streaming_list_is_listed_page_by_page():
+    for answer in ("refused", "legacy"):
+        api = StreamingApi(answer)
+        delivered, reflector = _reflect(api)
+        assert reflector.streaming is False, answer
+        assert api.pages == 1 and api.watched[:2] == ["", "70"], answer
+        (_, kind, items, rv), *_ = delivered
+        assert kind == "REPLACE" and rv == 70 and [i["metadata"]["name"] for i in items] == ["paged"], answer
