@@ -43,7 +43,6 @@ from railyard.topology.solver.placement import Decision
 log = logging.getLogger(__name__)
 
 
-
 def occupants(state: ClusterState, pass_seconds: float) -> dict[str, list[tuple[float, int]]]:
     """Per node, when each holder of GPUs there is expected gone (decide/backfill.py): a Terminating pod by its
     deletionTimestamp (its grace period's end), anything else by its job's declared limit, or never."""
@@ -55,6 +54,7 @@ def occupants(state: ClusterState, pass_seconds: float) -> dict[str, list[tuple[
             end = expected_end(state.jobs.get(key) if key is not None else None, pass_seconds)
         out.setdefault(node, []).append((end, gpus))
     return out
+
 
 class QueuePass:
     def __init__(self, ctx: Context, writer: StatusWriter, events: Events, materialiser: Materialiser,
