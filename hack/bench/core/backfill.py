@@ -8,14 +8,12 @@ A simulation: it ranks the rule; the live runs (`make compare`) measure it again
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
 from bench.common import emit, superpod_snapshot
-from bench.core.reservation import LIFETIME_SECONDS, RUN_SECONDS, SAID, simulate
+from bench.core.reservation import LIFETIME_SECONDS, SAID, seed_list, simulate, stream_parser
 from bench.peers.living import SIZE_CLASSES, living_stream, with_limits
 from railyard.operator.base.settings import Settings
 
@@ -29,11 +27,8 @@ def _p99(run: dict[str, Any], name: str) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="11,12,13,14,15", help="a list a,b,c")
+    parser = stream_parser(__doc__.splitlines()[0], "11-15")
     parser.add_argument("--shares", default="0.5,1.0", help="shares of jobs declaring a time limit")
-    parser.add_argument("--seconds", type=float, default=RUN_SECONDS, help="seconds of arrivals")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     placement = Settings.of({}).placement
     shares = [float(x) for x in args.shares.split(",")]
@@ -41,7 +36,7 @@ def main() -> int:
           f"{placement.backfill_trust:g}, shares declaring limits {shares}", file=sys.stderr)
     names = ["all", *(name for name, _, _ in SIZE_CLASSES)]
     runs: list[dict[str, Any]] = []
-    for seed in (int(x) for x in args.seeds.split(",")):
+    for seed in seed_list(args.seeds):
         jobs = living_stream(args.seconds, seed, superpod_snapshot().total_gpus, 1.1, LIFETIME_SECONDS)
         without = simulate(jobs, placement.starvation_seconds, args.seconds)
         run: dict[str, Any] = {"seed": seed, "jobs": len(jobs), "without_limits": without, "by_share": {}}

@@ -58,18 +58,27 @@ def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict[str
             "reservations": sim.reservations, "unplaced_at_cap": len(waiting), "backfilled": sim.backfilled}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="11-23", help="a range a-b or a list a,b,c")
-    parser.add_argument("--thresholds", default="60,90,120", help="starvationSeconds to compare")
+def stream_parser(description: str, seeds: str) -> argparse.ArgumentParser:
+    """The options every living-stream simulation takes: its seeds, seconds of arrivals and where to write."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", default=seeds, help="a range a-b or a list a,b,c")
     parser.add_argument("--seconds", type=float, default=RUN_SECONDS, help="seconds of arrivals")
     parser.add_argument("--out", type=Path)
+    return parser
+
+
+def seed_list(text: str) -> list[int]:
+    if "-" in text:
+        low, high = (int(x) for x in text.split("-"))
+        return list(range(low, high + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> int:
+    parser = stream_parser(__doc__.splitlines()[0], "11-23")
+    parser.add_argument("--thresholds", default="60,90,120", help="starvationSeconds to compare")
     args = parser.parse_args()
-    if "-" in args.seeds:
-        low, high = (int(x) for x in args.seeds.split("-"))
-        seeds = list(range(low, high + 1))
-    else:
-        seeds = [int(x) for x in args.seeds.split(",")]
+    seeds = seed_list(args.seeds)
     thresholds = [float(x) for x in args.thresholds.split(",")]
     base = max(thresholds)
     print(f"reservation: {SAID}", file=sys.stderr)
