@@ -13,13 +13,12 @@ Restarts the local rig. The scale rig has a slow node lifecycle (hack/cluster.py
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
 
 import bench.rig.operator as ops
-from bench.common import arguments, cluster, fresh_cluster, rss_mib, wait
+from bench.common import arguments, cluster, emit, fresh_cluster, rss_mib, wait
 from bench.launcher import OperatorProcess
 from bench.rig.recovery import lose_nodes_and_recover, set_taint
 from railyard.operator.kube.client import KubeApi
@@ -123,7 +122,7 @@ def main() -> None:
     loaded.update(with_operator(api, "scale-loaded", (128, 128, 128, 1024), recover=True))
     loaded["kube_apiserver_rss_mib_end"] = component_rss(("kube-apiserver",))["kube-apiserver"]
     figures["with_background_pods"] = loaded
-    print(json.dumps(figures, indent=2))
+    emit(figures, None)
 
 
 if __name__ == "__main__":
