@@ -96,7 +96,7 @@ reservation-bench: deps
 backfill-bench: deps
 	$(BENCH) backfill | tee bench-backfill.json
 
-# 12,288 kwok nodes, empty then with 50,000 pods (restarts the local rig). RESULT=docs/results/scale.json
+# 12,288 kwok nodes, empty then with 100,000 pods, a node of a 1,024-replica gang lost three ways (restarts the local rig). RESULT=docs/results/scale.json
 scale-bench: deps build
 	$(BENCH) scale | tee bench-scale.json
 

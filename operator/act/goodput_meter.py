@@ -49,17 +49,18 @@ class GoodputMeter:
             else:
                 return None
         before = ledger
+        step_time = job.status.step_time
+        step_seconds = step_time.p50_seconds if step_time is not None else None
         decided = self._decided(job)
         if decided is not None and decided != memory.goodput_restart:
             # First, while the stall that led to it is still the ledger's: part of it was detection.
             restart = job.status.last_restart
             assert restart is not None and restart.decided_at is not None
             detected = restart.detected_at.timestamp() if restart.detected_at is not None else None
-            ledger = goodput.restarted(ledger, detected, restart.decided_at.timestamp())
+            ledger = goodput.restarted(ledger, detected, restart.decided_at.timestamp(), self._quiet(step_seconds))
             memory.goodput_restart = decided
-        step_time = job.status.step_time
-        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step, first_step,
-                                 step_time.p50_seconds if step_time is not None else None)
+        ledger = goodput.observe(ledger, now, self._activity(job), job.restart_count, step, first_step, step_seconds,
+                                 self._quiet(step_seconds))
         memory.goodput = ledger
         self._export(job, before, ledger)
         if mono - memory.goodput_written < self.ctx.settings.reports.goodput_write_seconds and \
@@ -72,6 +73,12 @@ class GoodputMeter:
         for key in [k for k in self._exported if k not in alive]:
             self._exported.discard(key)
             metrics.forget_job_goodput(*key)
+
+    def _quiet(self, step_seconds: float | None) -> float:
+        """How long running ranks may seem to stand still between flushes: a rank reports at the end of its first
+        step after the report interval, and the flush sees the report up to one flush period later."""
+        reports = self.ctx.settings.reports
+        return reports.worker_interval_seconds + reports.flush_seconds + (step_seconds or 0.0)
 
     def _activity(self, job: Job) -> Activity:
         if job.is_true(ConditionType.RUNNING):

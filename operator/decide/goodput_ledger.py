@@ -11,6 +11,9 @@ Each interval between two observations is attributed by what the job did during 
   loading the checkpoint): **restart**;
 - the gang runs but no step advanced: **stalled** — until a restart is decided; then the part after
   the fault was first detected (lastRestart.detectedAt → decidedAt) is **detection** instead.
+A quiet spell no longer than `quiet_seconds` (the ranks' report cadence) is left unaccounted until it ends: ranks
+report every few seconds, not every step, so a flush that saw no new report is no evidence of a stall. If the step
+then advances, the spell was work; if it lasts longer, or a restart is decided, it was a stall from its start.
 The causes and the productive time add up to the accounted wall time (a hypothesis property holds it).
 """
 
@@ -77,12 +80,15 @@ def start(now: float, step: int | None = None, attempt: int = 0) -> Ledger:
 
 
 def observe(ledger: Ledger, now: float, activity: Activity, attempt: int, step: int | None,
-            first_step: int | None = None, step_seconds: float | None = None) -> Ledger:
+            first_step: int | None = None, step_seconds: float | None = None, quiet_seconds: float = 0.0) -> Ledger:
     """Account the interval from `ledger.at` to `now`. `step`: the highest step the current attempt
     (`attempt`) reported, None when it has reported none; `first_step`: the lowest it reported; `step_seconds`: how
-    long a step takes (the job's median), to tell in the attempt's first interval its steps from its start-up."""
+    long a step takes (the job's median), to tell in the attempt's first interval its steps from its start-up;
+    `quiet_seconds`: how long running ranks may go without a new step before the time counts as stalled."""
     dt = max(0.0, now - ledger.at)
     previous = ledger.step if ledger.attempt == attempt else None
+    if _quiet(activity, step, previous) and ledger.stalled_since is None and dt <= quiet_seconds:
+        return ledger  # not yet a stall: the next observation accounts this spell with its own
     fields: dict[str, float | None] = {}
     if step is not None and previous is not None and step > previous:
         above = max(0, step - max(previous, ledger.best_step))
@@ -109,9 +115,17 @@ def observe(ledger: Ledger, now: float, activity: Activity, attempt: int, step: 
     return replace(ledger, at=now, step=step, attempt=attempt, best_step=best, **fields)  # type: ignore[arg-type]
 
 
-def restarted(ledger: Ledger, detected: float | None, decided: float) -> Ledger:
+def _quiet(activity: Activity, step: int | None, previous: int | None) -> bool:
+    """The gang runs and its attempt reported steps, none new since the last observation."""
+    return activity == Activity.RUNNING and step is not None and previous is not None and step <= previous
+
+
+def restarted(ledger: Ledger, detected: float | None, decided: float, quiet_seconds: float = 0.0) -> Ledger:
     """A restart was decided at `decided` for a fault first seen at `detected`: the stall between them
-    was detection, not an unexplained stall."""
+    was detection, not an unexplained stall. A quiet spell left unaccounted (observe's `quiet_seconds`) up to
+    the decision was the stall's start."""
+    if ledger.stalled_since is None and ledger.step is not None and 0.0 < decided - ledger.at <= quiet_seconds:
+        ledger = replace(ledger, at=decided, stalled=ledger.stalled + decided - ledger.at, stalled_since=ledger.at)
     if detected is None or ledger.stalled_since is None:
         return replace(ledger, stalled_since=None)
     moved = min(ledger.stalled, max(0.0, min(decided, ledger.at) - max(detected, ledger.stalled_since)))

@@ -24,21 +24,55 @@ observations = st.lists(st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(observations)
-def test_productive_and_lost_time_add_up_to_the_wall_time_and_never_go_negative(steps):
+@given(observations, st.sampled_from([0.0, 5.0, 60.0]))
+def test_productive_and_lost_time_add_up_to_the_wall_time_and_never_go_negative(steps, quiet):
     ledger = goodput.start(1000.0, 0)
     now, attempt = 1000.0, 0
     for dt, activity, new_attempt, step, restart, first_step, step_seconds in steps:
         now += dt
         attempt += int(new_attempt)
-        ledger = goodput.observe(ledger, now, activity, attempt, step, first_step, step_seconds)
         if restart:
-            ledger = goodput.restarted(ledger, now - dt / 2, now)
+            ledger = goodput.restarted(ledger, now - dt / 2, now - dt / 3, quiet)
+        ledger = goodput.observe(ledger, now, activity, attempt, step, first_step, step_seconds, quiet)
+        assert ledger.at <= now and (ledger.at == now or ledger.stalled_since is None)
         parts = [ledger.productive, *ledger.lost_by_cause().values()]
         assert all(p >= -1e-9 for p in parts)
         assert math.isclose(sum(parts), ledger.wall, rel_tol=1e-9, abs_tol=1e-6)
         assert ledger.best_step >= (ledger.step or 0)
         assert ledger.ratio is None or 0.0 <= ledger.ratio <= 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.05, max_value=5.0), min_size=2, max_size=80),
+       st.lists(st.floats(min_value=0.05, max_value=5.0), min_size=2, max_size=80))
+def test_ranks_that_report_every_few_seconds_are_never_counted_stalled_between_their_reports(report_gaps, flush_gaps):
+    """Ranks step without pause and report every <= 5 s; the operator flushes every <= 5 s, unaligned. A flush that saw
+    no new report is no stall: every second is productive (the quiet spell waits for the next report)."""
+    reports = [sum(report_gaps[:i + 1]) for i in range(len(report_gaps))]
+    ledger, step = goodput.start(0.0, 0), 0
+    now = 0.0
+    for gap in flush_gaps:
+        now += gap
+        if now > reports[-1]:
+            break
+        step = sum(1 for r in reports if r <= now)  # one new step a report
+        ledger = goodput.observe(ledger, now, Activity.RUNNING, 0, step, quiet_seconds=5.0 + 5.0)
+    assert ledger.stalled == 0 and math.isclose(ledger.productive, ledger.wall), ledger
+
+
+def test_a_quiet_spell_longer_than_the_report_cadence_was_a_stall_from_its_start_and_a_restart_ends_it():
+    ledger = goodput.start(0.0, 0)
+    ledger = goodput.observe(ledger, 10.0, Activity.RUNNING, 0, 10, quiet_seconds=6.0)
+    ledger = goodput.observe(ledger, 14.0, Activity.RUNNING, 0, 10, quiet_seconds=6.0)  # quiet 4 s: not yet known
+    assert (ledger.at, ledger.stalled) == (10.0, 0.0)
+    ledger = goodput.observe(ledger, 17.0, Activity.RUNNING, 0, 10, quiet_seconds=6.0)  # 7 s: a stall since 10
+    assert (ledger.at, ledger.stalled, ledger.stalled_since) == (17.0, 7.0, 10.0)
+    # A fault seen at 21 s, restart decided at 22 s, 3 s after a quiet spell began at 19 s: stall, then detection.
+    ledger = goodput.observe(ledger, 19.0, Activity.RUNNING, 0, 12, quiet_seconds=6.0)
+    ledger = goodput.restarted(ledger, detected=21.0, decided=22.0, quiet_seconds=6.0)
+    ledger = goodput.observe(ledger, 25.0, Activity.WAITING, 1, None, quiet_seconds=6.0)
+    assert (ledger.stalled, ledger.detection, ledger.capacity) == (7.0 + 2.0, 1.0, 3.0), ledger
+    assert math.isclose(ledger.productive + ledger.lost, ledger.wall)
 
 
 def test_an_attempts_first_interval_counts_its_steps_at_the_jobs_step_time_and_the_rest_as_start_up():

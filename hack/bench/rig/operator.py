@@ -40,8 +40,10 @@ BURST = {f"burst-{i}": SIZES[i % len(SIZES)] for i in range(200)}
 CONTAINER = {"name": "t", "image": "registry.invalid/t:0", "resources": {"limits": {"nvidia.com/gpu": 8}}}
 
 
-def training_job(name: str, replicas: int, **topology) -> dict:
+def training_job(name: str, replicas: int, in_place: bool = False, **topology) -> dict:
     spec: dict = {"replicas": replicas, "template": {"spec": {"containers": [CONTAINER]}}}
+    if in_place:
+        spec["faultPolicy"] = {"restartStrategy": "InPlace"}
     if topology:
         spec["topology"] = topology
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": spec}
@@ -196,13 +198,14 @@ def apply_crds() -> float:
     return applied
 
 
-def start_operator(name: str) -> tuple[OperatorProcess, int, Path]:
+def start_operator(name: str, reports: bool = False) -> tuple[OperatorProcess, int, Path]:
+    """`reports`: with a report endpoint (an InPlace restart keeps pods only when their supervisors can hear of it)."""
     api = KubeApi(workers=1)
     if not any(n["metadata"]["name"] == "railyard-bench" for n in api.list_all("/api/v1/namespaces")):
         api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "railyard-bench"}})
     log_path = cluster.STATE / "logs" / f"{name}.log"
     operator = OperatorProcess(cluster.KUBECONFIG, "railyard-bench", log_path, metrics_port=18080, health_port=0,
-                               report_port=0)
+                               report_port=None if reports else 0)
     return operator, operator.metrics_port, log_path
 
 

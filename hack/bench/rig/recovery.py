@@ -15,6 +15,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 
 from bench.common import arguments, wait
 from bench.rig.operator import (
@@ -30,6 +31,7 @@ from bench.rig.operator import (
 )
 from railyard.operator.kube.client import KubeApi
 from railyard.topology.cluster.labels import LABEL_JOB
+from railyard.topology.cluster.pod_trust import pod_name
 
 CASES = [(128, 1), (128, 8), (1024, 1), (1024, 8)]
 FAULT = {"key": "nvidia.com/gpu-xid-error", "value": "79", "effect": "NoExecute"}
@@ -49,10 +51,23 @@ def set_taint(api: KubeApi, node: str, on: bool) -> None:
                 "application/merge-patch+json")
 
 
+def next_attempt_pods(api: KubeApi, name: str, restart_count: int, timeout: float = 600) -> list[str]:
+    """The pods of attempt `restart_count` by rank, once its placement is written: new pods for a Recreate restart,
+    the kept pods and the lost ranks' new ones for an InPlace one."""
+    def placement() -> dict | None:
+        status = api.request("GET", f"{JOBS}/{name}").get("status") or {}
+        return status.get("placement") if (status.get("restartCount") or 0) >= restart_count else None
+
+    placed = wait(placement, timeout, f"{name} restarted", interval=0.1)
+    return [r.get("pod") or pod_name(name, r["rank"], placed.get("serial") or 0)
+            for r in sorted(placed["ranks"], key=lambda r: r["rank"])]
+
+
 def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: int, lost_count: int,
-                           bound_timeout: float = 600) -> dict:
+                           bound_timeout: float = 600, before_signal: Callable[[], None] | None = None) -> dict:
     """Taint `lost_count` nodes of the bound job `name` (spread over its ranks) and measure until every
-    rank of its next attempt is released and bound. The taints stay: the caller lifts them (set_taint).
+    rank of its next attempt is released and bound (`before_signal` runs first, inside the measured time: an
+    operator started then). The taints stay: the caller lifts them (set_taint).
     Past `bound_timeout` the figures say how far it got (ranks bound, the old attempt's pods still
     terminating: their GPUs are what the new ranks wait for) instead of raising."""
     job = api.request("GET", f"{JOBS}/{name}")
@@ -62,9 +77,11 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
     victims = sorted({ranks[i * step]["node"] for i in range(lost_count)})
     counts = api_requests(api)
     t0 = time.monotonic()
+    if before_signal is not None:
+        before_signal()
     for node in victims:
         set_taint(api, node, True)
-    new = [f"{name}.p{(job['status'].get('restartCount') or 0) + 1}-{r}" for r in range(replicas)]  # next attempt
+    new = next_attempt_pods(api, name, (job["status"].get("restartCount") or 0) + 1)
     wait(lambda: all(p in watch.released for p in new), 600, f"{name} released again", interval=0.1)
     released = max(watch.released[p] for p in new) - t0
     try:
@@ -88,6 +105,7 @@ def lose_nodes_and_recover(api: KubeApi, watch: PodWatch, name: str, replicas: i
         "healthy_ranks_moved": sum(1 for r, n in before.items() if n not in victims and after[r] != n),
         "replacements_same_tor": sum(1 for r in replacements if r["sameTor"]),
         "replacements": len(replacements),
+        "pods_kept": sum(1 for p in new if p in watch.bound and watch.bound[p] < t0),
     }
 
 
