@@ -66,8 +66,15 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
                             delay_events=delays.get(kind, 0.0)) for kind in state.kinds]
 
     async def catch_up() -> None:
-        """A new leader's view passes a fresh quorum read of every kind before it places."""
-        how = await asyncio.gather(*(loop.run_in_executor(None, r.catch_up) for r in reflectors))
+        """A new leader's view passes a fresh quorum read of every kind before it places. Each kind's is checked
+        once that kind's first list is in: a fresh operator's small kinds (their 2 s wait and re-list) then overlap
+        the pods' stream instead of following it."""
+        async def one(reflector: Reflector) -> str:
+            while reflector.kind not in state.synced:
+                await asyncio.sleep(0.05)
+            return await loop.run_in_executor(None, reflector.catch_up)
+
+        how = await asyncio.gather(*(one(r) for r in reflectors))
         log.info("caught up before placing: %s", dict(zip(state.kinds, how, strict=True)))
 
     evictions = EvictionBook()  # the report endpoint's eviction webhook notes drains; the loop acts on them
