@@ -102,7 +102,7 @@ def test_a_term_that_ends_during_the_catch_up_stops_it() -> None:
             cancelled.set()
             raise
 
-    loop, passes, state = _loop(catch_up, lambda: leading[0])
+    loop, passes, _ = _loop(catch_up, lambda: leading[0])
 
     async def scenario() -> None:
         task = asyncio.create_task(loop.run())
