@@ -56,8 +56,7 @@ class Attempts:
         """The old attempt goes (but the pods an in-place restart keeps); the new one (recorded) joins the release
         line."""
         current = self.writer.current(job)
-        if kept:
-            await self.materialiser.carry_over(current)  # at once: until then a kept pod looks like a leftover
+        # The kept pods are relabelled after the release (act/materialiser): the placement names them meanwhile.
         await self.pods.delete(job.key, everyone, force)
         placement = current.placement
         only = tuple(r.pod or "" for r in placement.ranks if r.rank not in kept) if kept and placement else None

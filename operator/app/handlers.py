@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import kopf
@@ -30,6 +31,7 @@ from railyard.operator.kube.report_server import ReportServer
 from railyard.topology.cluster.labels import scheme_for
 
 log = logging.getLogger("railyard.operator")
+FIRST_ELECTION_SECONDS = 10.0  # at most this long before listing anyway (an API server slow to answer)
 
 
 def new_memo(settings: Settings | None = None) -> kopf.Memo:
@@ -66,8 +68,15 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
                             delay_events=delays.get(kind, 0.0)) for kind in state.kinds]
 
     async def catch_up() -> None:
-        """A new leader's view passes a fresh quorum read of every kind before it places."""
-        how = await asyncio.gather(*(loop.run_in_executor(None, r.catch_up) for r in reflectors))
+        """A new leader's view passes a fresh quorum read of every kind before it places. Each kind's is checked
+        once that kind's first list is in: a fresh operator's small kinds (their 2 s wait and re-list) then overlap
+        the pods' stream instead of following it."""
+        async def one(reflector: Reflector) -> str:
+            while reflector.kind not in state.synced:
+                await asyncio.sleep(0.05)
+            return await loop.run_in_executor(None, partial(reflector.catch_up, term_began=leader.term_began))
+
+        how = await asyncio.gather(*(one(r) for r in reflectors))
         log.info("caught up before placing: %s", dict(zip(state.kinds, how, strict=True)))
 
     evictions = EvictionBook()  # the report endpoint's eviction webhook notes drains; the loop acts on them
@@ -76,9 +85,12 @@ async def startup(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) ->
     reports = ReportServer(state, book, KubeApi(workers=4, user_agent=agent, read_timeout=10), config.reports,
                            leader.is_leader, evictions=evictions,
                            hold_seconds=config.maintenance.checkpoint_seconds)
+    # The first election attempt before the first lists: a replica that leads at once lists in its term, and those
+    # lists are its fresh quorum read (catch_up needs no more: a fresh operator lists nothing twice).
+    leader.start()
+    await loop.run_in_executor(None, leader.first_attempt.wait, FIRST_ELECTION_SECONDS)
     for r in reflectors:
         r.start()
-    leader.start()
     metrics.serve(config.metrics.port)
     reports.start()
     memo.update(api=api, leader=leader, state=state, loop=loop_, reflectors=reflectors, reports=reports,

@@ -29,7 +29,7 @@ from railyard.topology.api.job import (
 )
 from railyard.topology.api.timestamps import parse_time
 from railyard.topology.cluster.affinity import template_problem
-from railyard.topology.cluster.nodes import PodUsage, pod_usage
+from railyard.topology.cluster.nodes import PodUsage, pod_usages
 from railyard.topology.cluster.pod_trust import pod_name
 from railyard.topology.cluster.workload_groups import GroupMember, member_of
 from railyard.topology.planner.documents import format_validation
@@ -111,7 +111,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         phase=status.get("phase"), terminating=bool(meta.get("deletionTimestamp")),
         deleted_at=meta.get("deletionTimestamp"), terminated=_termination(status), exit_code=_exit_code(status),
         disruption=_disruption(status), scheduled_at=_scheduled_at(status),
-        usage=pod_usage(pod), bound_usage=pod_usage(pod, trusted=False), labels=labels,
+        usage=(usages := pod_usages(pod))[0], bound_usage=usages[1], labels=labels,
         member=(member := _member(pod, labels)),
         node_affinity=(spec.get("affinity") or {}).get("nodeAffinity") if member is not None else None,
         active_deadline=spec.get("activeDeadlineSeconds") if member is not None else None,

@@ -39,6 +39,7 @@ from railyard.topology.cluster.faults import NodeHealth, read_health
 from railyard.topology.cluster.labels import GPU_RESOURCE, NATIVE, LabelScheme
 from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
 from railyard.topology.cluster.nodes import NodeError, PodUsage, ambiguous_domains, node_from_object
+from railyard.topology.cluster.pod_trust import carried_pod_names
 from railyard.topology.cluster.resources import pod_requests
 
 KINDS = ("nodes", "pods", "trainingjobs", "priorityclasses")  # what the reflectors list and watch
@@ -85,7 +86,7 @@ class ClusterState:
         self._listed_at: dict[str, int] = {}  # kind -> resourceVersion of its last complete list
         self._tombstones: dict[tuple[str, Key], tuple[str, int | None, float]] = {}
         self._reserved: dict[Key, set[int]] = {}  # job -> ranks whose reservation is held
-        self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]]]] = {}  # job -> (placement id, pod -> rank)
+        self._plans: dict[Key, tuple[str, dict[str, tuple[int, PodUsage]], frozenset[str]]] = {}  # (id, ranks, kept)
         # An adopted gang's placement names its owner's pods by uid too: only those pods' claims are believed.
         self._adopted_uids: dict[Key, dict[str, str]] = {}
         self._snapshot: Snapshot | None = None
@@ -412,7 +413,7 @@ class ClusterState:
             for r in placement.ranks:
                 gpus = tuple(sorted(r.gpus))
                 plan[r.pod or ""] = (r.rank, PodUsage(r.node, gpus, len(gpus), requests))
-            self._plans[key] = (placement.id, plan)
+            self._plans[key] = (placement.id, plan, frozenset(carried_pod_names(job.name, placement)))
             uids = {r.pod or "": r.pod_uid for r in placement.ranks if r.pod_uid}
             if uids:
                 self._adopted_uids[key] = uids
@@ -446,11 +447,12 @@ class ClusterState:
         entry = self._plans.get(key)
         if entry is None or pod_name not in entry[1]:
             return
-        placement_id, plan = entry
+        placement_id, plan, carried = entry
         rank, usage = plan[pod_name]
         pod = self.pods.get((key[0], pod_name))
         reserved = self._reserved.setdefault(key, set())
-        live = pod is not None and pod.placement_id == placement_id and not pod.finished and self._trusted(pod)
+        live = pod is not None and (pod.placement_id == placement_id or pod_name in carried) and not pod.finished \
+            and self._trusted(pod)
         if live or ((job := self.jobs.get(key)) is not None and job.finished):  # its missing pods: never made
             if rank in reserved:
                 self.usage.set(("rank", key, rank), None, handover=live)

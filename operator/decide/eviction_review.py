@@ -12,6 +12,7 @@ from typing import Any
 
 from railyard.operator.base.objects import Job, PodView
 from railyard.topology.cluster.faults import NodeHealth
+from railyard.topology.cluster.pod_trust import carried_pod_names
 
 PATH = "/v1/evictions"
 
@@ -61,7 +62,7 @@ def judge(pod: PodView | None, job: Job | None, health: NodeHealth | None, repor
     decide/checkpoint_wait.nobody_reports for a new leader's), while its node is being drained, at most
     `hold_seconds`; a node not seen draining holds it NOT_YET_DRAINING_SECONDS (the cordon may be on its way).
     Then it is allowed and the gang restarts without that save."""
-    if pod is None or job is None or job.finished or job.placement is None or pod.placement_id != job.placement.id:
+    if pod is None or job is None or job.finished or job.placement is None or not _of_placement(pod, job):
         return Verdict(False)
     node = pod.node_name or ""
     name = f"{job.namespace}/{job.name}"
@@ -79,6 +80,14 @@ def judge(pod: PodView | None, job: Job | None, health: NodeHealth | None, repor
                               "checkpoint")
     return Verdict(True, f"railyard: {name} saves a checkpoint and moves its ranks off {node}; retry (held at most "
                          f"{hold_seconds - asked_for:.0f}s more)")
+
+
+def _of_placement(pod: PodView, job: Job) -> bool:
+    """A pod of the job's current placement: made for it, or kept into it by an in-place restart (not relabelled
+    yet, it is the placement's all the same: a drain must not take it without its save)."""
+    placement = job.placement
+    return placement is not None and (pod.placement_id == placement.id or
+                                      pod.name in carried_pod_names(job.name, placement))
 
 
 def answer(uid: str, verdict: Verdict) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from railyard.operator.base.keys import LABEL_JOB
 from railyard.operator.base.objects import Job, Key, PodView
 from railyard.operator.decide.builders import RENDEZVOUS_PORT, owner_reference, service_name
 from railyard.topology.api.job import PlacementStatus
-from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.cluster.pod_trust import is_carried, pod_name
 
 PARTIAL_WRITE_SECONDS = 5.0
 MANAGED_BY = "operator.railyard.dev"  # endpointslice.kubernetes.io/managed-by (a label value: no slash)
@@ -48,7 +48,7 @@ def addresses(job: Job, placement: PlacementStatus, pods: Mapping[Key, PodView])
     out = []
     for rank in placement.ranks:
         pod = pods.get((job.namespace, rank.pod or ""))
-        if pod is None or pod.placement_id != placement.id:
+        if pod is None or (pod.placement_id != placement.id and not is_carried(job.name, placement, rank)):
             continue
         if pod.finished:
             return None

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from railyard.operator.base.keys import LABEL_RESTART
 from railyard.operator.base.objects import Job, PodView
 from railyard.operator.decide.builders import attempt_env
+from railyard.topology.cluster.pod_trust import is_carried
 
 
 class _Report(BaseModel):
@@ -70,11 +71,16 @@ def check_report(report: WorkerReport, pod_namespace: str, pod_name: str, pod_ui
     if job.uid and pod.owner_uid != job.uid:  # a look-alike pod of the tenant's own making
         return Refusal(403, "forbidden", f"pod {pod_name} is not owned by TrainingJob {report.job} (uid {job.uid})")
     current = job.restart_count
-    pod_restarts = pod.labels.get(LABEL_RESTART, "0")
+    placement = job.placement
+    # A pod an in-place restart kept is the current attempt's as soon as the placement names it, not only once
+    # act/materialiser has relabelled it: its supervisor learns of the restart without waiting for that.
+    kept = placement is not None and any(r.rank == report.rank and r.pod == pod_name and
+                                         is_carried(job.name, placement, r) for r in placement.ranks)
+    pod_restarts = str(current) if kept else pod.labels.get(LABEL_RESTART, "0")
     if report.restart_count != current or pod_restarts != str(current):
         message = (f"restart count {report.restart_count} (pod {pod_name} of restart count {pod_restarts}) is not "
                    f"the job's current restart count {current}")
-        kept = pod_restarts == str(current) and report.restart_count < current and job.placement is not None and \
-            any(r.rank == report.rank and r.pod == pod_name for r in job.placement.ranks)
+        kept = pod_restarts == str(current) and report.restart_count < current and placement is not None and \
+            any(r.rank == report.rank and r.pod == pod_name for r in placement.ranks)
         return Refusal(409, "stale", message, {"restartCount": current, "env": attempt_env(job)} if kept else None)
     return None

@@ -38,7 +38,7 @@ from railyard.topology.api.timestamps import parse_time
 from railyard.topology.cluster.affinity import PodInfo
 from railyard.topology.cluster.faults import LossReason, NodeHealth, NodeLoss
 from railyard.topology.cluster.model import Exclusion, GpuNode, Snapshot
-from railyard.topology.cluster.pod_trust import pod_name
+from railyard.topology.cluster.pod_trust import is_carried, pod_name
 from railyard.topology.solver.decision import inter_pod_limits
 from railyard.topology.solver.elastic import choose_shrink, largest_valid
 from railyard.topology.solver.replace import RankSlot, solve_replacement
@@ -382,7 +382,8 @@ def kept_pods(job: Job, moved: Mapping[int, object], pods: Sequence[PodView]) ->
         name = r.pod or pod_name(job.name, r.rank, placement.serial)
         pod = by_name.get(name)
         if r.rank in moved or pod is None or pod.gated or pod.finished or pod.terminating or pod.disruption or \
-                pod.node_name != r.node or pod.labels.get(LABEL_RESTART) != str(job.restart_count):
+                pod.node_name != r.node or (pod.labels.get(LABEL_RESTART) != str(job.restart_count) and
+                                            not is_carried(job.name, placement, r)):
             continue
         kept[r.rank] = name
     return kept

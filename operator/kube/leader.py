@@ -61,6 +61,8 @@ class LeaderElector:
         self._observed_at = 0.0  # monotonic time we first saw that record
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self.term_began: float | None = None  # monotonic, when the current (or last) term's lease write came back
+        self.first_attempt = threading.Event()  # the first election attempt is over, won or not
 
     def is_leader(self) -> bool:
         return self.clock.monotonic() < self._valid_until
@@ -89,12 +91,14 @@ class LeaderElector:
             if won:
                 self._valid_until = started + self.settings.lease_seconds * 0.8
                 if not was_leader:
+                    self.term_began = self.clock.monotonic()
                     log.info("became leader (%s)", self.settings.identity)
                     self.on_elected()
             elif won is False:
                 if self._valid_until:  # we held a term (maybe already run out while we were frozen)
                     log.warning("lost leadership")
                 self._valid_until = 0.0
+            self.first_attempt.set()
             await self._announce()
             await asyncio.sleep(self.settings.renew_seconds)
         await self._announce()

@@ -83,6 +83,10 @@ class Reflector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lists = 0
+        # When the newest complete list was asked for (monotonic): one asked after a term began is that term's
+        # fresh quorum read already (catch_up).
+        self.listed_asked_at: float | None = None
+        self._asking_since = 0.0
         self.streaming: bool | None = None  # whether the API server streams lists (None: not asked yet)
         self._queued: list[tuple[str, Any, int | None]] = []  # in arrival order, applied by _apply_queued
         self._queued_lock = threading.Lock()
@@ -125,6 +129,7 @@ class Reflector:
         """A complete list, delivered as one REPLACE: streamed from the API server's watch cache where it can (a
         watch that sends every object, then a bookmark marking their end: no page-by-page read of etcd that a
         fresh operator's first watch could outlast), else page by page."""
+        self._asking_since = time.monotonic()
         if getattr(self.api, "streams_lists", False) and self.streaming is not False:
             try:
                 listed = self._stream()
@@ -184,6 +189,7 @@ class Reflector:
         self._deliver("REPLACE", items, int(list_rv) if list_rv.isdigit() else None)
         self._seen(list_rv)
         self._resume_at = list_rv
+        self.listed_asked_at = self._asking_since
 
     def _read(self, obj: Any) -> Any:
         try:
@@ -217,10 +223,13 @@ class Reflector:
             self._seen(rv)
         return rv
 
-    def catch_up(self, wait: float = 2.0) -> str:
-        """Blocking (run it on a worker thread): make this kind's view pass a fresh quorum read. A
-        consistent list of one object gives the store's current version R; if the watch has not
-        delivered R within `wait` seconds (a quiet kind sees no events), list afresh. Returns how."""
+    def catch_up(self, wait: float = 2.0, term_began: float | None = None) -> str:
+        """Blocking (run it on a worker thread): make this kind's view pass a fresh quorum read. A list asked
+        for after the term began (`term_began`, monotonic) is one. Otherwise a consistent list of one object
+        gives the store's current version R; if the watch has not delivered R within `wait` seconds (a quiet
+        kind sees no events), list afresh. Returns how."""
+        if term_began is not None and self.listed_asked_at is not None and self.listed_asked_at >= term_began:
+            return "listed in this term"
         page = self.api.list_page(self.path, 1, None)
         target = str(page["metadata"].get("resourceVersion") or "")
         if not target.isdigit():

@@ -40,9 +40,17 @@ def _requests(sim: SimCluster) -> dict:
     return {key: job.request for key, job in sim.jobs.items() if job.request is not None}
 
 
+def _queued_before(sim: SimCluster, a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether `a` was created before `b` (every job here has the same class: the queue is first come first served)."""
+    first, second = sim.jobs.get(a), sim.jobs.get(b)
+    return first is not None and second is not None and first.created is not None and second.created is not None \
+        and first.created < second.created
+
+
 def _check_pass(sim: SimCluster, second: float) -> int:
     """One pass, and the rule's promises about it; the number of jobs it backfilled."""
     requests = _requests(sim)
+    held_before = {key: memory.reserved for key, memory in sim.memory.items() if memory.reserved}
     plan = sim.step(second)
     now = sim.now + 1_800_000_000.0
     reserved = {key: memory.reserved for key, memory in sim.memory.items() if memory.reserved}
@@ -56,7 +64,9 @@ def _check_pass(sim: SimCluster, second: float) -> int:
         assert decision.placement is not None
         nodes = {node for node, _ in decision.placement.allocations}
         for holder, held in reserved.items():
-            if holder != key and nodes & held:
+            # A reservation first made in this pass binds the jobs queued behind its holder, not one placed
+            # ahead of it earlier in the pass (a starving job reserving a node the pass's first gang just took).
+            if holder != key and nodes & held and (holder in held_before or _queued_before(sim, holder, key)):
                 job = sim.jobs.get(key)
                 assert job is not None and job.spec is not None and job.spec.time_limit_seconds is not None, \
                     "a job without a limit never uses another's reservation"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from railyard.operator.kube.reflector import Reflector
@@ -202,3 +203,19 @@ def test_an_api_server_that_refuses_or_does_not_mark_a_streaming_list_is_listed_
         assert api.pages == 1 and api.watched[:2] == ["", "70"], answer
         (_, kind, items, rv), *_ = delivered
         assert kind == "REPLACE" and rv == 70 and [i["metadata"]["name"] for i in items] == ["paged"], answer
+
+
+def test_a_list_asked_for_in_the_leaders_term_is_its_catch_up_and_one_asked_before_is_not():
+    loop = asyncio.new_event_loop()
+    api = QuietApi("500")
+    reflector = Reflector(api, "nodes", lambda *a: None, loop)
+    began = time.monotonic()
+    reflector._list()  # asked for after the term began
+    assert api.lists == 1
+    assert reflector.catch_up(wait=0.1, term_began=began) == "listed in this term" and api.lists == 1, \
+        "nothing read again"
+    api.store_rv = "600"  # the store moved on; this kind saw nothing of it
+    assert reflector.catch_up(wait=0.1, term_began=time.monotonic()) == "re-listed", \
+        "a list from before the term is no fresh read of it"
+    assert api.lists == 3
+    loop.close()

@@ -194,3 +194,47 @@ def test_a_kept_pod_deleted_while_the_replacements_wait_their_turn_is_a_lost_ran
         status["conditions"]
     assert status["restartCount"] == 2, "the kept pod that went is a lost rank: one more restart"
     assert "llm-1" not in _pods(r)
+
+
+def test_the_new_pod_is_released_before_the_kept_pods_are_relabelled():
+    """1,023 relabels took 12 s at 100,000 pods (docs/records/scale-2026-12-06.md): the release does not wait."""
+    r = _running()
+    _lose_rank(r, 2)
+    since = len(r.api.writes)
+    status = _restarted(r)
+    new = next(x["pod"] for x in status["placement"]["ranks"] if x["rank"] == 2)
+    writes = r.api.writes[since:]
+    released = writes.index(("PATCH", f"pods/{new}"))  # its gate removed (it was created gated)
+    relabelled = [i for i, w in enumerate(writes) if w in {("PATCH", f"pods/llm-{k}") for k in (0, 1, 3)}]
+    assert len(relabelled) == 3 and released < min(relabelled), writes
+
+
+def test_kept_pods_are_the_new_attempts_before_they_are_relabelled(monkeypatch):
+    """Until the relabel (or for good, if the leader dies first) the placement says which pods are the attempt's:
+    a kept pod's supervisor is told the new attempt, its process's reports count, its name resolves, a drain waits
+    for its save, and its GPUs are held by it rather than reserved twice."""
+    from railyard.operator.act.materialiser import Materialiser
+    from railyard.operator.decide import eviction_review
+    from railyard.operator.decide.rank_addresses import addresses
+
+    async def never(self: Materialiser, job: Any) -> None:
+        return None
+
+    monkeypatch.setattr(Materialiser, "carry_over", never)
+    r = _running()
+    _lose_rank(r, 0)
+    status = _restarted(r)
+    assert status["restartCount"] == 1 and r.reason("llm") == "Released"
+    job = r.state.jobs[("default", "llm")]
+    pod = r.state.pods[("default", "llm-1")]
+    assert pod.labels[RESTART] == "0" and job.placement is not None and pod.placement_id != job.placement.id, \
+        "not relabelled: the case under test"
+    old = WorkerReport.model_validate({"namespace": "default", "job": "llm", "rank": 1, "restartCount": 0})
+    refusal = check_report(old, "default", "llm-1", pod.uid, pod, job)
+    assert refusal is not None and refusal.attempt is not None and refusal.attempt["restartCount"] == 1
+    new = WorkerReport.model_validate({"namespace": "default", "job": "llm", "rank": 1, "restartCount": 1})
+    assert check_report(new, "default", "llm-1", pod.uid, pod, job) is None
+    named = addresses(job, job.placement, r.state.pods)
+    assert named is not None and [a.hostname for a in named] == [f"llm-{k}" for k in range(4)], named
+    assert eviction_review.judge(pod, job, r.state.health.get(pod.node_name or ""), True, 0.0, 300).held
+    assert not [ranks for key, _, ranks in r.state.reserved_ranks() if key == ("default", "llm")]

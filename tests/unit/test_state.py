@@ -944,6 +944,9 @@ async def test_leadership_is_announced_once_when_it_starts_and_once_when_it_ends
         assert time.monotonic() < deadline, "the elector never renewed"
         await asyncio.sleep(0.01)
     assert marks == [True]
+    assert elector.first_attempt.is_set(), "what the operator waits for before its first lists"
+    began = elector.term_began
+    assert began is not None and began <= time.monotonic(), "when the term began: catch_up's fresh-list rule"
     api.lease["spec"].update(holderIdentity="other", renewTime="2025-01-01T00:00:09.000000Z")
     api.lease["metadata"]["resourceVersion"] = "9"
     while marks != [True, False]:

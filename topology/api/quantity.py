@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any
 
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -39,6 +40,18 @@ def parse_count(raw: Any) -> int:
 def parse_milli(raw: Any) -> int:
     """Any quantity ("500m", "1.5", "64Gi", "1e3", 2) in milli-units, rounded up as the API server does.
     Raises ValueError naming the value."""
+    try:
+        return _parsed_milli(raw)  # pods share few distinct quantities: each is parsed once
+    except TypeError:  # unhashable (a malformed spec's list or map): parsed to say what is wrong with it
+        return _parse_milli(raw)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _parsed_milli(raw: Any) -> int:
+    return _parse_milli(raw)
+
+
+def _parse_milli(raw: Any) -> int:
     if isinstance(raw, bool):
         raise ValueError(f"{raw!r} is not a quantity")
     if isinstance(raw, int | float):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from railyard.topology.api.job import PlacementStatus
+from railyard.topology.api.status import PlacementStatus, RankPlacement
 from railyard.topology.cluster.nodes import Trust
 
 
@@ -35,9 +35,13 @@ def pod_name(job_name: str, rank: int, serial: int = 0) -> str:
 
 def carried_pod_names(job_name: str, placement: PlacementStatus) -> set[str]:
     """The pods an in-place restart kept into this placement: Railyard's own (no owner's uid) and named for an
-    earlier placement."""
-    return {r.pod for r in placement.ranks
-            if r.pod and r.pod_uid is None and r.pod != pod_name(job_name, r.rank, placement.serial)}
+    earlier placement. They are this placement's from the moment it is recorded, before (and whether or not) the
+    operator relabels them with it: a 1,024-rank gang's relabelling takes seconds the restart need not wait for."""
+    return {r.pod or "" for r in placement.ranks if is_carried(job_name, placement, r)}
+
+
+def is_carried(job_name: str, placement: PlacementStatus, rank: RankPlacement) -> bool:
+    return bool(rank.pod) and rank.pod_uid is None and rank.pod != pod_name(job_name, rank.rank, placement.serial)
 
 
 def placement_pod_names(job_name: str, placement: PlacementStatus) -> set[str]:

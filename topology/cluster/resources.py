@@ -39,6 +39,21 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     what each regular init container needs while it runs (itself plus the sidecars started before
     it); pod overhead on top. Raises ValueError for a malformed quantity.
     """
+    if pod_spec.get("initContainers") or pod_spec.get("overhead"):
+        return _with_init_containers(pod_spec)
+    # Most pods: their containers' sum, without the Counters (the watch reads 100,000 pods at a fresh start).
+    out: dict[str, int] = {}
+    for c in pod_spec.get("containers") or []:
+        res = c.get("resources") or {}
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        for name in {*limits, *requests}:
+            out[name] = out.get(name, 0) + parse_milli(requests.get(name, limits.get(name)))
+    out[PODS] = ONE_POD
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _with_init_containers(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     total: Counter[str] = Counter()
     for c in pod_spec.get("containers") or []:
         total.update(_container_requests(c))
