@@ -487,8 +487,11 @@ def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, nam
     wait_condition(custom, namespace, name, "Running", timeout=120)
     first = poll(lambda: (get_job(custom, namespace, name).get("status") or {}).get("lastCheckpoint"), 120,
                  "status.lastCheckpoint from the ranks' reports")
-    poll(lambda: get_job(custom, namespace, name)["status"]["lastCheckpoint"]["step"] > first["step"] + 100, 120,
-         "training well under way")
+    under_way = poll(lambda: (step := get_job(custom, namespace, name)["status"]["lastCheckpoint"]["step"]) >
+                     first["step"] + 100 and step, 120, "training well under way")
+    # A few steps past that checkpoint before the fault: one right at it leaves nothing to recompute even without
+    # saveOnFault, and the comparison of the two would prove nothing (it happened once: 0 recomputed either way).
+    poll(lambda: _last_completed(str(own), 0) >= under_way + 5, 60, "steps past the last checkpoint")
     lost_before, _ = _lost_seconds(custom, namespace, name)
     killed = time.time()
     if delete:
