@@ -25,6 +25,8 @@ module_dir() { go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'; 
 # Where it holds MODULE@VERSION's go.mod (its replace block is what a wrapper module copies).
 module_gomod() { go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p'; }
 say() { printf '[build] %s\n' "$*" >&2; }
+# A command a build step needs that hack/deps.sh installs: stop naming it, rather than fail halfway.
+need() { command -v "$1" >/dev/null || { echo "error: $1 not found (hack/deps.sh installs it)" >&2; exit 1; }; }
 # Replace OUT with what was built in OUT.tmp (files copied from the read-only module cache made
 # writable first) and say how long it took: publish LABEL OUT T0.
 publish() {
