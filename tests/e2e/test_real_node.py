@@ -39,6 +39,7 @@ FULLNAME = f"{RELEASE}-railyard"
 REAL = {"railyard.dev/real-node": "true"}
 TOLERATE = [{"key": "railyard.dev/real-node", "operator": "Exists"}]
 EXCHANGE = "/shared"
+CHECKPOINT_EVERY = 50  # the trainer's periodic checkpoint: after steps 49, 99, ... (examples/train/train.py)
 IMAGES = load_hack_module("images", "images.py")
 TRAINER = IMAGES.reference("trainer")  # imported into the real node's containerd by hack/realnode.py
 
@@ -192,7 +193,7 @@ def _trainer_job(name: str, replicas: int, shared: str, steps: int = 100000, **s
     pod["volumes"] = [{"name": "shared", "hostPath": {"path": shared, "type": "Directory"}}]
     c = pod["containers"][0]
     c.update(image=TRAINER, imagePullPolicy="IfNotPresent",
-             args=["--exchange", f"{EXCHANGE}/x", "--steps", str(steps), "--checkpoint-every", "50",
+             args=["--exchange", f"{EXCHANGE}/x", "--steps", str(steps), "--checkpoint-every", str(CHECKPOINT_EVERY),
                    "--step-sleep", "0.02"],
              volumeMounts=[{"name": "shared", "mountPath": EXCHANGE}])
     return body
@@ -487,11 +488,14 @@ def _crash_and_resume(api_client, core, custom, namespace: str, shared: str, nam
     wait_condition(custom, namespace, name, "Running", timeout=120)
     first = poll(lambda: (get_job(custom, namespace, name).get("status") or {}).get("lastCheckpoint"), 120,
                  "status.lastCheckpoint from the ranks' reports")
-    under_way = poll(lambda: (step := get_job(custom, namespace, name)["status"]["lastCheckpoint"]["step"]) >
-                     first["step"] + 100 and step, 120, "training well under way")
-    # A few steps past that checkpoint before the fault: one right at it leaves nothing to recompute even without
-    # saveOnFault, and the comparison of the two would prove nothing (it happened once: 0 recomputed either way).
-    poll(lambda: _last_completed(str(own), 0) >= under_way + 5, 60, "steps past the last checkpoint")
+    poll(lambda: get_job(custom, namespace, name)["status"]["lastCheckpoint"]["step"] > first["step"] + 100, 120,
+         "training well under way")
+    # The fault between two periodic checkpoints, away from both: one right at a checkpoint leaves nothing to
+    # recompute even without saveOnFault, and the comparison of the two would prove nothing (it happened once: 0
+    # recomputed either way). Read from the survivor's own steps: the reported checkpoint lags by a report interval,
+    # tens of steps at this pace.
+    poll(lambda: 5 <= (_last_completed(str(own), 0) + 1) % CHECKPOINT_EVERY <= CHECKPOINT_EVERY - 15, 60,
+         "a step between two periodic checkpoints")
     lost_before, _ = _lost_seconds(custom, namespace, name)
     killed = time.time()
     if delete:
