@@ -16,8 +16,8 @@ Environment: COMPARE_LIVING_SECONDS (run length, default 1200), COMPARE_LIFETIME
 lifetime, default 300), COMPARE_LOAD (steady demand over the cluster's GPUs, default 1.1),
 COMPARE_LIVING_SETTLE_SECONDS (the most the stream goes on after the run, default 300; 0: stop with
 the run as earlier runs did), COMPARE_LIMIT_SHARE (the share of jobs declaring a time limit, drawn around
-their lifetimes by living.with_limits; default 0: none declares), COMPARE_SEED, COMPARE_PEERS; COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for
-the table and the plot.
+their lifetimes by living.with_limits; default 0: none declares), COMPARE_SEED, COMPARE_PEERS;
+COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for the table and the plot.
 """
 
 from __future__ import annotations
