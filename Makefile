@@ -88,8 +88,9 @@ defrag: deps
 
 # The starvation threshold on the living stream, simulated on the pure core (docs/placement.md, why 90 s)
 # RESULT=docs/results/reservation.json
+# RESERVATION_ARGS: more options, e.g. --seeds 11-20 --thresholds 90 --set RAILYARD_SMALL_JOB_GPUS=8
 reservation-bench: deps
-	$(BENCH) reservation | tee bench-reservation.json
+	$(BENCH) reservation $(RESERVATION_ARGS) | tee bench-reservation.json
 
 # Backfill into reservations on declared limits, the living stream simulated with and without limits
 # (docs/placement.md, "Backfill on declared run times"). RESULT=docs/results/backfill.json

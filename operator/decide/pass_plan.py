@@ -23,6 +23,7 @@ from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, h
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
+from railyard.operator.decide.small_jobs import open_to_small
 from railyard.operator.decide.spares import spare_nodes
 from railyard.topology.cluster.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.cluster.model import Snapshot
@@ -244,6 +245,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         open_to = backfill.open_to(job, held, requests, current) if held else {}
         others_hold = _union(nodes - open_to[key][1] if key in open_to else nodes
                              for key, nodes in held.items() if key != candidate.key)
+        if held:  # a small job may pass reservations (off by default)
+            others_hold -= open_to_small(candidate.request, candidate.key, held, current,
+                                         settings.placement.small_job_gpus)
         gains = partial(work.may_gain, candidate, current, others_hold)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
