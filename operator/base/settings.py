@@ -102,7 +102,7 @@ class PlacementSettings(_Settings):
         gt=0, le=1)
     small_job_gpus: int = setting(
         "SMALL_JOB_GPUS", 0, "A job asking at most this many GPUs in all may use nodes reserved for a starving gang "
-        "while an eighth of them or more are still busy, declared limit or not (docs/placement.md#small-jobs-and-"
+        "while an eighth of them or more are busy, declared limit or not (docs/placement.md#small-jobs-and-"
         "reservations); 0: only backfill by declared limits.", ge=0)
     master_port: int = 29500
 

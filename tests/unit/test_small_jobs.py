@@ -8,6 +8,7 @@ from bench.sim import SimCluster, training_job
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from railyard.operator.base.settings import Settings
+from railyard.operator.decide.priority import PriorityClassView
 
 from tests.support.clusters import snapshot
 
@@ -60,6 +61,41 @@ def test_a_holder_with_less_than_an_eighth_of_its_nodes_busy_is_closed_to_small_
     assert placed["small"] <= opened.memory[BIG].reserved
 
 
+def test_a_reservation_kept_for_a_backfilled_job_stays_closed_to_small_jobs():
+    sim = SimCluster(snapshot(leaves=1, tors=2, nodes=4),
+                     Settings.of({"RAILYARD_STARVATION_SECONDS": 5.0, "RAILYARD_SMALL_JOB_GPUS": 8}))
+    sim.submit(training_job("other-tor", 4, 8, required_tier="tor"), 600.0, 0.0)
+    sim.submit(training_job("fill", 1, 4, time_limit=600), 600.0, 0.0)  # half a node, until a declared end
+    sim.step(0.0)
+    sim.submit(training_job("big", 4, 8, required_tier="tor"), 300.0, 1.0)
+    for second in range(1, 12):
+        sim.step(float(second))
+    held = sim.memory[BIG].reserved
+    sim.submit(training_job("short", 1, 4, time_limit=120), 50.0, 12.0)
+    plan = sim.step(12.0)
+    assert [b.job[1] for b in plan.backfilled] == ["short"], "beside fill, on its declared end"
+    assert sim.memory[BIG].reserved == held and sim.memory[BIG].backfilled_into
+    sim.submit(training_job("small", 1, 4), 50.0, 13.0)
+    assert not sim.step(13.0).placed, "a job without a limit would break the schedule the reservation keeps"
+
+
+def test_a_small_job_does_not_make_room_on_reserved_nodes():
+    sim = _reserving(8, nodes=4, fillers=1)
+    # Every free node of the reserved TOR taken by small jobs: an urgent 1x8 finds no room but by evicting.
+    for i in range(3):
+        sim.submit(training_job(f"s{i}", 1, 8), 600.0, 12.0)
+    placed = _placed_now(sim)
+    assert len(placed) == 3
+    held = sim.memory[BIG].reserved
+    sim.classes["high"] = PriorityClassView("high", 1000)
+    sim.submit(training_job("urgent", 1, 8, priority_class="high"), 50.0, 13.0)
+    plan = sim.step(13.0)
+    hold = plan.holds.get(("bench", "urgent"))
+    assert hold is not None, "it makes room: the other TOR's gang is of lower priority"
+    assert not hold.nodes & held and not any(v.startswith("bench/s") or v.startswith("bench/fill") for v in
+                                              hold.victims), "making room stays off reserved nodes"
+
+
 # (replicas, GPUs per replica, lifetime seconds, arrival second), none declaring a limit
 JOB = st.tuples(st.sampled_from([1, 1, 1, 2, 4]), st.sampled_from([1, 2, 4, 8]), st.integers(20, 600),
                 st.integers(0, 300))
@@ -71,7 +107,7 @@ def test_only_jobs_of_at_most_the_set_gpus_land_on_another_gangs_reservation(job
     sim = SimCluster(snapshot(leaves=1, tors=2, nodes=4),
                      Settings.of({"RAILYARD_STARVATION_SECONDS": 10.0, "RAILYARD_SMALL_JOB_GPUS": small_job_gpus}))
     sim.submit(training_job("big", 6, 8, preferred_tier="tor"), 300.0, 1.0)  # more than a TOR: it starves
-    asks = {}
+    asks: dict[str, int] = {}
     pending = sorted(enumerate(jobs), key=lambda ij: ij[1][3])
     for second in range(0, 600, 2):
         while pending and pending[0][1][3] <= second:
@@ -80,8 +116,11 @@ def test_only_jobs_of_at_most_the_set_gpus_land_on_another_gangs_reservation(job
             sim.submit(training_job(name, replicas, gpus, required_tier="tor" if replicas > 1 else None),
                        float(lifetime), float(arrival))
             asks[name] = replicas * gpus
+        # Reservations held from before the pass and still after it: a reservation first taken in a pass binds
+        # only the jobs behind its holder, and one given up in it may have been placed on.
+        before = {key: m.reserved for key, m in sim.memory.items() if m.reserved}
         plan = sim.step(float(second))
-        reserved = {key: m.reserved for key, m in sim.memory.items() if m.reserved}
+        reserved = {key: m.reserved & before[key] for key, m in sim.memory.items() if m.reserved and key in before}
         for key, decision in plan.placed:
             assert decision.placement is not None
             nodes = {node for node, _ in decision.placement.allocations}

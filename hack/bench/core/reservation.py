@@ -31,7 +31,7 @@ SAID = "the operator's queue pass (decide/pass_plan.plan_pass) with its settings
 def simulate(jobs: list[PeerJob], starvation: float, seconds: float,
              extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """`extra`: more operator settings by their RAILYARD_* variable (`--set`)."""
-    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_STARVATION_SECONDS": starvation, **(extra or {})}))
+    sim = SimCluster(superpod_snapshot(), Settings.of({**(extra or {}), "RAILYARD_STARVATION_SECONDS": starvation}))
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrival)
     classes = {}
@@ -78,6 +78,8 @@ def extra_settings(pairs: list[str]) -> dict[str, Any]:
         variable, sep, value = pair.partition("=")
         if not sep:
             raise SystemExit(f"--set {pair!r}: expected RAILYARD_X=VALUE")
+        if variable == "RAILYARD_STARVATION_SECONDS":
+            raise SystemExit("--set RAILYARD_STARVATION_SECONDS: the thresholds are --thresholds")
         out[variable] = value
     Settings.of(out)  # a bad name or value stops here, naming it
     return out
@@ -97,17 +99,18 @@ def main() -> int:
     seeds = seed_list(args.seeds)
     thresholds = [float(x) for x in args.thresholds.split(",")]
     base = max(thresholds)
+    extra = extra_settings(args.set)
     print(f"reservation: {SAID}", file=sys.stderr)
     runs = []
     for seed in seeds:
         jobs = living_stream(args.seconds, seed, superpod_snapshot().total_gpus, 1.1, LIFETIME_SECONDS)
-        by = {f"{t:g}": simulate(jobs, t, args.seconds, extra_settings(args.set)) for t in thresholds}
+        by = {f"{t:g}": simulate(jobs, t, args.seconds, extra) for t in thresholds}
         ratios = {k: round((v["wait_p99_seconds"] or 0) / max(0.1, by[f"{base:g}"]["wait_p99_seconds"] or 0), 3)
                   for k, v in by.items()}
         runs.append({"seed": seed, "jobs": len(jobs), "by_starvation_seconds": by,
                      f"wait_p99_over_{base:g}s": ratios})
     emit({"workload": f"living stream on superpod-2k: {args.seconds:g} s of arrivals at 1.1x the GPUs, mean "
-                      f"lifetime {LIFETIME_SECONDS:g} s", "simulation": SAID, "settings": extra_settings(args.set),
+                      f"lifetime {LIFETIME_SECONDS:g} s", "simulation": SAID, "settings": extra,
           "runs": runs}, args.out)
     return 0
 

@@ -39,7 +39,7 @@ from bench.peers.living import (
     settled_percentile,
     with_limits,
 )
-from bench.peers.translators import JOB_LABEL, read_placements, summarise
+from bench.peers.translators import JOB_LABEL, PeerJob, read_placements, summarise
 from bench.rig.operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
@@ -184,7 +184,7 @@ def plot(out: dict, target: Path) -> None:
     fig.savefig(target, dpi=90)
 
 
-def the_stream(seed: int, limit_share: float) -> list:
+def the_stream(seed: int, limit_share: float) -> list[PeerJob]:
     """The run's arrivals and those after it, `limit_share` of them declaring time limits (the same jobs,
     arrivals and lifetimes whatever the share: only the declarations differ)."""
     jobs = living_stream(SECONDS + SETTLE, seed, CLUSTER_GPUS, LOAD, LIFETIME)
