@@ -122,7 +122,8 @@ spares: deps
 # living cluster (COMPARE_LIVING_SECONDS per peer, default 1200, then up to COMPARE_LIVING_SETTLE_SECONDS,
 # default 300, until the run's jobs' p99 wait is decided: ~2.5 h for five). COMPARE_MODE=burst|living
 # runs one; COMPARE_LIMIT_SHARE=0.5 has half the living stream's jobs declare time limits (Railyard's peers
-# send them, the others have no such field). JSON here, the tables in compare.md and compare-living.md, the plots in docs/results/.
+# send them, the others have no such field). JSON here, the tables in compare.md and compare-living.md, the
+# plots in docs/results/.
 # RESULT=docs/results/compare-living.json: the JSON of `COMPARE_MODE=living make compare` without its "# "
 # progress lines (`grep -v '^#' bench-compare.json`); the burst's JSON is not kept in docs/results/.
 compare: deps build
