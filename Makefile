@@ -88,8 +88,9 @@ defrag: deps
 
 # The starvation threshold on the living stream, simulated on the pure core (docs/placement.md, why 90 s)
 # RESULT=docs/results/reservation.json
+# RESERVATION_ARGS: more options, e.g. --seeds 11-20 --thresholds 90 --set RAILYARD_SMALL_JOB_GPUS=8
 reservation-bench: deps
-	$(BENCH) reservation | tee bench-reservation.json
+	$(BENCH) reservation $(RESERVATION_ARGS) | tee bench-reservation.json
 
 # Backfill into reservations on declared limits, the living stream simulated with and without limits
 # (docs/placement.md, "Backfill on declared run times"). RESULT=docs/results/backfill.json
@@ -120,7 +121,9 @@ spares: deps
 # baseline, each on a fresh superpod-2k rig (restarts the local rig): the burst (~15 min), then the
 # living cluster (COMPARE_LIVING_SECONDS per peer, default 1200, then up to COMPARE_LIVING_SETTLE_SECONDS,
 # default 300, until the run's jobs' p99 wait is decided: ~2.5 h for five). COMPARE_MODE=burst|living
-# runs one. JSON here, the tables in compare.md and compare-living.md, the plots in docs/results/.
+# runs one; COMPARE_LIMIT_SHARE=0.5 has half the living stream's jobs declare time limits (Railyard's peers
+# send them, the others have no such field). JSON here, the tables in compare.md and compare-living.md, the
+# plots in docs/results/.
 # RESULT=docs/results/compare-living.json: the JSON of `COMPARE_MODE=living make compare` without its "# "
 # progress lines (`grep -v '^#' bench-compare.json`); the burst's JSON is not kept in docs/results/.
 compare: deps build

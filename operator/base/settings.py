@@ -100,6 +100,10 @@ class PlacementSettings(_Settings):
         "BACKFILL_TRUST", 0.5, "A job backfills a reserved node only if its declared limit ends within this share of "
         "the time the node's occupants still declare (declared limits overestimate; 1: trust them as given).",
         gt=0, le=1)
+    small_job_gpus: int = setting(
+        "SMALL_JOB_GPUS", 0, "A job asking at most this many GPUs in all may use nodes reserved for a starving gang "
+        "while an eighth of them or more are busy, declared limit or not (docs/placement.md#small-jobs-and-"
+        "reservations); 0: only backfill by declared limits.", ge=0)
     master_port: int = 29500
 
 

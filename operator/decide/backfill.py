@@ -5,8 +5,8 @@ time its occupants still declare. The expected start comes from the declared end
 the first time the capacity they free, in the order they end, could hold the holder's smallest gang. What declares
 no limit may end any moment or never, so a node it occupies is never backfilled, and a free held node neither (the
 holder takes it as soon as it fits). A backfilled job ends by the holder's expected start, which never moves; a
-job without a limit never uses a reservation. Pure: the queue pass (decide/pass_plan.py) asks; the actor and the
-simulators list the occupants (`Occupants`)."""
+job without a limit never uses a reservation (unless an admin lets small jobs, decide/small_jobs.py). Pure: the
+queue pass (decide/pass_plan.py) asks; the actor and the simulators list the occupants (`Occupants`)."""
 
 from __future__ import annotations
 
@@ -101,12 +101,28 @@ class Backfill:
     pass_seconds: float
     trust: float = 1.0  # RAILYARD_BACKFILL_TRUST
     _listed: dict[str, list[tuple[float, int]]] | None = None
+    _taken: list[tuple[str, float, int]] = field(default_factory=list)  # the pass's small jobs on reserved nodes
     backfilled: list[Backfilled] = field(default_factory=list)
 
     def _occupants(self) -> dict[str, list[tuple[float, int]]]:
         if self._listed is None:
             self._listed = {node: list(entries) for node, entries in self.occupants().items()}
+            for node, end, gpus in self._taken:  # placed this pass: not in the listing yet
+                self._listed.setdefault(node, []).append((end, gpus))
         return self._listed
+
+    def took(self, job: Job, decision: Decision, nodes: frozenset[str]) -> None:
+        """A small job (decide/small_jobs.py) placed this pass on reserved `nodes`: it occupies those it landed on
+        until its declared end, or NEVER."""
+        if decision.placement is None:
+            return
+        end = end_if_placed(job, self.now, self.pass_seconds)
+        for node, gpus in decision.placement.allocations:
+            if node in nodes:
+                if self._listed is None:
+                    self._taken.append((node, end, len(gpus)))
+                else:
+                    self._listed.setdefault(node, []).append((end, len(gpus)))
 
     def open_to(self, job: Job, held: Mapping[Key, frozenset[str]], requests: Mapping[Key, GangRequest],
                 current: Snapshot) -> dict[Key, tuple[float, frozenset[str]]]:

@@ -23,6 +23,7 @@ from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, h
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
+from railyard.operator.decide.small_jobs import SmallJobs
 from railyard.operator.decide.spares import spare_nodes
 from railyard.topology.cluster.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.cluster.model import Snapshot
@@ -228,6 +229,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     backfill = Backfill(given.occupants, given.now, settings.placement.resync_seconds,
                         settings.placement.backfill_trust)
     requests = {j.key: j.request for j in given.waiting}
+    small_jobs = SmallJobs(snapshot, settings.placement.small_job_gpus)
     for candidate in ordered:
         if given.over_budget():  # the rest waits for the next pass (the loop turns again)
             plan.budget_spent = True
@@ -244,6 +246,11 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         open_to = backfill.open_to(job, held, requests, current) if held else {}
         others_hold = _union(nodes - open_to[key][1] if key in open_to else nodes
                              for key, nodes in held.items() if key != candidate.key)
+        # Making room (evictions, moves) stays off every reservation: the small-job rule lends free capacity only.
+        reserved_for_others = others_hold
+        scheduled = {key for key in held if work.recall(key).backfilled_into} | {b.holder for b in backfill.backfilled}
+        small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled)
+        others_hold -= small
         gains = partial(work.may_gain, candidate, current, others_hold)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
@@ -263,6 +270,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if decision.placement is not None:
             current = taken(current, decision)
             backfill.placed(job, decision, held, open_to)
+            if small:  # what it occupies there, for the backfill checks of the rest of the pass
+                backfill.took(job, decision, small - _union(held[key] for key in open_to if key in held))
             if pods is not None:
                 pods.extend(placed_pods(decision))
             plan.placed.append((candidate.key, decision))
@@ -284,7 +293,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         making: Room | None = None
         if never is None:
             try:
-                making = make_room(room, job, candidate, view)
+                room_view = view if not small else \
+                    current.without_nodes(reserved_for_others | candidate.avoid | never_its(candidate.key))
+                making = make_room(room, job, candidate, room_view)
             except Exception as e:  # one job's trouble is that job's: the pass goes on
                 plan.failed.append(Failed(candidate.key, "preempt", e))
             if making is not None:

@@ -1,5 +1,6 @@
 """The starvation rule end to end: a gang that waited too long reserves the domain it waits for;
-jobs behind it may not take capacity there, and it lands when that domain frees up."""
+jobs behind it may not take capacity there (but by their declared limits, or as small jobs when an admin allows
+them), and it lands when that domain frees up."""
 
 from __future__ import annotations
 
@@ -100,5 +101,38 @@ def test_jobs_with_declared_limits_backfill_a_reservation_and_end_at_their_limit
         placed_tors = {core.read_node(p["spec"]["nodeName"]).metadata.labels["topology.railyard.dev/tor"]
                        for p in pods}
         assert placed_tors == {reserved}, "the big gang landed where it reserved, when the limits ran out"
+    finally:
+        op.stop()
+
+
+def test_with_small_jobs_allowed_a_small_job_without_a_limit_uses_a_reservation_and_a_larger_one_waits(
+        identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
+    """RAILYARD_SMALL_JOB_GPUS=4: the big gang reserves a TOR with an eighth of its nodes or more busy; a 4-GPU job
+    without a limit is placed on it, an 8-GPU one is not (it asks more than the setting allows)."""
+    sizes = Counter(n.metadata.labels["topology.railyard.dev/tor"] for n in placeable_nodes(core))
+    size = min(sizes.values())
+    tors = sorted(t for t, count in sizes.items() if count == size)
+    busy = -(-size // 8)  # an eighth of the reserved TOR's nodes, rounded up: the holder stays open to small jobs
+    op = OperatorProcess(identity, lease_namespace, tmp_path, name="small-jobs",
+                         extra_env={"RAILYARD_STARVATION_SECONDS": "0", "RAILYARD_SMALL_JOB_GPUS": "4"})
+    try:
+        wait_for_leader(coordination, lease_namespace)
+        # The same busy nodes in every TOR: no TOR holds the gang, and the first by name is reserved.
+        fills = [(f"fill-{i}-{j}", tor) for i, tor in enumerate(tors) for j in range(busy)]
+        for name, tor in fills:
+            create_job(custom, namespace, pinned(name, 1, tor))
+        for name, _ in fills:
+            wait_bound(api_client, core, namespace, name, 1)
+        create_job(custom, namespace, make_job("big", size, topology={"requiredTier": "tor"}))
+        wait_condition(custom, namespace, "big", "Placed", status="False", reason="Reserving")
+        reserved = tors[0]
+        create_job(custom, namespace, pinned("larger", 1, reserved))
+        create_job(custom, namespace, pinned("small", 1, reserved, gpus=4))
+        small_pod, = wait_bound(api_client, core, namespace, "small", 1, timeout=30)
+        # The gang reserves every node of its TOR; the busy ones are full: the small job is on a free reserved node.
+        busy_nodes = {p["spec"]["nodeName"] for name, _ in fills for p in pods_of(api_client, core, namespace, name)}
+        assert small_pod["spec"]["nodeName"] not in busy_nodes
+        waiting = wait_condition(custom, namespace, "larger", "Placed", status="False")
+        assert not (waiting.get("status") or {}).get("placement"), "an 8-GPU job took reserved nodes"
     finally:
         op.stop()

@@ -16,9 +16,18 @@ from bench.peers.living import (
     settled_percentile,
     size_class,
 )
-from bench.peers.translators import LIFETIME_ANNOTATION, PeerJob, kueue_objects, railyard_objects, volcano_objects
+from bench.peers.translators import (
+    LIFETIME_ANNOTATION,
+    PeerJob,
+    kueue_objects,
+    railyard_jobset_objects,
+    railyard_objects,
+    volcano_objects,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from railyard.topology.api.job import TrainingJob
+from railyard.topology.cluster.workload_intent import TIME_LIMIT
 
 
 def test_the_stream_asks_the_load_it_is_given_in_steady_demand():
@@ -52,6 +61,31 @@ def test_every_peer_gives_its_pods_the_jobs_lifetime():
     assert vjob["spec"]["tasks"][0]["template"]["metadata"]["annotations"] == {LIFETIME_ANNOTATION: "123s"}
     [burst] = railyard_objects(PeerJob("j", 4, 8, "tor", None))
     assert burst["spec"]["template"]["metadata"]["annotations"] == {}  # the burst's pods run forever
+
+
+def test_a_declared_limit_reaches_railyard_as_its_field_and_no_other_peer_is_sent_one():
+    job = PeerJob("l0002-2x8", 2, 8, "tor", None, arrival=1.0, lifetime=100.0, time_limit=240)
+    [tj] = railyard_objects(job)
+    parsed = TrainingJob.model_validate({**tj, "metadata": {**tj["metadata"], "namespace": "bench"}})
+    assert parsed.spec.time_limit_seconds == 240
+    [jobset] = railyard_jobset_objects(job)
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["metadata"]["annotations"][TIME_LIMIT] == "240"
+    assert "240" not in repr(kueue_objects(job)) and "240" not in repr(volcano_objects(job))
+    [unlimited] = railyard_objects(PeerJob("l0003-2x8", 2, 8, "tor", None, lifetime=100.0))
+    assert "timeLimitSeconds" not in unlimited["spec"]
+
+
+def test_the_compare_stream_with_limits_is_the_same_work_with_declarations_around_each_lifetime():
+    from bench.peers.compare_living import the_stream
+
+    plain, limited = the_stream(11, 0.0), the_stream(11, 0.5)
+    assert all(j.time_limit is None for j in plain)
+    assert [(j.name, j.arrival, j.lifetime) for j in plain] == [(j.name, j.arrival, j.lifetime) for j in limited]
+    declaring = [j for j in limited if j.time_limit is not None]
+    assert 0.4 < len(declaring) / len(limited) < 0.6
+    # Whole minutes, never under the lifetime: no job of the stream is ended by its own limit.
+    assert all(j.time_limit % 60 == 0 and j.time_limit >= j.lifetime for j in declaring)
 
 
 @settings(max_examples=200, deadline=None)

@@ -28,8 +28,10 @@ PASS_SECONDS = 1.0
 SAID = "the operator's queue pass (decide/pass_plan.plan_pass) with its settings model, in 1 s simulated passes"
 
 
-def simulate(jobs: list[PeerJob], starvation: float, seconds: float) -> dict[str, Any]:
-    sim = SimCluster(superpod_snapshot(), Settings.of({"RAILYARD_STARVATION_SECONDS": starvation}))
+def simulate(jobs: list[PeerJob], starvation: float, seconds: float,
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`extra`: more operator settings by their RAILYARD_* variable (`--set`)."""
+    sim = SimCluster(superpod_snapshot(), Settings.of({**(extra or {}), "RAILYARD_STARVATION_SECONDS": starvation}))
     total = sim.snapshot.total_gpus
     pending = sorted(jobs, key=lambda j: j.arrival)
     classes = {}
@@ -64,7 +66,23 @@ def stream_parser(description: str, seeds: str) -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default=seeds, help="a range a-b or a list a,b,c")
     parser.add_argument("--seconds", type=float, default=RUN_SECONDS, help="seconds of arrivals")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--set", action="append", default=[], metavar="RAILYARD_X=VALUE",
+                        help="another operator setting for every run (repeatable)")
     return parser
+
+
+def extra_settings(pairs: list[str]) -> dict[str, Any]:
+    """`--set` values as typed settings (the settings model parses them as it parses the environment)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        variable, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: expected RAILYARD_X=VALUE")
+        if variable == "RAILYARD_STARVATION_SECONDS":
+            raise SystemExit("--set RAILYARD_STARVATION_SECONDS: the thresholds are --thresholds")
+        out[variable] = value
+    Settings.of(out)  # a bad name or value stops here, naming it
+    return out
 
 
 def seed_list(text: str) -> list[int]:
@@ -81,17 +99,19 @@ def main() -> int:
     seeds = seed_list(args.seeds)
     thresholds = [float(x) for x in args.thresholds.split(",")]
     base = max(thresholds)
+    extra = extra_settings(args.set)
     print(f"reservation: {SAID}", file=sys.stderr)
     runs = []
     for seed in seeds:
         jobs = living_stream(args.seconds, seed, superpod_snapshot().total_gpus, 1.1, LIFETIME_SECONDS)
-        by = {f"{t:g}": simulate(jobs, t, args.seconds) for t in thresholds}
+        by = {f"{t:g}": simulate(jobs, t, args.seconds, extra) for t in thresholds}
         ratios = {k: round((v["wait_p99_seconds"] or 0) / max(0.1, by[f"{base:g}"]["wait_p99_seconds"] or 0), 3)
                   for k, v in by.items()}
         runs.append({"seed": seed, "jobs": len(jobs), "by_starvation_seconds": by,
                      f"wait_p99_over_{base:g}s": ratios})
     emit({"workload": f"living stream on superpod-2k: {args.seconds:g} s of arrivals at 1.1x the GPUs, mean "
-                      f"lifetime {LIFETIME_SECONDS:g} s", "simulation": SAID, "runs": runs}, args.out)
+                      f"lifetime {LIFETIME_SECONDS:g} s", "simulation": SAID, "settings": extra,
+          "runs": runs}, args.out)
     return 0
 
 

@@ -15,8 +15,9 @@ API requests are the run's own.
 Environment: COMPARE_LIVING_SECONDS (run length, default 1200), COMPARE_LIFETIME_SECONDS (mean pod
 lifetime, default 300), COMPARE_LOAD (steady demand over the cluster's GPUs, default 1.1),
 COMPARE_LIVING_SETTLE_SECONDS (the most the stream goes on after the run, default 300; 0: stop with
-the run as earlier runs did), COMPARE_SEED, COMPARE_PEERS; COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for
-the table and the plot.
+the run as earlier runs did), COMPARE_LIMIT_SHARE (the share of jobs declaring a time limit, drawn around
+their lifetimes by living.with_limits; default 0: none declares), COMPARE_SEED, COMPARE_PEERS;
+COMPARE_LIVING_OUT / COMPARE_LIVING_PLOT for the table and the plot.
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ from bench.peers.living import (
     living_stream,
     replicas_bound,
     settled_percentile,
+    with_limits,
 )
-from bench.peers.translators import JOB_LABEL, read_placements, summarise
+from bench.peers.translators import JOB_LABEL, PeerJob, read_placements, summarise
 from bench.rig.operator import NS, PodWatch, api_requests, cpu_seconds, per_pod
 
 SECONDS = float(os.environ.get("COMPARE_LIVING_SECONDS", "1200"))
 LIFETIME = float(os.environ.get("COMPARE_LIFETIME_SECONDS", "300"))
 LOAD = float(os.environ.get("COMPARE_LOAD", "1.1"))
 SETTLE = float(os.environ.get("COMPARE_LIVING_SETTLE_SECONDS", "300"))
+LIMIT_SHARE = float(os.environ.get("COMPARE_LIMIT_SHARE", "0"))
 CHECK_SECONDS = 5.0  # how often, after the run, the harness asks whether the p99 is decided
 CLUSTER_GPUS = 2048 * 8  # superpod-2k
 
@@ -181,11 +184,20 @@ def plot(out: dict, target: Path) -> None:
     fig.savefig(target, dpi=90)
 
 
+def the_stream(seed: int, limit_share: float) -> list[PeerJob]:
+    """The run's arrivals and those after it, `limit_share` of them declaring time limits (the same jobs,
+    arrivals and lifetimes whatever the share: only the declarations differ)."""
+    jobs = living_stream(SECONDS + SETTLE, seed, CLUSTER_GPUS, LOAD, LIFETIME)
+    return with_limits(jobs, limit_share, seed) if limit_share > 0 else jobs
+
+
 def main() -> dict:
-    jobs = living_stream(SECONDS + SETTLE, SEED, CLUSTER_GPUS, LOAD, LIFETIME)
+    jobs = the_stream(SEED, LIMIT_SHARE)
     cohort = [j for j in jobs if j.arrival < SECONDS]
     out: dict = {"mode": "living", "seconds": SECONDS, "seed": SEED, "load": LOAD, "mean_lifetime_seconds": LIFETIME,
-                 "settle_seconds": SETTLE, "jobs": len(cohort), "pods": sum(j.replicas for j in cohort),
+                 "settle_seconds": SETTLE, "limit_share": LIMIT_SHARE,
+                 "declaring_limits": sum(1 for j in cohort if j.time_limit is not None),
+                 "jobs": len(cohort), "pods": sum(j.replicas for j in cohort),
                  "cluster": "superpod-2k (2,048 nodes x 8 GPUs)", "peers": {}}
     for peer in SELECTED:
         out["peers"][peer] = run_living(peer, jobs)

@@ -20,7 +20,13 @@ from typing import Any
 from bench.core.workload import job_stream
 from railyard.topology.api.job import GROUP, VERSION
 from railyard.topology.cluster.labels import LABEL_LEAF, LABEL_SPINE, LABEL_TOR, SCHEDULING_GATE
-from railyard.topology.cluster.workload_intent import OPT_IN_LABEL, OPT_IN_VALUE, PREFERRED_TIER, REQUIRED_TIER
+from railyard.topology.cluster.workload_intent import (
+    OPT_IN_LABEL,
+    OPT_IN_VALUE,
+    PREFERRED_TIER,
+    REQUIRED_TIER,
+    TIME_LIMIT,
+)
 
 JOB_LABEL = "compare.railyard.dev/job"
 INDEX_ANNOTATION = "compare.railyard.dev/index"
@@ -43,7 +49,9 @@ class PeerJob:
     preferred_tier: str | None
     arrival: float = 0.0  # seconds into the run (the living cluster's stream; 0 in the burst)
     lifetime: float | None = None  # seconds each pod runs before it succeeds; None: forever
-    time_limit: int | None = None  # its declared run time (TrainingJob spec.timeLimitSeconds); None: none
+    # Its declared run time: the Railyard peers' spec.timeLimitSeconds (a JobSet's railyard.dev/time-limit-seconds);
+    # the other peers are sent the job without it (none of them schedules by one). None: none.
+    time_limit: int | None = None
 
 
 def stream(count: int, seed: int) -> list[PeerJob]:
@@ -75,11 +83,13 @@ _TIER_LABEL = {"tor": LABEL_TOR, "leaf": LABEL_LEAF, "spine": LABEL_SPINE}
 
 def railyard_objects(job: PeerJob) -> list[dict[str, Any]]:
     topology = {k: v for k, v in (("requiredTier", job.required_tier), ("preferredTier", job.preferred_tier)) if v}
+    spec: dict[str, Any] = {"replicas": job.replicas, "topology": topology,
+                            "template": {"metadata": {"labels": _labels(job), "annotations": _annotations(job)},
+                                         "spec": {"containers": [_container(job)]}}}
+    if job.time_limit is not None:
+        spec["timeLimitSeconds"] = job.time_limit
     return [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
-             "metadata": {"name": job.name, "labels": _labels(job)},
-             "spec": {"replicas": job.replicas, "topology": topology,
-                      "template": {"metadata": {"labels": _labels(job), "annotations": _annotations(job)},
-                                   "spec": {"containers": [_container(job)]}}}}]
+             "metadata": {"name": job.name, "labels": _labels(job)}, "spec": spec}]
 
 
 def railyard_jobset_objects(job: PeerJob) -> list[dict[str, Any]]:
@@ -90,6 +100,8 @@ def railyard_jobset_objects(job: PeerJob) -> list[dict[str, Any]]:
     for key, tier in ((REQUIRED_TIER, job.required_tier), (PREFERRED_TIER, job.preferred_tier)):
         if tier:
             annotations[key] = tier
+    if job.time_limit is not None:
+        annotations[TIME_LIMIT] = str(job.time_limit)
     pod = {"metadata": {"labels": {**_labels(job), OPT_IN_LABEL: OPT_IN_VALUE}, "annotations": annotations},
            "spec": {"restartPolicy": "Never", "schedulingGates": [{"name": SCHEDULING_GATE}],
                     "containers": [_container(job)]}}

@@ -1,0 +1,130 @@
+"""Small jobs past starvation reservations (RAILYARD_SMALL_JOB_GPUS, decide/small_jobs.py), through the operator's
+own queue pass on simulated time (bench/sim.py): off, a job without a limit keeps off reserved nodes; on, one of at
+most that many GPUs may use them while an eighth of the holder's nodes or more are busy, and no larger one may."""
+
+from __future__ import annotations
+
+from bench.sim import SimCluster, training_job
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from railyard.operator.base.settings import Settings
+from railyard.operator.decide.priority import PriorityClassView
+
+from tests.support.clusters import snapshot
+
+BIG = ("bench", "big")
+
+
+def _reserving(small_job_gpus: int, nodes: int, fillers: int) -> SimCluster:
+    """Two TORs of `nodes` nodes: the second full for 600 s (no limit), `fillers` 1x8 jobs busy in the first; then a
+    gang of the whole first TOR waits past the threshold and reserves it."""
+    sim = SimCluster(snapshot(leaves=1, tors=2, nodes=nodes),
+                     Settings.of({"RAILYARD_STARVATION_SECONDS": 5.0, "RAILYARD_SMALL_JOB_GPUS": small_job_gpus}))
+    sim.submit(training_job("other-tor", nodes, 8, required_tier="tor"), 600.0, 0.0)
+    for i in range(fillers):
+        sim.submit(training_job(f"fill{i}", 1, 8), 600.0, 0.0)
+    sim.step(0.0)
+    sim.submit(training_job("big", nodes, 8, required_tier="tor"), 300.0, 1.0)
+    for second in range(1, 12):
+        sim.step(float(second))
+    assert len(sim.memory[BIG].reserved) == nodes, "the big gang reserves the first TOR"
+    return sim
+
+
+def _placed_now(sim: SimCluster, *jobs: tuple[str, int, int]) -> dict[str, set[str]]:
+    """Submit unlimited jobs (name, replicas, GPUs each) and run one pass: the nodes each placed job landed on."""
+    for name, replicas, gpus in jobs:
+        sim.submit(training_job(name, replicas, gpus), 50.0, 12.0)
+    plan = sim.step(12.0)
+    return {key[1]: {node for node, _ in d.placement.allocations} for key, d in plan.placed if d.placement}
+
+
+def test_off_by_default_a_job_without_a_limit_keeps_off_reserved_nodes():
+    assert Settings.of({}).placement.small_job_gpus == 0
+    sim = _reserving(0, nodes=4, fillers=1)
+    assert _placed_now(sim, ("small", 1, 4)) == {}
+
+
+def test_on_a_small_job_uses_a_reserved_node_and_a_larger_one_still_waits():
+    sim = _reserving(8, nodes=4, fillers=1)
+    held = sim.memory[BIG].reserved
+    placed = _placed_now(sim, ("larger", 2, 8), ("small", 1, 4))
+    assert set(placed) == {"small"}, "2x8 asks 16 GPUs, over the 8 allowed"
+    assert placed["small"] <= held
+
+
+def test_a_holder_with_less_than_an_eighth_of_its_nodes_busy_is_closed_to_small_jobs():
+    closed = _reserving(8, nodes=16, fillers=1)  # 1 of 16 busy
+    assert _placed_now(closed, ("small", 1, 4)) == {}
+    opened = _reserving(8, nodes=16, fillers=2)  # 2 of 16: an eighth
+    placed = _placed_now(opened, ("small", 1, 4))
+    assert placed["small"] <= opened.memory[BIG].reserved
+
+
+def test_a_reservation_kept_for_a_backfilled_job_stays_closed_to_small_jobs():
+    sim = SimCluster(snapshot(leaves=1, tors=2, nodes=4),
+                     Settings.of({"RAILYARD_STARVATION_SECONDS": 5.0, "RAILYARD_SMALL_JOB_GPUS": 8}))
+    sim.submit(training_job("other-tor", 4, 8, required_tier="tor"), 600.0, 0.0)
+    sim.submit(training_job("fill", 1, 4, time_limit=600), 600.0, 0.0)  # half a node, until a declared end
+    sim.step(0.0)
+    sim.submit(training_job("big", 4, 8, required_tier="tor"), 300.0, 1.0)
+    for second in range(1, 12):
+        sim.step(float(second))
+    held = sim.memory[BIG].reserved
+    sim.submit(training_job("short", 1, 4, time_limit=120), 50.0, 12.0)
+    plan = sim.step(12.0)
+    assert [b.job[1] for b in plan.backfilled] == ["short"], "beside fill, on its declared end"
+    assert sim.memory[BIG].reserved == held and sim.memory[BIG].backfilled_into
+    sim.submit(training_job("small", 1, 4), 50.0, 13.0)
+    assert not sim.step(13.0).placed, "a job without a limit would break the schedule the reservation keeps"
+
+
+def test_a_small_job_does_not_make_room_on_reserved_nodes():
+    sim = _reserving(8, nodes=4, fillers=1)
+    # Every free node of the reserved TOR taken by small jobs: an urgent 1x8 finds no room but by evicting.
+    for i in range(3):
+        sim.submit(training_job(f"s{i}", 1, 8), 600.0, 12.0)
+    placed = _placed_now(sim)
+    assert len(placed) == 3
+    held = sim.memory[BIG].reserved
+    sim.classes["high"] = PriorityClassView("high", 1000)
+    sim.submit(training_job("urgent", 1, 8, priority_class="high"), 50.0, 13.0)
+    plan = sim.step(13.0)
+    hold = plan.holds.get(("bench", "urgent"))
+    assert hold is not None, "it makes room: the other TOR's gang is of lower priority"
+    assert not hold.nodes & held and not any(v.startswith("bench/s") or v.startswith("bench/fill") for v in
+                                              hold.victims), "making room stays off reserved nodes"
+
+
+# (replicas, GPUs per replica, lifetime seconds, arrival second), none declaring a limit
+JOB = st.tuples(st.sampled_from([1, 1, 1, 2, 4]), st.sampled_from([1, 2, 4, 8]), st.integers(20, 600),
+                st.integers(0, 300))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(JOB, min_size=4, max_size=30), st.sampled_from([1, 2, 4, 8]))
+def test_only_jobs_of_at_most_the_set_gpus_land_on_another_gangs_reservation(jobs, small_job_gpus):
+    sim = SimCluster(snapshot(leaves=1, tors=2, nodes=4),
+                     Settings.of({"RAILYARD_STARVATION_SECONDS": 10.0, "RAILYARD_SMALL_JOB_GPUS": small_job_gpus}))
+    sim.submit(training_job("big", 6, 8, preferred_tier="tor"), 300.0, 1.0)  # more than a TOR: it starves
+    asks: dict[str, int] = {}
+    pending = sorted(enumerate(jobs), key=lambda ij: ij[1][3])
+    for second in range(0, 600, 2):
+        while pending and pending[0][1][3] <= second:
+            i, (replicas, gpus, lifetime, arrival) = pending.pop(0)
+            name = f"j{i:03d}"
+            sim.submit(training_job(name, replicas, gpus, required_tier="tor" if replicas > 1 else None),
+                       float(lifetime), float(arrival))
+            asks[name] = replicas * gpus
+        # Reservations held from before the pass and still after it: a reservation first taken in a pass binds
+        # only the jobs behind its holder, and one given up in it may have been placed on.
+        before = {key: m.reserved for key, m in sim.memory.items() if m.reserved}
+        plan = sim.step(float(second))
+        reserved = {key: m.reserved & before[key] for key, m in sim.memory.items() if m.reserved and key in before}
+        for key, decision in plan.placed:
+            assert decision.placement is not None
+            nodes = {node for node, _ in decision.placement.allocations}
+            if any(holder != key and nodes & held for holder, held in reserved.items()):
+                assert key[1] != "big" and asks[key[1]] <= small_job_gpus, \
+                    "only a job of at most RAILYARD_SMALL_JOB_GPUS uses another's reservation"
+                event("a small job used a reservation")
