@@ -246,16 +246,17 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         open_to = backfill.open_to(job, held, requests, current) if held else {}
         others_hold = _union(nodes - open_to[key][1] if key in open_to else nodes
                              for key, nodes in held.items() if key != candidate.key)
-        # Making room (evictions, moves) stays off every reservation: the small-job rule lends free capacity only.
-        reserved_for_others = others_hold
-        scheduled = {key for key in held if work.recall(key).backfilled_into} | {b.holder for b in backfill.backfilled}
-        small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled)
-        others_hold -= small
-        gains = partial(work.may_gain, candidate, current, others_hold)
+        small = frozenset[str]()
+        if held and small_jobs.is_small(candidate.request):  # off by default: nothing to read per candidate
+            scheduled = {k for k in held if work.recall(k).backfilled_into} | {b.holder for b in backfill.backfilled}
+            small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled)
+        closed = others_hold - small  # the reserved nodes this job may not use
+        gains = partial(work.may_gain, candidate, current, closed)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
                                    settings.placement.retry_seconds, gains) and not may_hold and not box_ended:
             continue
-        view = current.without_nodes(others_hold | candidate.avoid | never_its(candidate.key))
+        elsewhere = candidate.avoid | never_its(candidate.key)
+        view = current.without_nodes(closed | elsewhere)
         if pods is None and has_inter_pod_rules(candidate.request.pod_spec):
             pods = [*given.pod_infos(), *(p for _, earlier in plan.placed for p in placed_pods(earlier))]
         started = clock()
@@ -293,8 +294,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         making: Room | None = None
         if never is None:
             try:
-                room_view = view if not small else \
-                    current.without_nodes(reserved_for_others | candidate.avoid | never_its(candidate.key))
+                # Making room (evictions, moves) stays off every reservation: small jobs borrow free capacity only.
+                room_view = current.without_nodes(others_hold | elsewhere) if small else view
                 making = make_room(room, job, candidate, room_view)
             except Exception as e:  # one job's trouble is that job's: the pass goes on
                 plan.failed.append(Failed(candidate.key, "preempt", e))
