@@ -34,6 +34,7 @@ from railyard.operator.decide.pass_plan import PassInput, PassPlan, Unplaced, pl
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import QueuedJob
 from railyard.operator.decide.room import Room, RoomView, moves_this_hour_seen
+from railyard.operator.decide.small_jobs import lent_message
 from railyard.operator.decide.spares import tors_short
 from railyard.operator.kube.client import Fenced
 from railyard.topology.api.timestamps import epoch
@@ -140,6 +141,10 @@ class QueuePass:
         for entry in plan.backfilled:
             if (job := self.ctx.state.jobs.get(entry.job)) is not None and job.placement is not None:
                 await self.events.normal(job, EventReason.BACKFILLED, backfill_message(entry))
+        for lent in plan.lent:
+            if (job := self.ctx.state.jobs.get(lent.job)) is not None and job.placement is not None:
+                await self.events.normal(job, EventReason.LENT_RESERVED_NODES,
+                                         lent_message(lent, self.ctx.settings.placement.small_job_gpus))
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),

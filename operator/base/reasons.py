@@ -173,6 +173,7 @@ class EventReason(StrEnum):
     MIGRATION_CANCELLED = "MigrationCancelled"  # the move is off (the waiting gang no longer needs it, or no room)
     PLACEMENT_RESTORED = "PlacementRestored"  # an adopted gang's TrainingJob made again: placement read from pods
     BACKFILLED = "Backfilled"  # placed on nodes reserved for a starving gang: its time limit ends first
+    LENT_RESERVED_NODES = "LentReservedNodes"  # a small job placed on a starving gang's reserved nodes (opt-in rule)
     SAVE_ON_FAULT = "SaveOnFault"  # what a fault's survivors saved, or why they did not (lastRestart.saveOnFault)
 
 

@@ -23,7 +23,7 @@ from railyard.operator.decide.holds import Expired, Hold, PendingMove, expire, h
 from railyard.operator.decide.preemption_rules import parse_key
 from railyard.operator.decide.queue import Failure, QueuedJob
 from railyard.operator.decide.room import Room, RoomView, make_room
-from railyard.operator.decide.small_jobs import SmallJobs
+from railyard.operator.decide.small_jobs import Lent, SmallJobs
 from railyard.operator.decide.spares import spare_nodes
 from railyard.topology.cluster.affinity import PodInfo, has_inter_pod_rules
 from railyard.topology.cluster.model import Snapshot
@@ -111,6 +111,7 @@ class PassPlan:
     budget_spent: bool = False  # jobs were left for the next pass
     after: Snapshot | None = None  # the snapshot with every placement of the pass taken
     backfilled: list[Backfilled] = field(default_factory=list)  # jobs placed on reserved nodes by their limits
+    lent: list[Lent] = field(default_factory=list)  # small jobs placed on reserved nodes (decide/small_jobs.py)
 
 
 def _union(sets: Iterable[frozenset[str]]) -> frozenset[str]:
@@ -272,7 +273,10 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             current = taken(current, decision)
             backfill.placed(job, decision, held, open_to)
             if small:  # what it occupies there, for the backfill checks of the rest of the pass
-                backfill.took(job, decision, small - _union(held[key] for key in open_to if key in held))
+                lent = small - _union(held[key] for key in open_to if key in held)
+                backfill.took(job, decision, lent)
+                landed = {node for node, _ in decision.placement.allocations} & lent
+                plan.lent.extend(Lent(candidate.key, key) for key, nodes in held.items() if nodes & landed)
             if pods is not None:
                 pods.extend(placed_pods(decision))
             plan.placed.append((candidate.key, decision))

@@ -5,7 +5,8 @@ still busy, so a job of at most the set number of GPUs may use a holder's nodes 
 were busy when the pass began (counted then, so the pass's own small placements do not keep a reservation open).
 A reservation kept for the declared ends of jobs backfilled into it (decide/backfill.py) stays closed: an
 occupant without a limit would break the schedule it was kept for. Off (0) by default: then only backfill by
-declared limits opens a reservation. Pure: the queue pass (decide/pass_plan.py) asks, once per candidate."""
+declared limits opens a reservation. Pure: the queue pass (decide/pass_plan.py) asks, once per candidate, and lists
+what it lent (`Lent`) for the small job's LentReservedNodes Event."""
 
 from __future__ import annotations
 
@@ -59,3 +60,17 @@ class SmallJobs:
 def _busy(snapshot: Snapshot, name: str) -> bool:
     node = snapshot.node(name)
     return len(snapshot.free(node)) < node.gpu_count
+
+
+@dataclass(frozen=True)
+class Lent:
+    """A small job placed this pass on nodes reserved for `holder`, by this rule (not by a declared limit)."""
+
+    job: Key
+    holder: Key
+
+
+def lent_message(entry: Lent, small_job_gpus: int) -> str:
+    """What the small job's Event says: the holder may wait for it, which is why an admin would want to see it."""
+    return (f"placed on nodes reserved for {entry.holder[0]}/{entry.holder[1]} as a small job (at most "
+            f"{small_job_gpus} GPUs, RAILYARD_SMALL_JOB_GPUS); that gang starts once these nodes are free again")

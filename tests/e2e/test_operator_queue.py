@@ -108,7 +108,8 @@ def test_jobs_with_declared_limits_backfill_a_reservation_and_end_at_their_limit
 def test_with_small_jobs_allowed_a_small_job_without_a_limit_uses_a_reservation_and_a_larger_one_waits(
         identity, crds, api_client, core, custom, coordination, namespace, lease_namespace, tmp_path):
     """RAILYARD_SMALL_JOB_GPUS=4: the big gang reserves a TOR with an eighth of its nodes or more busy; a 4-GPU job
-    without a limit is placed on it, an 8-GPU one is not (it asks more than the setting allows)."""
+    without a limit is placed on it (with a LentReservedNodes Event), an 8-GPU one is not (it asks more than the
+    setting allows)."""
     sizes = Counter(n.metadata.labels["topology.railyard.dev/tor"] for n in placeable_nodes(core))
     size = min(sizes.values())
     tors = sorted(t for t, count in sizes.items() if count == size)
@@ -132,6 +133,10 @@ def test_with_small_jobs_allowed_a_small_job_without_a_limit_uses_a_reservation_
         # The gang reserves every node of its TOR; the busy ones are full: the small job is on a free reserved node.
         busy_nodes = {p["spec"]["nodeName"] for name, _ in fills for p in pods_of(api_client, core, namespace, name)}
         assert small_pod["spec"]["nodeName"] not in busy_nodes
+        lent = poll(lambda: [e for e in core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=small").items if e.reason == "LentReservedNodes"],
+            30, "a LentReservedNodes Event")
+        assert f"reserved for {namespace}/big" in lent[0].message and "at most 4 GPUs" in lent[0].message
         waiting = wait_condition(custom, namespace, "larger", "Placed", status="False")
         assert not (waiting.get("status") or {}).get("placement"), "an 8-GPU job took reserved nodes"
     finally:

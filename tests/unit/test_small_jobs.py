@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from railyard.operator.base.settings import Settings
 from railyard.operator.decide.priority import PriorityClassView
+from railyard.operator.decide.small_jobs import Lent
 
-from tests.support.clusters import snapshot
+from tests.support.clusters import nodes_in_tor, snapshot
 
 BIG = ("bench", "big")
 
@@ -53,6 +54,29 @@ def test_on_a_small_job_uses_a_reserved_node_and_a_larger_one_still_waits():
     assert placed["small"] <= held
 
 
+def test_a_small_job_on_reserved_nodes_is_reported_with_its_holder_and_one_beside_them_is_not():
+    sim = _reserving(8, nodes=4, fillers=1)
+    sim.submit(training_job("small", 1, 4), 50.0, 12.0)
+    plan = sim.step(12.0)
+    assert [key[1] for key, _ in plan.placed] == ["small"]
+    assert plan.lent == [Lent(("bench", "small"), BIG)]
+    # The other TOR full but for half a node: the small job packs there, off the reservation, and is not reported.
+    empty = snapshot(leaves=1, tors=2, nodes=4)
+    first, second = (nodes_in_tor(empty, tor) for tor in sorted({n.tor for n in empty.nodes}))
+    used = {first[0]: list(range(8)), **{n: list(range(8)) for n in second[:-1]}, second[-1]: list(range(4))}
+    beside = SimCluster(snapshot(used, leaves=1, tors=2, nodes=4),
+                        Settings.of({"RAILYARD_STARVATION_SECONDS": 5.0, "RAILYARD_SMALL_JOB_GPUS": 8}))
+    beside.submit(training_job("big", 4, 8, required_tier="tor"), 300.0, 1.0)
+    for now in range(1, 12):
+        beside.step(float(now))
+    assert beside.memory[BIG].reserved == frozenset(first), "one busy node of four: open to small jobs"
+    beside.submit(training_job("small", 1, 4), 50.0, 12.0)
+    plan = beside.step(12.0)
+    assert [(key[1], d.placement.allocations[0][0]) for key, d in plan.placed if d.placement] == [
+        ("small", second[-1])]
+    assert plan.lent == []
+
+
 def test_a_holder_with_less_than_an_eighth_of_its_nodes_busy_is_closed_to_small_jobs():
     closed = _reserving(8, nodes=16, fillers=1)  # 1 of 16 busy
     assert _placed_now(closed, ("small", 1, 4)) == {}
@@ -74,6 +98,7 @@ def test_a_reservation_kept_for_a_backfilled_job_stays_closed_to_small_jobs():
     sim.submit(training_job("short", 1, 4, time_limit=120), 50.0, 12.0)
     plan = sim.step(12.0)
     assert [b.job[1] for b in plan.backfilled] == ["short"], "beside fill, on its declared end"
+    assert plan.lent == [], "backfilled by its limit: its Event is Backfilled, not LentReservedNodes"
     assert sim.memory[BIG].reserved == held and sim.memory[BIG].backfilled_into
     sim.submit(training_job("small", 1, 4), 50.0, 13.0)
     assert not sim.step(13.0).placed, "a job without a limit would break the schedule the reservation keeps"
