@@ -111,18 +111,21 @@ class Backfill:
                 self._listed.setdefault(node, []).append((end, gpus))
         return self._listed
 
-    def took(self, job: Job, decision: Decision, nodes: frozenset[str]) -> None:
+    def took(self, job: Job, decision: Decision, nodes: frozenset[str]) -> frozenset[str]:
         """A small job (decide/small_jobs.py) placed this pass on reserved `nodes`: it occupies those it landed on
-        until its declared end, or NEVER."""
+        until its declared end, or NEVER. Returns those it landed on."""
         if decision.placement is None:
-            return
+            return frozenset()
         end = end_if_placed(job, self.now, self.pass_seconds)
+        landed: set[str] = set()
         for node, gpus in decision.placement.allocations:
             if node in nodes:
+                landed.add(node)
                 if self._listed is None:
                     self._taken.append((node, end, len(gpus)))
                 else:
                     self._listed.setdefault(node, []).append((end, len(gpus)))
+        return frozenset(landed)
 
     def open_to(self, job: Job, held: Mapping[Key, frozenset[str]], requests: Mapping[Key, GangRequest],
                 current: Snapshot) -> dict[Key, tuple[float, frozenset[str]]]:

@@ -273,9 +273,7 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
             current = taken(current, decision)
             backfill.placed(job, decision, held, open_to)
             if small:  # what it occupies there, for the backfill checks of the rest of the pass
-                lent = small - _union(held[key] for key in open_to if key in held)
-                backfill.took(job, decision, lent)
-                landed = {node for node, _ in decision.placement.allocations} & lent
+                landed = backfill.took(job, decision, small - _union(held[key] for key in open_to if key in held))
                 plan.lent.extend(Lent(candidate.key, key) for key, nodes in held.items() if nodes & landed)
             if pods is not None:
                 pods.extend(placed_pods(decision))
