@@ -24,7 +24,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +40,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -75,6 +75,7 @@ def metrics() -> str:
     from prometheus_client import REGISTRY
 
     rows = []
+    collector: Any  # the metric classes' fields are private: read as prometheus_client keeps them
     for collector in sorted(REGISTRY._collector_to_names, key=lambda c: getattr(c, "_name", "")):
         name = getattr(collector, "_name", None)
         if name is None or not name.startswith("railyard_"):
@@ -127,7 +128,7 @@ def cli() -> str:
     from railyard.operator.app.cli import ExitCode, build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
+    sub: Any = next(a for a in parser._actions if a.dest == "command")  # argparse keeps subparsers private
     helps = {a.dest: a.help for a in sub._choices_actions}
     out = []
     for name, command in sub.choices.items():
@@ -502,10 +503,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="list stale pages, exit 1 if any")
     args = parser.parse_args()
     if args.check:
-        pages = stale()
-        for page in pages:
-            print(f"stale: {page} (run hack/gen_docs.py)", file=sys.stderr)
-        return 1 if pages else 0
+        names = stale()
+        for name in names:
+            print(f"stale: {name} (run hack/gen_docs.py)", file=sys.stderr)
+        return 1 if names else 0
     for page in dict.fromkeys(p for p, _ in SECTIONS.values()):
         text = rendered(page)
         if text != page.read_text():
