@@ -16,6 +16,7 @@ in the page that shows it. `hack/gen_docs.py` rewrites them; `--check` lists the
     cli           operator/app/cli.py's parser and exit codes                             -> docs/cli.md
     troubleshooting  operator/app/troubleshooting.py                                      -> docs/troubleshooting.md
     results       docs/results/*.json (the headline figures HEADLINES names)               -> docs/benchmarks.md
+    classes       docs/records/bench-living-*.json (the runs CLASS_RUNS names)              -> README.md
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +41,7 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -75,6 +76,7 @@ def metrics() -> str:
     from prometheus_client import REGISTRY
 
     rows = []
+    collector: Any  # the metric classes' fields are private: read as prometheus_client keeps them
     for collector in sorted(REGISTRY._collector_to_names, key=lambda c: getattr(c, "_name", "")):
         name = getattr(collector, "_name", None)
         if name is None or not name.startswith("railyard_"):
@@ -127,7 +129,7 @@ def cli() -> str:
     from railyard.operator.app.cli import ExitCode, build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
+    sub: Any = next(a for a in parser._actions if a.dest == "command")  # argparse keeps subparsers private
     helps = {a.dest: a.help for a in sub._choices_actions}
     out = []
     for name, command in sub.choices.items():
@@ -180,7 +182,8 @@ Step = str | int | Mapping[str, object]
 class Figure(NamedTuple):
     label: str
     paths: tuple[tuple[Step, ...], ...]  # several values are shown as "a / b", in the label's order
-    unit: str = ""  # "%": a fraction shown as a percentage; "x": a ratio; "count": the length of a list
+    unit: str = ""  # "%": a fraction shown as a percentage; "x": a ratio; "count": the length of a list;
+    # "each": a list of runs, each shown
 
 
 def _fig(label: str, *paths: tuple[Step, ...], unit: str = "") -> Figure:
@@ -276,8 +279,8 @@ HEADLINES: dict[str, tuple[str, tuple[Step, ...] | None, tuple[Figure, ...]]] = 
              ("with_background_pods", "recovery_in_place_warm", "signal_to_all_bound_seconds"),
              ("with_background_pods", "recovery_in_place_fresh_operator", "median_signal_to_all_bound_seconds")),
         _fig("the same with an operator started at the signal, each run s",
-             *(("with_background_pods", "recovery_in_place_fresh_operator", "runs_signal_to_all_bound_seconds", run)
-               for run in range(3))),
+             ("with_background_pods", "recovery_in_place_fresh_operator", "runs_signal_to_all_bound_seconds"),
+             unit="each"),
         _fig("pods that InPlace restart kept: warm / operator started at the signal",
              ("with_background_pods", "recovery_in_place_warm", "pods_kept"),
              ("with_background_pods", "recovery_in_place_fresh_operator", "pods_kept")),
@@ -416,6 +419,10 @@ def _value(value: Any, unit: str, where: str) -> str:
         if not isinstance(value, list):
             raise SystemExit(f"{where}: a count of {value!r}, not of a list (hack/gen_docs.py HEADLINES)")
         return str(len(value))
+    if unit == "each":  # a list of runs, however many the benchmark made
+        if not isinstance(value, list) or not value:
+            raise SystemExit(f"{where}: {value!r} is not a list of runs (hack/gen_docs.py HEADLINES)")
+        return " / ".join(_value(v, "", where) for v in value)
     if value is None:
         return "not measured"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -458,6 +465,109 @@ def results() -> str:
     return _table(("benchmark", "figure", "value", "measured"), rows)
 
 
+# --- the size classes' tails: README's per-peer table, from the recorded living runs --------------------
+
+_SEEDS_FILE = "bench-living-seeds-2026-12-03-to-2026-12-05.json"
+_LIMITS_FILE = "bench-living-limits-2026-12-07.json"
+_SMALL_FILE = "bench-living-small-jobs-2026-12-07.json"
+_CLASSES_FILE = "bench-living-classes-2026-12-07.json"
+_CLASSES = ("1 replica", "2-16 replicas", "32+ replicas")
+_RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
+
+# seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
+# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5); the peers are sent the
+# same arrivals without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
+CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
+    11: {_RAILYARD: ((_LIMITS_FILE, ("r11l50",)),),
+         _RAILYARD_128: ((_SMALL_FILE, ("r11l50g128",)), (_CLASSES_FILE, ("r11l50g128b",))),
+         "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
+                            (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
+                             ("session_2026_12_05c", "k11"))),
+         "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")),),
+         "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
+    12: {_RAILYARD: ((_CLASSES_FILE, ("r12l50",)),),
+         "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
+                            (("session_2026_12_04b", "k12"), ("session_2026_12_04b", "k12b"),
+                             ("session_2026_12_04b", "k12c"), ("session_2026_12_05", "k12e"),
+                             ("session_2026_12_05c", "k12"), ("session_2026_12_05d", "k12b"))),
+         "Volcano": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
+                          (("session_2026_12_05", "v12e"), ("session_2026_12_05b", "v12f"),
+                           ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
+         "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
+    13: {_RAILYARD: ((_LIMITS_FILE, ("r13l50",)),),
+         _RAILYARD_128: ((_SMALL_FILE, ("r13l50g128",)),),
+         "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
+                            (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
+                             ("session_2026_12_05c", "k13"))),
+         "Volcano": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
+                          (("session_2026_12_05", "v13e"), ("session_2026_12_05b", "v13f"),
+                           ("session_2026_12_05c", "v13"), ("session_2026_12_05d", "v13g")))},
+    15: {_RAILYARD: ((_SMALL_FILE, ("r15l50",)),),
+         _RAILYARD_128: ((_SMALL_FILE, ("r15l50g128",)),),
+         "Kueue TAS": ((_SMALL_FILE, ("k15l50",)),),
+         "Volcano": ((_SMALL_FILE, ("v15l50",)),)},
+    16: {_RAILYARD: ((_CLASSES_FILE, ("r16l50",)),),
+         _RAILYARD_128: ((_CLASSES_FILE, ("r16l50g128",)),),
+         "Kueue TAS": ((_CLASSES_FILE, ("k16l50",)),),
+         "Volcano": ((_CLASSES_FILE, ("v16l50",)),)},
+}
+
+
+def _span(values: list[float], unit: str = "") -> str:
+    low, high = min(values), max(values)
+    return f"{low:g}{unit}" if low == high else f"{low:g}\N{EN DASH}{high:g}{unit}"
+
+
+_FIGURES = ("1 replica", "2-16 replicas", "32+ replicas", "every job", "GPU utilisation")
+
+
+def _runs_figures() -> dict[int, dict[str, list[list[float]]]]:
+    """seed -> scheduler -> per figure (_FIGURES), its value in each recorded run."""
+    folder, loaded = REPO / "docs" / "records", dict[str, Any]()
+    out: dict[int, dict[str, list[list[float]]]] = {}
+    for seed, by_who in CLASS_RUNS.items():
+        for who, runs in by_who.items():
+            values: list[list[float]] = [[] for _ in _FIGURES]
+            for file, path in runs:
+                name = f"docs/records/{file}"
+                data = loaded.setdefault(file, json.loads((folder / file).read_text()))
+                run = _lookup(data, path, name)
+                if run.get("seed") != seed:
+                    raise SystemExit(f"{name}: {_step_text(path)} is seed {run.get('seed')}, not {seed}")
+                peer = next(iter(run["peers"].values()))
+                for i, size in enumerate(_FIGURES[:3]):
+                    values[i].append(peer["waits_by_size"][size]["wait_p99_censored_seconds"])
+                values[3].append(peer["all_jobs"]["wait_p99_censored_seconds"])
+                values[4].append(round(100 * peer["gpu_utilisation_mean"], 1))
+            out.setdefault(seed, {})[who] = values
+    return out
+
+
+def classes() -> str:
+    """Per seed and scheduler: the p99 wait of each size class and of every job (a job still waiting at the end
+    counted at its wait so far) and the mean GPU utilisation, as the range over its recorded runs; then Railyard's
+    mean over its runs against the best peer's (the lowest mean wait, the highest utilisation)."""
+    figures = _runs_figures()
+    rows: list[tuple[object, ...]] = []
+    for seed, by_who in figures.items():
+        for who, values in by_who.items():
+            rows.append((seed, who, len(values[0]), *(_span(v) for v in values[:4]), _span(values[4], " %")))
+    head = ("seed", "scheduler", "runs", "1 replica p99 s", "2-16 replicas p99 s", "32+ replicas p99 s",
+            "every job p99 s", "GPU utilisation")
+    ratios: list[tuple[object, ...]] = []
+    for seed, by_who in figures.items():
+        peers = {who: v for who, v in by_who.items() if not who.startswith(_RAILYARD)}
+        for who in (w for w in by_who if w.startswith(_RAILYARD)):
+            cells = []
+            for i, figure in enumerate(_FIGURES):
+                mean = {w: sum(v[i]) / len(v[i]) for w, v in peers.items()}
+                best = (max if figure == "GPU utilisation" else min)(mean, key=lambda w: mean[w])
+                own = sum(by_who[who][i]) / len(by_who[who][i])
+                cells.append(f"{own / mean[best]:.2f}x {best}")
+            ratios.append((seed, who, *cells))
+    return (_table(head, rows) + "\n" +
+            _table(("seed", "scheduler", *(f"{f} against the best peer" for f in _FIGURES)), ratios))
+
 SECTIONS: dict[str, tuple[Path, Callable[[], str]]] = {
     "settings": (REPO / "docs" / "operations.md", settings),
     "metrics": (REPO / "docs" / "operations.md", metrics),
@@ -467,6 +577,7 @@ SECTIONS: dict[str, tuple[Path, Callable[[], str]]] = {
     "cli": (REPO / "docs" / "cli.md", cli),
     "troubleshooting": (REPO / "docs" / "troubleshooting.md", troubleshooting),
     "results": (REPO / "docs" / "benchmarks.md", results),
+    "classes": (REPO / "README.md", classes),
 }
 
 
@@ -497,10 +608,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="list stale pages, exit 1 if any")
     args = parser.parse_args()
     if args.check:
-        pages = stale()
-        for page in pages:
-            print(f"stale: {page} (run hack/gen_docs.py)", file=sys.stderr)
-        return 1 if pages else 0
+        names = stale()
+        for name in names:
+            print(f"stale: {name} (run hack/gen_docs.py)", file=sys.stderr)
+        return 1 if names else 0
     for page in dict.fromkeys(p for p, _ in SECTIONS.values()):
         text = rendered(page)
         if text != page.read_text():

@@ -138,13 +138,13 @@ class QueuePass:
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         if errors:  # leadership lost first: it ends the pass (writer.guard's rule)
             raise next((e for e in errors if isinstance(e, Fenced)), errors[0])
-        for entry in plan.backfilled:
-            if (job := self.ctx.state.jobs.get(entry.job)) is not None and job.placement is not None:
-                await self.events.normal(job, EventReason.BACKFILLED, backfill_message(entry))
-        for lent in plan.lent:
-            if (job := self.ctx.state.jobs.get(lent.job)) is not None and job.placement is not None:
-                await self.events.normal(job, EventReason.LENT_RESERVED_NODES,
-                                         lent_message(lent, self.ctx.settings.placement.small_job_gpus))
+        # Jobs placed on others' reserved nodes: by a declared limit, or as small jobs (the holder may wait).
+        on_reserved = [*((b.job, EventReason.BACKFILLED, backfill_message(b)) for b in plan.backfilled),
+                       *((lent.job, EventReason.LENT_RESERVED_NODES,
+                          lent_message(lent, self.ctx.settings.placement.small_job_gpus)) for lent in plan.lent)]
+        for key, reason, message in on_reserved:
+            if (job := self.ctx.state.jobs.get(key)) is not None and job.placement is not None:
+                await self.events.normal(job, reason, message)
         metrics.QUEUE_LENGTH.set(len(waiting) - len(placed))
         if placed:
             log.info("pass: %d placed, %d not: solved in %.2f s, written in %.2f s", len(placed), len(unplaced),
