@@ -471,7 +471,6 @@ _SEEDS_FILE = "bench-living-seeds-2026-12-03-to-2026-12-05.json"
 _LIMITS_FILE = "bench-living-limits-2026-12-07.json"
 _SMALL_FILE = "bench-living-small-jobs-2026-12-07.json"
 _CLASSES_FILE = "bench-living-classes-2026-12-07.json"
-_CLASSES = ("1 replica", "2-16 replicas", "32+ replicas")
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
@@ -556,17 +555,17 @@ def classes() -> str:
             "every job p99 s", "GPU utilisation")
     ratios: list[tuple[object, ...]] = []
     for seed, by_who in figures.items():
-        peers = {who: v for who, v in by_who.items() if not who.startswith(_RAILYARD)}
-        for who in (w for w in by_who if w.startswith(_RAILYARD)):
-            cells = []
-            for i, figure in enumerate(_FIGURES):
-                mean = {w: sum(v[i]) / len(v[i]) for w, v in peers.items()}
-                best = (max if figure == "GPU utilisation" else min)(mean, key=lambda w: mean[w])
-                own = sum(by_who[who][i]) / len(by_who[who][i])
-                cells.append(f"{own / mean[best]:.2f}x {best}")
-            ratios.append((seed, who, *cells))
+        means = {who: [sum(v) / len(v) for v in values] for who, values in by_who.items()}
+        peers = [who for who in means if not who.startswith(_RAILYARD)]
+        best = []  # per figure, the best peer: the lowest mean wait, the highest utilisation
+        for i, figure in enumerate(_FIGURES):
+            ranked = sorted(peers, key=lambda w: means[w][i])
+            best.append(ranked[-1] if figure == "GPU utilisation" else ranked[0])
+        for who in (w for w in means if w.startswith(_RAILYARD)):
+            ratios.append((seed, who, *(f"{means[who][i] / means[b][i]:.2f}x {b}" for i, b in enumerate(best))))
     return (_table(head, rows) + "\n" +
             _table(("seed", "scheduler", *(f"{f} against the best peer" for f in _FIGURES)), ratios))
+
 
 SECTIONS: dict[str, tuple[Path, Callable[[], str]]] = {
     "settings": (REPO / "docs" / "operations.md", settings),
