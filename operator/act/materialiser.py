@@ -114,7 +114,7 @@ class Materialiser:
 
         async def in_turn() -> None:
             try:
-                await self.line.run(size, step)
+                await self.line.run(size, step, len(placement.ranks))
             except Fenced:
                 log.info("job %s/%s: leadership ended before its gang was released", *job.key)
             finally:

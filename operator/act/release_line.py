@@ -40,17 +40,20 @@ class ReleaseLine:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def run(self, size: int, step: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, size: int, step: Callable[[], Awaitable[T]], gang: int | None = None) -> T:
         """Wait for this gang's turn, then run `step()`; its `size` pods count as in flight until
-        the step returns or raises. A cancelled waiter gives up its place without blocking the line."""
-        if size <= self.express - self.express_in_flight:
-            self.express_in_flight += size
+        the step returns or raises. A cancelled waiter gives up its place without blocking the line.
+        `gang`: the whole gang's pods when the step makes only some (a restart's lost ranks): the express
+        lane is for small gangs, not for a large one's few new pods (its kept pods are relabelled too)."""
+        whole = size if gang is None else gang
+        if 0 < whole <= self.express - self.express_in_flight:
+            self.express_in_flight += whole
             token = URGENT.set(True)
             try:
                 return await step()
             finally:
                 URGENT.reset(token)
-                self.express_in_flight -= size
+                self.express_in_flight -= whole
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, started)
         self._waiting.append(entry)

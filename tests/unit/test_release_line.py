@@ -108,3 +108,18 @@ def test_a_small_gang_goes_beside_a_large_one_in_flight_and_never_holds_up_one_w
     assert log.index("start 4") > log.index("end 1"), "the lane was full: it waited in line"
     assert urgent == [False, True, True, False, False], "only the lane's gangs' requests go first"
     assert URGENT.get() is False
+
+
+def test_a_large_gangs_few_new_pods_wait_in_line_and_a_gang_of_nothing_to_make_never_takes_the_lane():
+    async def scenario() -> list[bool]:
+        queue = ReleaseLine(budget=4, express=2)
+        urgent: list[bool] = []
+
+        async def step() -> None:
+            urgent.append(URGENT.get())
+        await queue.run(1, step, gang=128)  # one lost rank of a 128-pod gang
+        await queue.run(0, step, gang=0)
+        await queue.run(1, step, gang=1)
+        return urgent
+
+    assert asyncio.run(scenario()) == [False, False, True]
