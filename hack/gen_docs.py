@@ -483,7 +483,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
          _RAILYARD_128: ((_ARRIVALS_FILE, ("r11l50g128x",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
-                             ("session_2026_12_05c", "k11"))) + ((_ARRIVALS_FILE, ("k11l50",)),),
+                             ("session_2026_12_05c", "k11"))),
          "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")),),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
     12: {_RAILYARD: ((_ARRIVALS_FILE, ("r12l50x",)),),
@@ -496,10 +496,10 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                            ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
     13: {_RAILYARD: ((_LIMITS_FILE, ("r13l50",)),),
-         _RAILYARD_128: ((_ARRIVALS_FILE, ("r13l50g128x",)),),
-         "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
-                            (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
-                             ("session_2026_12_05c", "k13"))) + ((_ARRIVALS_FILE, ("k13l50",)),),
+         _RAILYARD_128: ((_ARRIVALS_FILE, ("r13l50g128x",)), (_ARRIVALS_FILE, ("r13l50g128y",))),
+         "Kueue TAS": (*((_SEEDS_FILE, (s, "living", r)) for s, r in
+                         (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
+                          ("session_2026_12_05c", "k13"))), (_ARRIVALS_FILE, ("k13l50",))),
          "Volcano": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                           (("session_2026_12_05", "v13e"), ("session_2026_12_05b", "v13f"),
                            ("session_2026_12_05c", "v13"), ("session_2026_12_05d", "v13g")))},
