@@ -471,20 +471,22 @@ _SEEDS_FILE = "bench-living-seeds-2026-12-03-to-2026-12-05.json"
 _LIMITS_FILE = "bench-living-limits-2026-12-07.json"
 _SMALL_FILE = "bench-living-small-jobs-2026-12-07.json"
 _CLASSES_FILE = "bench-living-classes-2026-12-07.json"
+_ARRIVALS_FILE = "bench-living-arrivals-2026-12-07.json"
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
-# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5); the peers are sent the
-# same arrivals without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
+# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the current
+# code's (prompt passes, the express lane: _ARRIVALS_FILE) where it was run; the peers are sent the same arrivals
+# without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
 CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     11: {_RAILYARD: ((_LIMITS_FILE, ("r11l50",)),),
-         _RAILYARD_128: ((_SMALL_FILE, ("r11l50g128",)), (_CLASSES_FILE, ("r11l50g128b",))),
+         _RAILYARD_128: ((_ARRIVALS_FILE, ("r11l50g128x",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
                              ("session_2026_12_05c", "k11"))),
          "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")),),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
-    12: {_RAILYARD: ((_CLASSES_FILE, ("r12l50",)),),
+    12: {_RAILYARD: ((_ARRIVALS_FILE, ("r12l50x",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k12"), ("session_2026_12_04b", "k12b"),
                              ("session_2026_12_04b", "k12c"), ("session_2026_12_05", "k12e"),
@@ -494,10 +496,10 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                            ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
     13: {_RAILYARD: ((_LIMITS_FILE, ("r13l50",)),),
-         _RAILYARD_128: ((_SMALL_FILE, ("r13l50g128",)),),
-         "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
-                            (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
-                             ("session_2026_12_05c", "k13"))),
+         _RAILYARD_128: ((_ARRIVALS_FILE, ("r13l50g128x",)), (_ARRIVALS_FILE, ("r13l50g128y",))),
+         "Kueue TAS": (*((_SEEDS_FILE, (s, "living", r)) for s, r in
+                         (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
+                          ("session_2026_12_05c", "k13"))), (_ARRIVALS_FILE, ("k13l50",))),
          "Volcano": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                           (("session_2026_12_05", "v13e"), ("session_2026_12_05b", "v13f"),
                            ("session_2026_12_05c", "v13"), ("session_2026_12_05d", "v13g")))},

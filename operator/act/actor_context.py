@@ -3,7 +3,6 @@ report book, and the request limit (at most `api.workers` requests of the actors
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -17,6 +16,7 @@ from railyard.operator.cache.memory import Memories
 from railyard.operator.cache.progress_book import ProgressBook
 from railyard.operator.cache.state import ClusterState
 from railyard.operator.kube.protocol import ClusterApi
+from railyard.operator.kube.slots import Slots
 
 log = logging.getLogger("railyard.act")
 T = TypeVar("T")
@@ -34,13 +34,13 @@ class Context:
     # When this replica's leadership began (monotonic): the ranks report to the leader only, so what its book
     # has not heard since then says nothing about whether they report (decide/checkpoint_wait.nobody_reports).
     listening_since: float = float("-inf")
-    _limit: asyncio.Semaphore | None = field(default=None, repr=False)
+    _limit: Slots | None = field(default=None, repr=False)
 
     async def limited(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run one API call within the request limit. The call is made only once a slot is had, so a
         pass cancelled meanwhile leaves no coroutine that was never awaited."""
         if self._limit is None:
-            self._limit = asyncio.Semaphore(self.settings.api.workers)
+            self._limit = Slots(self.settings.api.workers)
         async with self._limit:
             return await call(*args, **kwargs)
 

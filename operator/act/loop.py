@@ -38,7 +38,7 @@ from railyard.operator.act.resize import Resizer
 from railyard.operator.act.writer import StatusWriter
 from railyard.operator.base import metrics
 from railyard.operator.base.clock import Clock
-from railyard.operator.base.objects import Job
+from railyard.operator.base.objects import Job, Key
 from railyard.operator.base.reasons import ConditionType, PlacedReason
 from railyard.operator.base.settings import Settings
 from railyard.operator.cache.evictions import EvictionBook
@@ -84,6 +84,7 @@ class PlacementLoop:
         self._caught_up = False
         self._catching_up: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
+        self._jobs_at_pass: frozenset[Key] = frozenset()  # the jobs the last pass began with
         ctx = self.ctx
         self.writer = StatusWriter(ctx, self.wake)
         self.events = Events(ctx)
@@ -149,9 +150,16 @@ class PlacementLoop:
             # their pods' events wake the loop constantly: at most one pass a second then (each pass
             # costs a snapshot and a look at every job; turning at every event doubled the operator's
             # CPU in a burst and slowed the API server it shares cores with).
+            # A job that arrived since the last pass is not kept waiting for that second: one gang's creates
+            # and releases take 1-2 s on a busy API server, and a job arriving meanwhile waited them out
+            # before it was even placed. A job leaving is no reason (its pods still hold their GPUs).
             jobs_before = len(self.state.jobs)
-            await asyncio.sleep(1.0 if self.materialiser.busy else 0.05)
+            if self.materialiser.busy:
+                await self._until_a_job_arrives(1.0)
+            else:
+                await asyncio.sleep(0.05)
             await self._while_jobs_arrive(jobs_before)
+            self._jobs_at_pass = frozenset(self.state.jobs)
             self._wake.clear()
             self.last_iteration = self.ctx.clock.monotonic()
             leader = self.is_leader()
@@ -205,6 +213,13 @@ class PlacementLoop:
         self.ctx.memories.forget_all()
         self.ctx.book.forget(set())
         self.reports.goodput.forget(set())
+
+    async def _until_a_job_arrives(self, most: float, step: float = 0.05) -> None:
+        """Wait `most` seconds, or less once a job the last pass did not see has arrived."""
+        waited = 0.0
+        while waited < most and all(key in self._jobs_at_pass for key in self.state.jobs):
+            await asyncio.sleep(step)
+            waited += step
 
     async def _while_jobs_arrive(self, seen: int, step: float = 0.05, most: float = 1.0) -> None:
         """While new jobs keep arriving (a burst of creations; `seen`: the count before), wait for a

@@ -85,7 +85,8 @@ class Materialiser:
         reports = ctx.settings.reports
         self.options = PodOptions(ctx.settings.placement.master_port, reports.url or None, reports.audience,
                                   read_ca(reports.ca_file))
-        self.line = ReleaseLine(2 * ctx.settings.api.workers)  # two pods in flight per request worker
+        # Two pods in flight per request worker; small gangs beside the line.
+        self.line = ReleaseLine(2 * ctx.settings.api.workers, ctx.settings.placement.express_pods)
         self._waiting: dict[Key, asyncio.Task[None]] = {}  # gangs waiting for or in their turn
 
     def pending(self, key: Key) -> bool:
@@ -113,7 +114,7 @@ class Materialiser:
 
         async def in_turn() -> None:
             try:
-                await self.line.run(size, step)
+                await self.line.run(size, step, len(placement.ranks))
             except Fenced:
                 log.info("job %s/%s: leadership ended before its gang was released", *job.key)
             finally:

@@ -96,6 +96,11 @@ class PlacementSettings(_Settings):
         "RELEASE_RECORD_SECONDS", 10.0, "A released gang's `Placed=Released` is written with its `Running` when it "
         "runs within this long (one status write instead of two); 0: at the release.", ge=0)
     resync_seconds: float = setting("RESYNC_SECONDS", 5.0, "A placement pass runs at least this often.", ge=0)
+    express_pods: int = setting(
+        "EXPRESS_PODS", 16, "Gangs of at most this many pods are created and released beside a larger gang's, not "
+        "behind it, this many pods at once, their requests first (docs/placement.md#placing-crash-safety-and-ha); 0: "
+        "strictly in turn.",
+        ge=0)
     backfill_trust: float = setting(
         "BACKFILL_TRUST", 0.5, "A job backfills a reserved node only if its declared limit ends within this share of "
         "the time the node's occupants still declare (declared limits overestimate; 1: trust them as given).",

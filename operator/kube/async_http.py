@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
+from railyard.operator.kube.slots import Slots
 
 CONNECT_TIMEOUT = 5.0
 # A connect that fails sent nothing: safe to try again for any verb (urllib3 retried connects too).
@@ -55,8 +56,7 @@ class Transport:
         # A session belongs to the loop it was made on (the operator's loop, the report server's own).
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = \
             weakref.WeakKeyDictionary()
-        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = \
-            weakref.WeakKeyDictionary()
+        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Slots] = weakref.WeakKeyDictionary()
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -67,11 +67,11 @@ class Transport:
             self._sessions[loop] = session
         return session
 
-    def _slots(self) -> asyncio.Semaphore:
+    def _slots(self) -> Slots:
         loop = asyncio.get_running_loop()
         slots = self._limits.get(loop)
         if slots is None:
-            slots = self._limits[loop] = asyncio.Semaphore(self.connections)
+            slots = self._limits[loop] = Slots(self.connections)
         return slots
 
     async def send(self, method: str, path: str, data: bytes | None, headers: Callable[[], dict[str, str]],

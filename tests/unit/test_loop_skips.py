@@ -142,3 +142,35 @@ def test_a_pass_waits_for_a_burst_of_creations_to_pause_but_not_for_ever(monkeyp
     slept.clear()
     asyncio.run(r.loop._while_jobs_arrive(seen))
     assert slept == [], "nothing new since the count was taken: no wait at all"
+
+
+def test_while_gangs_are_released_a_pass_waits_a_second_unless_a_job_arrived_since_the_last_one(monkeypatch):
+    """The loop's pace while the release line is busy: at most one pass a second on pod events, but a job
+    that arrived since the last pass is placed without waiting out that second."""
+    import asyncio
+
+    from railyard.operator.act import loop as loop_module
+
+    r = rig(nodes=4)
+    r.submit(make_job("placed-before", 1))
+    r.deliver()
+    r.loop._jobs_at_pass = frozenset(r.state.jobs)
+    slept: list[float] = []
+    arrive_after: list[int] = [3]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == arrive_after[0]:
+            r.submit(make_job("arrives", 1))
+            r.deliver()
+
+    monkeypatch.setattr(loop_module.asyncio, "sleep", sleep)
+    asyncio.run(r.loop._until_a_job_arrives(1.0, step=0.05))
+    assert len(slept) == 3, "the job arrived on the third step: no more waiting"
+    slept.clear()
+    asyncio.run(r.loop._until_a_job_arrives(1.0, step=0.05))
+    assert slept == [], "it has not been placed by a pass yet: no wait at all"
+    r.loop._jobs_at_pass = frozenset(r.state.jobs) | {("default", "left-since")}  # one left: no reason
+    arrive_after[0] = 10 ** 6
+    asyncio.run(r.loop._until_a_job_arrives(1.0, step=0.25))
+    assert slept == [0.25] * 4, "nothing arrived: the whole second"

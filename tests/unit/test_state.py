@@ -815,8 +815,9 @@ def test_no_replacement_with_shrink_continues_on_the_survivors_and_grows_back():
 def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_before_the_last_is_created():
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=12))
     state = synced(api)
-    # 2 request workers: at most 4 pods of placed gangs in flight; each gang here has 4.
-    placer = PlacementLoop(state, api, operator_settings(api_workers=2), lambda: True)
+    # 2 request workers: at most 4 pods of placed gangs in flight; each gang here has 4 (no express lane: the
+    # line's order is what is tested).
+    placer = PlacementLoop(state, api, operator_settings(api_workers=2, express_pods=0), lambda: True)
     for name in ("first", "second", "third"):
         submit(api, state, make_job(name, 4))
     run(placer.run_once())
@@ -830,8 +831,9 @@ def test_a_burst_of_gangs_is_materialised_in_turn_so_the_first_is_released_befor
 def test_gangs_of_one_pass_go_smallest_first_and_none_overtakes_a_gang_of_an_earlier_pass():
     api = FakeApi(profile_nodes(leaves=1, tors=1, nodes=14))
     state = synced(api)
-    placer = PlacementLoop(state, api, operator_settings(api_workers=2), lambda: True)
-    # Budget 4 pods in flight. One pass places 6 (> budget) and 3 replicas; the next pass places 1 and 4.
+    placer = PlacementLoop(state, api, operator_settings(api_workers=2, express_pods=0), lambda: True)
+    # Budget 4 pods in flight, no express lane. One pass places 6 (> budget) and 3 replicas; the next pass
+    # places 1 and 4.
     for name, replicas in (("a-six", 6), ("b-three", 3)):
         submit(api, state, make_job(name, replicas))
 
