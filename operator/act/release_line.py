@@ -9,9 +9,11 @@ through (they set the p99). The placer decides who joins first (smallest gangs o
 
 Beside the line, an express lane: a gang of at most `express` pods starts at once while the lane's own
 `express` pods leave room, its requests marked urgent (kube/slots.py), and it does not count as in flight
-for the line, so a large gang waiting for an empty line is not kept waiting by it. Without it a one-pod
-job placed just after a 128-pod gang was bound only after that gang (seed 12 live: the small jobs' slowest
-waits ended within 0.3 s of a large gang's).
+for the line, so a large gang waiting for an empty line is not kept waiting by it. In the line, a one-pod
+job placed just after a 128-pod gang was created only once that gang's creates and releases were through.
+(Measured alone on seed 12 it moved no figure: the small jobs' slowest waits there are kube-scheduler and the
+API server binding a large gang released in the same second; with passes that place an arriving job at once,
+docs/records/arrivals-2026-12-07.md, it keeps such a job from waiting in line for that gang.)
 
 Pure asyncio, no API access: the caller passes the step to run when the turn comes.
 """
