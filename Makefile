@@ -50,8 +50,10 @@ build:
 cluster-up: deps
 	.venv/bin/python hack/cluster.py up
 
+# The venv's Python when there is one: a running real node's pods are deleted through the API (the kubernetes
+# client); without a venv nothing of ours can be running but the processes, which plain python3 stops.
 cluster-down:
-	python3 hack/cluster.py down
+	$(if $(wildcard .venv/bin/python),.venv/bin/python,python3) hack/cluster.py down
 
 # Opt-in: the PyTorch example under torchrun (CPU, gloo); installs torch (~3 GB) once into ~/.cache/railyard.
 train-torch:
