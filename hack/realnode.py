@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -273,6 +274,7 @@ def prepare() -> None:
     ROOT.mkdir(parents=True, exist_ok=True)
     before = ROOT / "host-before.json"
     if not before.exists():
+        clear_leftovers()
         before.write_text(json.dumps(host_state(), indent=1))
     _bridge()
 
@@ -438,40 +440,99 @@ def _restore_iptables(before: dict[str, Any]) -> None:
     for cmd, key in (("iptables", "iptables"), ("ip6tables", "ip6tables")):
         if shutil.which(cmd) is None:
             continue
-        for line in _iptables(f"{cmd}-save"):
-            if line.startswith("-A ") and line not in before[key]:
-                subprocess.run([cmd, "-t", _table_of(cmd, line), "-D", *line.split()[1:]], capture_output=True)
+        for table, line in _rules(cmd):
+            if line not in before[key]:
+                _delete_rule(cmd, table, line)
         for table in ("filter", "nat", "mangle"):
             for chain in HOST_CHAINS:
                 if f":{chain}" not in " ".join(before[key]):
-                    subprocess.run([cmd, "-t", table, "-F", chain], capture_output=True)
-                    subprocess.run([cmd, "-t", table, "-X", chain], capture_output=True)
+                    _delete_chain(cmd, table, chain)
             # iptables-nft leaves the nft tables it created behind, empty: only nft removes them.
             if f"*{table}" not in before[key] and shutil.which("nft"):
                 subprocess.run(["nft", "delete", "table", "ip" if cmd == "iptables" else "ip6", table],
                                capture_output=True)
 
 
-def _table_of(cmd: str, rule: str) -> str:
-    """Which table an `-A` line of `<cmd>-save` belongs to."""
-    table = "filter"
-    out = subprocess.run([f"{cmd}-save"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
+def _saved(cmd: str) -> list[tuple[str, str]]:
+    """Every chain (`:NAME ...`) and rule (`-A ...`) line of `<cmd>-save` with its table, in the order saved."""
+    table, found = "filter", []
+    for line in subprocess.run([f"{cmd}-save"], capture_output=True, text=True).stdout.splitlines():
         if line.startswith("*"):
             table = line[1:]
-        elif line.split(" [", 1)[0] == rule or line == rule:
-            return table
-    return table
+        elif line.startswith((":", "-A ")):
+            found.append((table, line))
+    return found
+
+
+def _rules(cmd: str) -> list[tuple[str, str]]:
+    return [(table, line) for table, line in _saved(cmd) if line.startswith("-A ")]
+
+
+def rule_args(line: str) -> list[str]:
+    """An `-A CHAIN ...` line of `<cmd>-save` as the arguments that name the rule (`-D` takes them): quoted
+    comments stay one argument, or the kubelet's "block incoming localnet connections" rule is never removed."""
+    return shlex.split(line)[1:]
+
+
+def kube_rule(line: str) -> bool:
+    """A rule a kubelet or kube-proxy made: in one of their chains (all named KUBE-…) or jumping to one."""
+    args = rule_args(line)
+    target = args[args.index("-j") + 1] if "-j" in args[:-1] else ""
+    return args[0].startswith("KUBE-") or target.startswith("KUBE-")
+
+
+def _delete_rule(cmd: str, table: str, line: str) -> None:
+    subprocess.run([cmd, "-t", table, "-D", *rule_args(line)], capture_output=True)
+
+
+def _delete_chain(cmd: str, table: str, chain: str) -> None:
+    subprocess.run([cmd, "-t", table, "-F", chain], capture_output=True)
+    subprocess.run([cmd, "-t", table, "-X", chain], capture_output=True)
+
+
+def _kube_runs() -> bool:
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() in ("kubelet", "kube-proxy"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def clear_leftovers() -> int:
+    """Remove the iptables rules and chains of a kubelet or kube-proxy that no longer runs — a rig killed before
+    its `down` leaves them — so the record taken before `up` is the host's own and `down` restores that. Nothing
+    is touched while a kubelet or kube-proxy runs on the host. Returns how many rules went."""
+    if _kube_runs():
+        return 0
+    removed = 0
+    for cmd in ("iptables", "ip6tables"):
+        if shutil.which(cmd) is None:
+            continue
+        rules = [(table, line) for table, line in _rules(cmd) if kube_rule(line)]
+        for table, line in rules:
+            _delete_rule(cmd, table, line)
+        removed += len(rules)
+        for table, line in _saved(cmd):
+            if line.startswith(":KUBE-"):
+                _delete_chain(cmd, table, line[1:].split()[0])
+    if removed:
+        cluster.log(f"real node: removed {removed} iptables rules of a kubelet or kube-proxy no longer running "
+                    "(a rig stopped before its teardown)")
+    return removed
 
 
 def main(argv: list[str]) -> int:
-    """`realnode.py snapshot FILE` records the host; `realnode.py check FILE` fails (naming what
-    changed) unless the host is as recorded: hack/test.sh runs it around the whole suite."""
+    """`realnode.py snapshot FILE` records the host (after clearing what a killed rig left in iptables);
+    `realnode.py check FILE` fails (naming what changed) unless the host is as recorded: hack/test.sh runs them
+    around the whole suite."""
     if len(argv) != 2 or argv[0] not in ("snapshot", "check"):
         print("usage: realnode.py snapshot|check FILE", file=sys.stderr)
         return 2
     path = Path(argv[1])
     if argv[0] == "snapshot":
+        clear_leftovers()
         path.write_text(json.dumps(host_state(), indent=1))
         return 0
     before, after = json.loads(path.read_text()), host_state()
