@@ -472,15 +472,17 @@ _LIMITS_FILE = "bench-living-limits-2026-12-07.json"
 _SMALL_FILE = "bench-living-small-jobs-2026-12-07.json"
 _CLASSES_FILE = "bench-living-classes-2026-12-07.json"
 _ARRIVALS_FILE = "bench-living-arrivals-2026-12-07.json"
+_AHEAD_FILE = "bench-living-ahead-2026-12-07.json"
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
-# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the current
-# code's (prompt passes, the express lane: _ARRIVALS_FILE) where it was run; the peers are sent the same arrivals
+# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the latest
+# code's where it was run (prompt passes, the express lane: _ARRIVALS_FILE; small jobs ahead in the queue at 128:
+# _AHEAD_FILE); the peers are sent the same arrivals
 # without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
 CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
-    11: {_RAILYARD: ((_LIMITS_FILE, ("r11l50",)),),
-         _RAILYARD_128: ((_ARRIVALS_FILE, ("r11l50g128x",)),),
+    11: {_RAILYARD: ((_AHEAD_FILE, ("r11l50x",)),),
+         _RAILYARD_128: ((_AHEAD_FILE, ("r11l50g128b",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
                              ("session_2026_12_05c", "k11"))),
@@ -496,7 +498,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                            ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
     13: {_RAILYARD: ((_LIMITS_FILE, ("r13l50",)),),
-         _RAILYARD_128: ((_ARRIVALS_FILE, ("r13l50g128x",)), (_ARRIVALS_FILE, ("r13l50g128y",))),
+         _RAILYARD_128: ((_AHEAD_FILE, ("r13l50g128b",)),),
          "Kueue TAS": (*((_SEEDS_FILE, (s, "living", r)) for s, r in
                          (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
                           ("session_2026_12_05c", "k13"))), (_ARRIVALS_FILE, ("k13l50",))),
@@ -508,7 +510,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
          "Kueue TAS": ((_SMALL_FILE, ("k15l50",)),),
          "Volcano": ((_SMALL_FILE, ("v15l50",)),)},
     16: {_RAILYARD: ((_CLASSES_FILE, ("r16l50",)),),
-         _RAILYARD_128: ((_CLASSES_FILE, ("r16l50g128",)),),
+         _RAILYARD_128: ((_AHEAD_FILE, ("r16l50g128a10",)),),
          "Kueue TAS": ((_CLASSES_FILE, ("k16l50",)),),
          "Volcano": ((_CLASSES_FILE, ("v16l50",)),)},
 }

@@ -109,6 +109,10 @@ class PlacementSettings(_Settings):
         "SMALL_JOB_GPUS", 0, "A job asking at most this many GPUs in all may use nodes reserved for a starving gang "
         "while an eighth of them or more are busy, declared limit or not (docs/placement.md#small-jobs-and-"
         "reservations); 0: only backfill by declared limits.", ge=0)
+    small_job_ahead_seconds: float = setting(
+        "SMALL_JOB_AHEAD_SECONDS", 10.0, "With RAILYARD_SMALL_JOB_GPUS set, a small job that has waited this long "
+        "goes ahead of the larger jobs of its priority in the queue (a starving gang's reservation still comes "
+        "first).", ge=0)
     master_port: int = 29500
 
 

@@ -200,7 +200,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     room.holds.update(kept)
     spares = spare_nodes(snapshot, settings.spares.per_tor)
     current = snapshot
-    holding, ordered = work.holders(queue.order(given.waiting))
+    small_jobs = SmallJobs(snapshot, settings.placement.small_job_gpus)
+    holding, ordered = work.holders(queue.order(given.waiting, given.now, small_jobs.is_small,
+                                                settings.placement.small_job_ahead_seconds))
 
     def never_its(key: Key) -> frozenset[str]:
         """Nodes a gang can never land on now: held for another gang's preemption, move or replacement, and
@@ -230,7 +232,6 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
     backfill = Backfill(given.occupants, given.now, settings.placement.resync_seconds,
                         settings.placement.backfill_trust)
     requests = {j.key: j.request for j in given.waiting}
-    small_jobs = SmallJobs(snapshot, settings.placement.small_job_gpus)
     for candidate in ordered:
         if given.over_budget():  # the rest waits for the next pass (the loop turns again)
             plan.budget_spent = True

@@ -1,7 +1,9 @@
 """The pending-job queue: priority, then age; and the rule that keeps large gangs from starving.
 
 Rule (docs/placement.md, "Queueing and starvation"):
-- Jobs are tried in order of priority (higher first), then queuedSince (older first), then name.
+- Jobs are tried in order of priority (higher first), then queuedSince (older first), then name; with the
+  small-job rule on (RAILYARD_SMALL_JOB_GPUS), a small job waiting longer than RAILYARD_SMALL_JOB_AHEAD_SECONDS
+  goes ahead of the larger jobs of its priority.
 - A job that does not fit does not block the jobs behind it (backfill), until it has waited
   `starvationSeconds`. From then on it *reserves* the nodes it is waiting for: the fewest nodes of
   one domain that could hold it, the freest (`reserved_nodes`). Jobs behind it may only use other
@@ -63,8 +65,16 @@ class Failure:
     at: float  # wall seconds
 
 
-def order(jobs: Sequence[QueuedJob]) -> list[QueuedJob]:
-    return sorted(jobs, key=lambda j: (-j.priority, j.queued_since, j.key))
+def order(jobs: Sequence[QueuedJob], now: float = 0.0, small: Callable[[GangRequest], bool] = lambda _: False,
+          small_ahead_seconds: float = 0.0) -> list[QueuedJob]:
+    """Priority, then age. A small job (`small`: the small-job rule's, decide/small_jobs.py) that has waited longer
+    than `small_ahead_seconds` goes ahead of the larger jobs of its priority, each group in age order: on a busy
+    cluster the nodes freed one by one were taken by the large gangs ahead of it (which wait for many anyway),
+    and 16-node gangs that must share one TOR waited the longest of the small ones."""
+    def later(job: QueuedJob) -> bool:
+        return not (small(job.request) and now - job.queued_since > small_ahead_seconds)
+
+    return sorted(jobs, key=lambda j: (-j.priority, later(j), j.queued_since, j.key))
 
 
 def holders_first(ordered: list[QueuedJob], reserving: Callable[[Key], bool]) -> tuple[list[QueuedJob],

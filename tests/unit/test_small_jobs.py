@@ -153,3 +153,23 @@ def test_only_jobs_of_at_most_the_set_gpus_land_on_another_gangs_reservation(job
                 assert key[1] != "big" and asks[key[1]] <= small_job_gpus, \
                     "only a job of at most RAILYARD_SMALL_JOB_GPUS uses another's reservation"
                 event("a small job used a reservation")
+
+
+def _freed_two_nodes(settings: dict[str, object]) -> set[str]:
+    """One TOR of two nodes, both busy until 14 s; a 2x8 gang queued at 1 s and a 1x8 job at 2 s (small under
+    RAILYARD_SMALL_JOB_GPUS=8); at 15 s the two nodes free: which jobs the pass places."""
+    sim = SimCluster(snapshot(leaves=1, tors=1, nodes=2), Settings.of(settings))
+    for i in range(2):
+        sim.submit(training_job(f"fill{i}", 1, 8), 14.0, 0.0)
+    sim.step(0.0)
+    sim.submit(training_job("larger", 2, 8, required_tier="tor"), 600.0, 1.0)
+    sim.submit(training_job("small", 1, 8), 600.0, 2.0)
+    plan = sim.step(15.0)
+    return {key[1] for key, d in plan.placed if d.placement}
+
+
+def test_a_small_job_waiting_past_the_ahead_seconds_goes_before_an_older_larger_gang():
+    assert _freed_two_nodes({}) == {"larger"}, "off by default: age order"
+    assert _freed_two_nodes({"RAILYARD_SMALL_JOB_GPUS": 8}) == {"small"}, "waited 13 s, over the default 10 s"
+    assert _freed_two_nodes({"RAILYARD_SMALL_JOB_GPUS": 8, "RAILYARD_SMALL_JOB_AHEAD_SECONDS": 20}) == {"larger"}
+    assert _freed_two_nodes({"RAILYARD_SMALL_JOB_GPUS": 4}) == {"larger"}, "a 1x8 asks more than 4 GPUs"
