@@ -490,10 +490,21 @@ def _delete_chain(cmd: str, table: str, chain: str) -> None:
     subprocess.run([cmd, "-t", table, "-X", chain], capture_output=True)
 
 
+# Processes that own KUBE-* chains while they run: the kubelet and kube-proxy, or a distribution running both
+# inside one process (k3s, k0s, RKE2, MicroK8s' kubelite).
+KUBE_PROCESSES = ("kubelet", "kube-proxy", "kubelite")
+KUBE_PROCESS_PREFIXES = ("k3s", "k0s", "rke2")
+
+
+def owns_kube_chains(process: str) -> bool:
+    """Whether a process of this name (/proc/PID/comm) keeps KUBE-* chains while it runs."""
+    return process in KUBE_PROCESSES or process.startswith(KUBE_PROCESS_PREFIXES)
+
+
 def _kube_runs() -> bool:
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "comm").read_text().strip() in ("kubelet", "kube-proxy"):
+            if proc.name.isdigit() and owns_kube_chains((proc / "comm").read_text().strip()):
                 return True
         except OSError:
             continue
@@ -503,7 +514,8 @@ def _kube_runs() -> bool:
 def clear_leftovers() -> int:
     """Remove the iptables rules and chains of a kubelet or kube-proxy that no longer runs — a rig killed before
     its `down` leaves them — so the record taken before `up` is the host's own and `down` restores that. Nothing
-    is touched while a kubelet or kube-proxy runs on the host. Returns how many rules went."""
+    is touched while any of KUBE_PROCESSES (or a k3s/k0s/RKE2 process) runs on the host. Returns how many rules
+    went."""
     if _kube_runs():
         return 0
     removed = 0

@@ -24,3 +24,10 @@ def test_rules_in_or_jumping_to_kube_chains_are_the_kubelets_or_kube_proxys():
     assert not realnode.kube_rule('-A POSTROUTING -s 10.0.0.0/8 -m comment --comment "KUBE- in a comment" -j '
                                   'MASQUERADE')
     assert not realnode.kube_rule("-A DOCKER-USER -j RETURN")
+
+
+def test_leftovers_are_left_alone_while_any_kubernetes_node_process_runs():
+    for running in ("kubelet", "kube-proxy", "kubelite", "k3s-server", "k3s-agent", "k0s", "rke2"):
+        assert realnode.owns_kube_chains(running), running
+    for other in ("containerd", "kube-apiserver", "kube-scheduler", "etcd", "python3"):
+        assert not realnode.owns_kube_chains(other), other
