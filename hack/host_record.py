@@ -135,12 +135,17 @@ Rules = list[tuple[str, str]]  # (table, `-A ...` line)
 Chains = list[tuple[str, str]]  # (table, chain name)
 
 
+RIG_CHAIN_PREFIXES = ("KUBE-", "CNI-")  # the chains a kubelet, kube-proxy and the CNI plugins make
+
+
 def undo(saved: Rules, before: list[str]) -> tuple[Rules, Chains]:
     """What to delete so iptables is as recorded (`before`, a record's lines): the rules not in it, then the chains
-    someone made since (the rules first: a chain still jumped to cannot be deleted)."""
+    a kubelet, kube-proxy or CNI plugin made since (a chain anyone else made since is left for the check to
+    report: a record reused after a killed rig must not cost the host what it gained meanwhile)."""
     rules = [(table, line) for table, line in saved if line.startswith("-A ") and line not in before]
     known = {name for line in before if (name := user_chain(line))}
-    return rules, [(table, name) for table, line in saved if (name := user_chain(line)) and name not in known]
+    return rules, [(table, name) for table, line in saved
+                   if (name := user_chain(line)) and name not in known and name.startswith(RIG_CHAIN_PREFIXES)]
 
 
 def leftovers(saved: Rules) -> tuple[Rules, Chains]:
@@ -150,14 +155,18 @@ def leftovers(saved: Rules) -> tuple[Rules, Chains]:
 
 
 def _delete(cmd: str, rules: Rules, chains: Chains) -> None:
+    """The rules, then every chain flushed, then deleted: a chain still jumped to (by a rule whose `-D` failed, in
+    another of these chains) cannot be deleted, and flushing them all first removes such jumps."""
     for table, line in rules:
         subprocess.run([cmd, "-t", table, "-D", *rule_args(line)], capture_output=True)
-    for table, chain in chains:
-        subprocess.run([cmd, "-t", table, "-F", chain], capture_output=True)
-        subprocess.run([cmd, "-t", table, "-X", chain], capture_output=True)
+    for flag in ("-F", "-X"):
+        for table, chain in chains:
+            subprocess.run([cmd, "-t", table, flag, chain], capture_output=True)
 
 
 def _restore_iptables(cmd: str, before: list[str]) -> None:
+    if not before:  # recorded without the tool: nothing to compare with, nothing of the host's to risk
+        return
     _delete(cmd, *undo(_saved(cmd), before))
     for table in ("filter", "nat", "mangle"):  # iptables-nft leaves the tables it made, empty: only nft removes them
         if f"*{table}" not in before and shutil.which("nft"):
@@ -220,7 +229,7 @@ def restore(before: dict[str, Any]) -> None:
             _rmdir(d)
         _rmdir(Path(cg))
     for cmd in IPTABLES:
-        if shutil.which(cmd) is not None:
+        if shutil.which(cmd) is not None and shutil.which(f"{cmd}-save") is not None:
             _restore_iptables(cmd, before[cmd])
     for name, value in before["sysctls"].items():
         if value is not None and _sysctl(name) != value:
