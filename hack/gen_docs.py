@@ -490,6 +490,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
          "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")), (_SPREAD_FILE, ("v11l50b",))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
     12: {_RAILYARD: ((_ARRIVALS_FILE, ("r12l50x",)),),
+         _RAILYARD_128: ((_SPREAD_FILE, ("r12l50g128",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k12"), ("session_2026_12_04b", "k12b"),
                              ("session_2026_12_04b", "k12c"), ("session_2026_12_05", "k12e"),
