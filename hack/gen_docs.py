@@ -473,12 +473,13 @@ _SMALL_FILE = "bench-living-small-jobs-2026-12-07.json"
 _CLASSES_FILE = "bench-living-classes-2026-12-07.json"
 _ARRIVALS_FILE = "bench-living-arrivals-2026-12-07.json"
 _AHEAD_FILE = "bench-living-ahead-2026-12-07.json"
+_SPREAD_FILE = "bench-living-spread-2026-12-07.json"
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
 # code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the latest
 # code's where it was run (prompt passes, the express lane: _ARRIVALS_FILE; small jobs ahead in the queue at 128:
-# _AHEAD_FILE); the peers are sent the same arrivals
+# _AHEAD_FILE, _SPREAD_FILE); the peers are sent the same arrivals
 # without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
 CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     11: {_RAILYARD: ((_AHEAD_FILE, ("r11l50x",)),),
@@ -486,9 +487,10 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
                              ("session_2026_12_05c", "k11"))),
-         "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")),),
+         "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")), (_SPREAD_FILE, ("v11l50b",))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
     12: {_RAILYARD: ((_ARRIVALS_FILE, ("r12l50x",)),),
+         _RAILYARD_128: ((_SPREAD_FILE, ("r12l50g128",)),),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k12"), ("session_2026_12_04b", "k12b"),
                              ("session_2026_12_04b", "k12c"), ("session_2026_12_05", "k12e"),
@@ -506,7 +508,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                           (("session_2026_12_05", "v13e"), ("session_2026_12_05b", "v13f"),
                            ("session_2026_12_05c", "v13"), ("session_2026_12_05d", "v13g")))},
     15: {_RAILYARD: ((_SMALL_FILE, ("r15l50",)),),
-         _RAILYARD_128: ((_SMALL_FILE, ("r15l50g128",)),),
+         _RAILYARD_128: ((_SPREAD_FILE, ("r15l50g128b",)),),
          "Kueue TAS": ((_SMALL_FILE, ("k15l50",)),),
          "Volcano": ((_SMALL_FILE, ("v15l50",)),)},
     16: {_RAILYARD: ((_CLASSES_FILE, ("r16l50",)),),

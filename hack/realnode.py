@@ -11,9 +11,9 @@ The node carries Railyard's topology labels (its own TOR), a simulated `nvidia.c
 tolerate it run there. Pod network: the bridge `railyard0` (10.88.0.1/24, also the node IP: the
 kubelet refuses a loopback one); CoreDNS listens there too and is the pods' nameserver.
 
-What the kubelet, containerd and the CNI plugins change on the host outlives them; `down` undoes it
-(sysctls restored to the values recorded at `up`, iptables chains and rules removed, mounts, network
-namespaces, cgroups and directories removed) and `host_state()` is what tests compare before and after.
+What the kubelet, containerd and the CNI plugins change on the host outlives them; `up` records the host
+first and `down` undoes what changed since (hack/host_record.py: sysctls restored, iptables chains and rules,
+mounts, network namespaces, links, cgroups and directories removed).
 The machine quirks this works around are in ../shared/design/real-node-recipe.md: containerd must not
 lower oom_score_adj (`restrict_oom_score_adj`), cgroup v1 needs `failCgroupV1: false`.
 """
@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import cluster
+import host_record
 
 NODE = "real-0"
 BRIDGE, BRIDGE_IP, SUBNET = "railyard0", cluster.REAL_NODE_IP, "10.88.0.0/24"
@@ -43,14 +42,6 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "coredns")
 ROOT = cluster.STATE / "realnode"
 SOCKET = ROOT / "containerd" / "containerd.sock"
-SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward",
-           "net.ipv4.conf.all.route_localnet", "net.bridge.bridge-nf-call-iptables")
-# Outside the rig's state directory, written by the kubelet, containerd and the CNI plugins.
-HOST_DIRS = ("/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/run/containerd",
-             "/etc/cni/net.d", "/opt/cni")
-HOST_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT", "KUBE-PROXY-CANARY",
-               "KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-MARK-MASQ",
-               "KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-MARK-DROP")
 TOOLS = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "ip": "iproute2",
          "iptables": "iptables", "iptables-save": "iptables", "nft": "nftables"}
 
@@ -60,48 +51,6 @@ def missing_tools() -> list[str]:
     if not Path("/usr/lib/cni/bridge").exists():
         missing.append("/usr/lib/cni/bridge (Debian package containernetworking-plugins)")
     return missing
-
-
-# --- the host, before and after -------------------------------------------------------------------
-
-def _sysctl(name: str) -> str | None:
-    path = Path("/proc/sys") / name.replace(".", "/")
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _iptables(cmd: str) -> list[str]:
-    """The rules (counters and comments aside), sorted: what `down` must leave as it was."""
-    if shutil.which(cmd) is None:
-        return []
-    out = subprocess.run([cmd], capture_output=True, text=True).stdout
-    return sorted(line.split(" [", 1)[0] if line.startswith(":") else line for line in out.splitlines()
-                  if line and not line.startswith("#"))
-
-
-def _cgroups() -> list[str]:
-    found = []
-    for top in Path("/sys/fs/cgroup").iterdir() if Path("/sys/fs/cgroup").is_dir() else []:
-        for name in ("kubepods", "kubepods.slice", "k8s.io", "railyard-node"):
-            if (top / name).exists():
-                found.append(str(top / name))
-    return sorted(found)
-
-
-def host_state() -> dict[str, Any]:
-    """What a real node may change on the host: compared before `up` and after `down`."""
-    mounts = sorted({line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()})
-    netns = sorted(p.name for p in Path("/run/netns").iterdir()) if Path("/run/netns").is_dir() else []
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    return {
-        "sysctls": {name: _sysctl(name) for name in SYSCTLS},
-        "iptables": _iptables("iptables-save"), "ip6tables": _iptables("ip6tables-save"),
-        "mounts": mounts, "netns": netns, "cgroups": _cgroups(),
-        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line),
-        "dirs": sorted(d for d in HOST_DIRS if Path(d).exists()),
-    }
 
 
 # --- configuration ----------------------------------------------------------------------------------
@@ -274,8 +223,8 @@ def prepare() -> None:
     ROOT.mkdir(parents=True, exist_ok=True)
     before = ROOT / "host-before.json"
     if not before.exists():
-        clear_leftovers()
-        before.write_text(json.dumps(host_state(), indent=1))
+        host_record.clear_leftovers()
+        before.write_text(json.dumps(host_record.host_state(), indent=1))
     _bridge()
 
 
@@ -384,7 +333,9 @@ def down() -> list[str]:
         _stop("containerd", state["containerd"])
         stopped.append("containerd")
     _kill_shims()
-    _restore_host()
+    before = ROOT / "host-before.json"
+    host_record.restore(json.loads(before.read_text()) if before.exists() else host_record.host_state())
+    before.unlink(missing_ok=True)
     return stopped
 
 
@@ -399,170 +350,3 @@ def _kill_shims() -> None:
         if cmd and Path(cmd[0].decode(errors="replace")).name.startswith("containerd-shim") and \
                 str(ROOT).encode() in b" ".join(cmd) + (proc / "environ").read_bytes():
             os.kill(int(proc.name), signal.SIGKILL)
-
-
-def _restore_host() -> None:
-    before_path = ROOT / "host-before.json"
-    before = json.loads(before_path.read_text()) if before_path.exists() else host_state()
-    # Mounts under the rig's root, then the kubelet's own, deepest first.
-    mounts = sorted({line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
-                    - set(before["mounts"]), key=len, reverse=True)
-    for mount in mounts:
-        subprocess.run(["umount", "-l", mount], capture_output=True)
-    for ns in set(p.name for p in Path("/run/netns").iterdir()) - set(before["netns"]) \
-            if Path("/run/netns").is_dir() else []:
-        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-    links = host_state()["links"]
-    for link in set(links) - set(before["links"]):
-        subprocess.run(["ip", "link", "delete", link], capture_output=True)
-    for cg in sorted(set(_cgroups()) - set(before["cgroups"])):
-        # cgroup directories go leaves first (rmdir of a cgroup with children fails).
-        for d in sorted((p for p in Path(cg).rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            _rmdir(d)
-        _rmdir(Path(cg))
-    _restore_iptables(before)
-    for name, value in before["sysctls"].items():
-        if value is not None and _sysctl(name) != value:
-            Path("/proc/sys", name.replace(".", "/")).write_text(value)
-    for gone in set(HOST_DIRS) - set(before["dirs"]):
-        shutil.rmtree(gone, ignore_errors=True)
-    before_path.unlink(missing_ok=True)
-
-
-def _rmdir(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError as e:
-        cluster.log(f"real node: cgroup {path} not removed ({e})")
-
-
-def _restore_iptables(before: dict[str, Any]) -> None:
-    for cmd, key in (("iptables", "iptables"), ("ip6tables", "ip6tables")):
-        if shutil.which(cmd) is None:
-            continue
-        for table, line in _rules(cmd):
-            if line not in before[key]:
-                _delete_rule(cmd, table, line)
-        for table in ("filter", "nat", "mangle"):
-            for chain in HOST_CHAINS:
-                if f":{chain}" not in " ".join(before[key]):
-                    _delete_chain(cmd, table, chain)
-            # iptables-nft leaves the nft tables it created behind, empty: only nft removes them.
-            if f"*{table}" not in before[key] and shutil.which("nft"):
-                subprocess.run(["nft", "delete", "table", "ip" if cmd == "iptables" else "ip6", table],
-                               capture_output=True)
-
-
-def _saved(cmd: str) -> list[tuple[str, str]]:
-    """Every chain (`:NAME ...`) and rule (`-A ...`) line of `<cmd>-save` with its table, in the order saved."""
-    table, found = "filter", []
-    for line in subprocess.run([f"{cmd}-save"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("*"):
-            table = line[1:]
-        elif line.startswith((":", "-A ")):
-            found.append((table, line))
-    return found
-
-
-def _rules(cmd: str) -> list[tuple[str, str]]:
-    return [(table, line) for table, line in _saved(cmd) if line.startswith("-A ")]
-
-
-def rule_args(line: str) -> list[str]:
-    """An `-A CHAIN ...` line of `<cmd>-save` as the arguments that name the rule (`-D` takes them): quoted
-    comments stay one argument, or the kubelet's "block incoming localnet connections" rule is never removed."""
-    return shlex.split(line)[1:]
-
-
-def kube_rule(line: str) -> bool:
-    """A rule a kubelet or kube-proxy made: in one of their chains (all named KUBE-…) or jumping to one."""
-    args = rule_args(line)
-    target = args[args.index("-j") + 1] if "-j" in args[:-1] else ""
-    return args[0].startswith("KUBE-") or target.startswith("KUBE-")
-
-
-def _delete_rule(cmd: str, table: str, line: str) -> None:
-    subprocess.run([cmd, "-t", table, "-D", *rule_args(line)], capture_output=True)
-
-
-def _delete_chain(cmd: str, table: str, chain: str) -> None:
-    subprocess.run([cmd, "-t", table, "-F", chain], capture_output=True)
-    subprocess.run([cmd, "-t", table, "-X", chain], capture_output=True)
-
-
-# Processes that own KUBE-* chains while they run: the kubelet and kube-proxy, or a distribution running both
-# inside one process (k3s, k0s, RKE2, MicroK8s' kubelite).
-KUBE_PROCESSES = ("kubelet", "kube-proxy", "kubelite")
-KUBE_PROCESS_PREFIXES = ("k3s", "k0s", "rke2")
-
-
-def owns_kube_chains(process: str) -> bool:
-    """Whether a process of this name (/proc/PID/comm) keeps KUBE-* chains while it runs."""
-    return process in KUBE_PROCESSES or process.startswith(KUBE_PROCESS_PREFIXES)
-
-
-def _kube_runs() -> bool:
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and owns_kube_chains((proc / "comm").read_text().strip()):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def clear_leftovers() -> int:
-    """Remove the iptables rules and chains of a kubelet or kube-proxy that no longer runs — a rig killed before
-    its `down` leaves them — so the record taken before `up` is the host's own and `down` restores that. Nothing
-    is touched while any of KUBE_PROCESSES (or a k3s/k0s/RKE2 process) runs on the host. Returns how many rules
-    went."""
-    if _kube_runs():
-        return 0
-    removed = 0
-    for cmd in ("iptables", "ip6tables"):
-        if shutil.which(cmd) is None:
-            continue
-        rules = [(table, line) for table, line in _rules(cmd) if kube_rule(line)]
-        for table, line in rules:
-            _delete_rule(cmd, table, line)
-        removed += len(rules)
-        for table, line in _saved(cmd):
-            if line.startswith(":KUBE-"):
-                _delete_chain(cmd, table, line[1:].split()[0])
-    if removed:
-        cluster.log(f"real node: removed {removed} iptables rules of a kubelet or kube-proxy no longer running "
-                    "(a rig stopped before its teardown)")
-    return removed
-
-
-def main(argv: list[str]) -> int:
-    """`realnode.py snapshot FILE` records the host (after clearing what a killed rig left in iptables);
-    `realnode.py check FILE` fails (naming what changed) unless the host is as recorded: hack/test.sh runs them
-    around the whole suite."""
-    if len(argv) != 2 or argv[0] not in ("snapshot", "check"):
-        print("usage: realnode.py snapshot|check FILE", file=sys.stderr)
-        return 2
-    path = Path(argv[1])
-    if argv[0] == "snapshot":
-        clear_leftovers()
-        path.write_text(json.dumps(host_state(), indent=1))
-        return 0
-    before, after = json.loads(path.read_text()), host_state()
-    changed = []
-    for key, value in before.items():
-        if after.get(key) == value:
-            continue
-        if isinstance(value, list):
-            added, removed = sorted(set(after[key]) - set(value)), sorted(set(value) - set(after[key]))
-            changed.append(f"{key}: added {added[:10]}, removed {removed[:10]}")
-        else:
-            changed.append(f"{key}: {value} -> {after.get(key)}")
-    for line in changed:
-        print(f"host changed by the rig: {line}", file=sys.stderr)
-    if not changed:
-        print("host as it was before the rig", file=sys.stderr)
-    return 1 if changed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -46,7 +46,7 @@ if [[ -z ${KUBECONFIG:-} ]]; then
   if [[ $(id -u) -eq 0 ]]; then
     phase images .venv/bin/python hack/images.py build
     host_before=$(mktemp)
-    .venv/bin/python hack/realnode.py snapshot "$host_before"
+    .venv/bin/python hack/host_record.py snapshot "$host_before"
     real_node=(--real-node)
   fi
   phase cluster-start .venv/bin/python hack/cluster.py up --profile small "${real_node[@]}"
@@ -59,7 +59,7 @@ phase tests .venv/bin/pytest tests || status=$?
 if [[ $started_cluster == 1 ]]; then
   phase cluster-stop .venv/bin/python hack/cluster.py down
   if [[ ${#real_node[@]} -gt 0 ]]; then
-    phase host-check .venv/bin/python hack/realnode.py check "$host_before" || status=$?
+    phase host-check .venv/bin/python hack/host_record.py check "$host_before" || status=$?
   fi
 fi
 exit $status
