@@ -499,7 +499,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                           (("session_2026_12_05", "v12e"), ("session_2026_12_05b", "v12f"),
                            ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
-    13: {_RAILYARD: ((_LIMITS_FILE, ("r13l50",)),),
+    13: {_RAILYARD: ((_SPREAD_FILE, ("r13l50d",)),),
          _RAILYARD_128: ((_AHEAD_FILE, ("r13l50g128b",)),),
          "Kueue TAS": (*((_SEEDS_FILE, (s, "living", r)) for s, r in
                          (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
@@ -511,7 +511,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
          _RAILYARD_128: ((_SPREAD_FILE, ("r15l50g128b",)),),
          "Kueue TAS": ((_SMALL_FILE, ("k15l50",)),),
          "Volcano": ((_SMALL_FILE, ("v15l50",)),)},
-    16: {_RAILYARD: ((_CLASSES_FILE, ("r16l50",)),),
+    16: {_RAILYARD: ((_SPREAD_FILE, ("r16l50d",)),),
          _RAILYARD_128: ((_AHEAD_FILE, ("r16l50g128a10",)),),
          "Kueue TAS": ((_CLASSES_FILE, ("k16l50",)),),
          "Volcano": ((_CLASSES_FILE, ("v16l50",)),)},
