@@ -111,8 +111,8 @@ class PlacementSettings(_Settings):
         "reservations); 0: only backfill by declared limits.", ge=0)
     small_job_ahead_seconds: float = setting(
         "SMALL_JOB_AHEAD_SECONDS", 10.0, "With RAILYARD_SMALL_JOB_GPUS set, a small job that has waited this long "
-        "goes ahead of the larger jobs of its priority in the queue (a starving gang's reservation still comes "
-        "first).", ge=0)
+        "goes ahead of the larger jobs of its priority in the queue (a gang already holding a reservation still "
+        "comes first).", ge=0)
     master_port: int = 29500
 
 
