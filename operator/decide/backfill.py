@@ -147,6 +147,17 @@ class Backfill:
                 out[holder] = (start, opened)
         return out
 
+    def would_delay(self, job: Job, requests: Mapping[Key, GangRequest], current: Snapshot, holder: Key,
+                    nodes: frozenset[str]) -> bool:
+        """Whether `job` placed now on `holder`'s `nodes` could delay the holder's expected start: a start known
+        from declared ends that the job would outlive (a job without a limit outlives any). An unknown start
+        (NEVER) cannot be delayed."""
+        request = requests.get(holder)
+        if request is None:
+            return False
+        start = expected_start(nodes, self._occupants(), current, request, self.now)
+        return start < NEVER and end_if_placed(job, self.now, self.pass_seconds) > start
+
     def _fits_before(self, end: float, ends: Sequence[float]) -> bool:
         """Whether a job ending at `end` may use a reserved node whose occupants end at `ends`: only a node in use
         until a declared time (a free one is the holder's to take as soon as it fits), and within the trusted

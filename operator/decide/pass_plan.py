@@ -251,7 +251,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         small = frozenset[str]()
         if held and small_jobs.is_small(candidate.request):  # off by default: nothing to read per candidate
             scheduled = {k for k in held if work.recall(k).backfilled_into} | {b.holder for b in backfill.backfilled}
-            small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled)
+            small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled,
+                                       partial(backfill.would_delay, job, requests, current))
         closed = others_hold - small  # the reserved nodes this job may not use
         gains = partial(work.may_gain, candidate, current, closed)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
