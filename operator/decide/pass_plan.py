@@ -274,8 +274,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if decision.placement is not None:
             current = taken(current, decision)
             backfill.placed(job, decision, held, open_to)
-            if small:  # what it occupies there, for the backfill checks of the rest of the pass
-                landed = backfill.took(job, decision, small - _union(held[key] for key in open_to if key in held))
+            if small:  # landed on nodes lent as a small job's: its Event names their holders
+                lent = small - _union(held[key] for key in open_to if key in held)
+                landed = {node for node, _ in decision.placement.allocations} & lent
                 plan.lent.extend(Lent(candidate.key, key) for key, nodes in held.items() if nodes & landed)
             if pods is not None:
                 pods.extend(placed_pods(decision))
