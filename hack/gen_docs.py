@@ -474,20 +474,23 @@ _CLASSES_FILE = "bench-living-classes-2026-12-07.json"
 _ARRIVALS_FILE = "bench-living-arrivals-2026-12-07.json"
 _AHEAD_FILE = "bench-living-ahead-2026-12-07.json"
 _SPREAD_FILE = "bench-living-spread-2026-12-07.json"
+_KNOWN_START_FILE = "bench-living-known-start-2026-12-08.json"
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
 # code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the latest
 # code's where it was run (prompt passes, the express lane: _ARRIVALS_FILE; small jobs ahead in the queue at 128:
-# _AHEAD_FILE, _SPREAD_FILE); the peers are sent the same arrivals
+# _AHEAD_FILE, _SPREAD_FILE, _KNOWN_START_FILE); the peers are sent the same arrivals
 # without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
 CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     11: {_RAILYARD: ((_AHEAD_FILE, ("r11l50x",)),),
-         _RAILYARD_128: ((_AHEAD_FILE, ("r11l50g128b",)),),
+         _RAILYARD_128: ((_AHEAD_FILE, ("r11l50g128b",)), (_KNOWN_START_FILE, ("r11l50g128c",)),
+                         (_KNOWN_START_FILE, ("r11l50g128d",))),
          "Kueue TAS": tuple((_SEEDS_FILE, (s, "living", r)) for s, r in
                             (("session_2026_12_04b", "k11"), ("session_2026_12_05", "k11e"),
                              ("session_2026_12_05c", "k11"))),
-         "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")), (_SPREAD_FILE, ("v11l50b",))),
+         "Volcano": ((_SEEDS_FILE, ("session_2026_12_05", "living", "v11e")), (_SPREAD_FILE, ("v11l50b",)),
+                     (_KNOWN_START_FILE, ("v11l50c",))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_04b", "living", "g11")),)},
     12: {_RAILYARD: ((_ARRIVALS_FILE, ("r12l50x",)),),
          _RAILYARD_128: ((_SPREAD_FILE, ("r12l50g128",)),),
@@ -500,7 +503,7 @@ CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                            ("session_2026_12_05c", "v12"), ("session_2026_12_05c", "v12b"))),
          "kube-scheduler's gang": ((_SEEDS_FILE, ("session_2026_12_05", "living", "g12e")),)},
     13: {_RAILYARD: ((_SPREAD_FILE, ("r13l50d",)),),
-         _RAILYARD_128: ((_AHEAD_FILE, ("r13l50g128b",)),),
+         _RAILYARD_128: ((_AHEAD_FILE, ("r13l50g128b",)), (_KNOWN_START_FILE, ("r13l50g128c",))),
          "Kueue TAS": (*((_SEEDS_FILE, (s, "living", r)) for s, r in
                          (("session_2026_12_04b", "k13"), ("session_2026_12_05", "k13e"),
                           ("session_2026_12_05c", "k13"))), (_ARRIVALS_FILE, ("k13l50",))),

@@ -107,8 +107,9 @@ class PlacementSettings(_Settings):
         gt=0, le=1)
     small_job_gpus: int = setting(
         "SMALL_JOB_GPUS", 0, "A job asking at most this many GPUs in all may use nodes reserved for a starving gang "
-        "while an eighth of them or more are busy, declared limit or not (docs/placement.md#small-jobs-and-"
-        "reservations); 0: only backfill by declared limits.", ge=0)
+        "while an eighth of them or more are busy, declared limit or not, unless it could outlive the gang's start "
+        "known from declared ends (docs/placement.md#small-jobs-and-reservations); 0: only backfill by declared "
+        "limits.", ge=0)
     small_job_ahead_seconds: float = setting(
         "SMALL_JOB_AHEAD_SECONDS", 10.0, "With RAILYARD_SMALL_JOB_GPUS set, a small job that has waited this long "
         "goes ahead of the larger jobs of its priority in the queue (a gang already holding a reservation still "

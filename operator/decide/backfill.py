@@ -2,7 +2,8 @@
 times"): while a starving gang holds nodes, a job with a time limit (spec.timeLimitSeconds) may use a held node
 when it ends (1) before the holder's expected start and (2) on that node, within RAILYARD_BACKFILL_TRUST of the
 time its occupants still declare. The expected start comes from the declared ends of what occupies the held nodes:
-the first time the capacity they free, in the order they end, could hold the holder's smallest gang. What declares
+the first time the capacity they free, in the order they end, could hold the holder's smallest gang (every
+placement of the pass so far is an occupant: a gang may start starving, and reserve, later in the pass). What declares
 no limit may end any moment or never, so a node it occupies is never backfilled, and a free held node neither (the
 holder takes it as soon as it fits). A backfilled job ends by the holder's expected start, which never moves; a
 job without a limit never uses a reservation (unless an admin lets small jobs, decide/small_jobs.py). Pure: the
@@ -101,7 +102,8 @@ class Backfill:
     pass_seconds: float
     trust: float = 1.0  # RAILYARD_BACKFILL_TRUST
     _listed: dict[str, list[tuple[float, int]]] | None = None
-    _taken: list[tuple[str, float, int]] = field(default_factory=list)  # the pass's small jobs on reserved nodes
+    _taken: list[tuple[str, float, int]] = field(default_factory=list)  # the pass's placements, before the listing
+    _starts: dict[tuple[Key, frozenset[str]], float] = field(default_factory=dict)  # until the next placement
     backfilled: list[Backfilled] = field(default_factory=list)
 
     def _occupants(self) -> dict[str, list[tuple[float, int]]]:
@@ -111,21 +113,25 @@ class Backfill:
                 self._listed.setdefault(node, []).append((end, gpus))
         return self._listed
 
-    def took(self, job: Job, decision: Decision, nodes: frozenset[str]) -> frozenset[str]:
-        """A small job (decide/small_jobs.py) placed this pass on reserved `nodes`: it occupies those it landed on
-        until its declared end, or NEVER. Returns those it landed on."""
+    def occupy(self, job: Job, decision: Decision) -> None:
+        """A placement of the pass: it occupies every node it landed on until its declared end (NEVER without
+        one), reserved or not — a gang that starts starving later in the pass may reserve those nodes."""
         if decision.placement is None:
-            return frozenset()
+            return
         end = end_if_placed(job, self.now, self.pass_seconds)
-        landed: set[str] = set()
         for node, gpus in decision.placement.allocations:
-            if node in nodes:
-                landed.add(node)
-                if self._listed is None:
-                    self._taken.append((node, end, len(gpus)))
-                else:
-                    self._listed.setdefault(node, []).append((end, len(gpus)))
-        return frozenset(landed)
+            if self._listed is None:
+                self._taken.append((node, end, len(gpus)))
+            else:
+                self._listed.setdefault(node, []).append((end, len(gpus)))
+        self._starts.clear()  # the snapshot and the occupants changed
+
+    def _start(self, holder: Key, nodes: frozenset[str], request: GangRequest, current: Snapshot) -> float:
+        """The holder's expected start on `nodes` (`current`: the pass's snapshot, placements so far taken)."""
+        key = (holder, nodes)
+        if key not in self._starts:
+            self._starts[key] = expected_start(nodes, self._occupants(), current, request, self.now)
+        return self._starts[key]
 
     def open_to(self, job: Job, held: Mapping[Key, frozenset[str]], requests: Mapping[Key, GangRequest],
                 current: Snapshot) -> dict[Key, tuple[float, frozenset[str]]]:
@@ -139,13 +145,24 @@ class Backfill:
         for holder, nodes in held.items():
             if holder == job.key or holder not in requests:
                 continue
-            start = expected_start(nodes, listed, current, requests[holder], self.now)
+            start = self._start(holder, nodes, requests[holder], current)
             if not end <= start < NEVER:
                 continue
             opened = frozenset(n for n in nodes if self._fits_before(end, [e for e, _ in listed.get(n, ())]))
             if opened:
                 out[holder] = (start, opened)
         return out
+
+    def would_delay(self, job: Job, requests: Mapping[Key, GangRequest], current: Snapshot, holder: Key,
+                    nodes: frozenset[str]) -> bool:
+        """Whether `job` placed now on `holder`'s `nodes` could delay the holder's expected start: a start known
+        from declared ends that the job would outlive (a job without a limit outlives any). An unknown start
+        (NEVER) cannot be delayed."""
+        request = requests.get(holder)
+        if request is None:  # not a waiting gang's: nothing to read its start from, so nothing lent
+            return True
+        start = self._start(holder, nodes, request, current)
+        return start < NEVER and end_if_placed(job, self.now, self.pass_seconds) > start
 
     def _fits_before(self, end: float, ends: Sequence[float]) -> bool:
         """Whether a job ending at `end` may use a reserved node whose occupants end at `ends`: only a node in use
@@ -157,16 +174,13 @@ class Backfill:
 
     def placed(self, job: Job, decision: Decision, held: Mapping[Key, frozenset[str]],
                open_to: Mapping[Key, tuple[float, frozenset[str]]]) -> None:
-        """A placement of the pass: where it landed on reserved nodes, it occupies them until its end."""
+        """A placement of the pass: what it occupies (`occupy`), and the holders it backfilled."""
+        self.occupy(job, decision)
         if decision.placement is None:
             return
-        landed = {node: len(gpus) for node, gpus in decision.placement.allocations}
+        landed = {node for node, _ in decision.placement.allocations}
         end = end_if_placed(job, self.now, self.pass_seconds)
         for holder, (start, _) in open_to.items():
             nodes = held.get(holder, frozenset())
-            on = [n for n in landed if n in nodes]
-            if on:
+            if landed & nodes:
                 self.backfilled.append(Backfilled(job.key, holder, nodes, end, start))
-                listed = self._occupants()
-                for node in on:
-                    listed.setdefault(node, []).append((end, landed[node]))

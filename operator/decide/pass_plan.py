@@ -251,7 +251,8 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         small = frozenset[str]()
         if held and small_jobs.is_small(candidate.request):  # off by default: nothing to read per candidate
             scheduled = {k for k in held if work.recall(k).backfilled_into} | {b.holder for b in backfill.backfilled}
-            small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled)
+            small = small_jobs.open_to(candidate.request, candidate.key, held, scheduled,
+                                       partial(backfill.would_delay, job, requests, current))
         closed = others_hold - small  # the reserved nodes this job may not use
         gains = partial(work.may_gain, candidate, current, closed)
         if not queue.worth_solving(memory.failure, given.freed, job.generation, given.now,
@@ -273,8 +274,9 @@ def plan_pass(given: PassInput, clock: Callable[[], float] = lambda: 0.0) -> Gen
         if decision.placement is not None:
             current = taken(current, decision)
             backfill.placed(job, decision, held, open_to)
-            if small:  # what it occupies there, for the backfill checks of the rest of the pass
-                landed = backfill.took(job, decision, small - _union(held[key] for key in open_to if key in held))
+            if small:  # landed on nodes lent as a small job's: its Event names their holders
+                lent = small - _union(held[key] for key in open_to if key in held)
+                landed = {node for node, _ in decision.placement.allocations} & lent
                 plan.lent.extend(Lent(candidate.key, key) for key, nodes in held.items() if nodes & landed)
             if pods is not None:
                 pods.extend(placed_pods(decision))

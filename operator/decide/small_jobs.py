@@ -2,7 +2,9 @@
 which reserved nodes a job may use, declared limit or not, because it is small. A holder waits for every one of its
 nodes to empty; a small job on one of them delays the holder only if it outlives the occupants of all the others
 still busy, so a job of at most the set number of GPUs may use a holder's nodes while an eighth of them or more
-were busy when the pass began (counted then, so the pass's own small placements do not keep a reservation open).
+were busy when the pass began (counted then, so the pass's own small placements do not keep a reservation open),
+unless the holder's start is known from declared ends (decide/backfill.py) and the job could outlive it: a job
+without a limit, or with one ending later, would delay what the holder was promised; an unknown start is not.
 A reservation kept for the declared ends of jobs backfilled into it (decide/backfill.py) stays closed: an
 occupant without a limit would break the schedule it was kept for. Off (0) by default: then only backfill by
 declared limits opens a reservation. Pure: the queue pass (decide/pass_plan.py) asks, once per candidate, and lists
@@ -10,7 +12,7 @@ what it lent (`Lent`) for the small job's LentReservedNodes Event."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from railyard.operator.base.objects import Key
@@ -38,14 +40,16 @@ class SmallJobs:
         return self.small_job_gpus > 0 and request.gpus_per_replica > 0 and asks_gpus(request) <= self.small_job_gpus
 
     def open_to(self, request: GangRequest, own: Key, held: Mapping[Key, frozenset[str]],
-                closed: Collection[Key]) -> frozenset[str]:
+                closed: Collection[Key], delays: Callable[[Key, frozenset[str]], bool]) -> frozenset[str]:
         """The nodes of other gangs' reservations a job of `request` may use as a small job; none of the holders in
-        `closed` (kept for what was backfilled into them)."""
+        `closed` (kept for what was backfilled into them) nor of those whose expected start the job could delay
+        (`delays`: a start known from declared ends that the job would outlive)."""
         if not held or not self.is_small(request):
             return frozenset()
         opened: set[str] = set()
         for holder, nodes in held.items():
-            if holder != own and holder not in closed and self._holder_open(holder, nodes):
+            if holder != own and holder not in closed and self._holder_open(holder, nodes) \
+                    and not delays(holder, nodes):
                 opened |= nodes
         return frozenset(opened)
 

@@ -196,3 +196,25 @@ def test_a_job_that_would_end_after_the_holders_start_is_refused_even_where_the_
     assert backfill.open_to(late, held, {("default", "holder"): holder}, busy) == {}
     opened = backfill.open_to(early, held, {("default", "holder"): holder}, busy)
     assert opened == {("default", "holder"): (100.0, frozenset({b}))}, "only the busy node, before the start"
+
+
+def test_a_job_placed_earlier_in_the_pass_is_an_occupant_of_a_reservation_made_later_in_it():
+    from railyard.operator.base.objects import parse_job
+    from railyard.operator.decide.backfill import Backfill
+    from railyard.topology.solver.placement import Decision, Placement
+
+    snap = snapshot(leaves=1, tors=1, nodes=2)
+    a, b = (n.name for n in snap.nodes)
+    # Listed when the pass began: a busy until t=300 (declared); b free. The pass then places a 1x8 job on b with a
+    # 100 s limit, and only after that does a gang of both nodes reserve them.
+    listed = {a: [(300.0, 8)]}
+    backfill = Backfill(lambda: listed, 0.0, pass_seconds=5.0, trust=1.0)
+    first = parse_job(training_job("first", 1, 8, time_limit=100))
+    on_b = Placement.from_replicas([(snap.node(b), range(8))], snap.levels)
+    backfill.placed(first, Decision(GangRequest("first", 1, 8), on_b, None), {}, {})
+    current = snap.allocate([(a, range(8)), (b, range(8))])
+    holder, key, nodes = GangRequest("holder", 2, 8), ("default", "holder"), frozenset({a, b})
+    late = parse_job(training_job("late", 1, 4, time_limit=10_000))
+    assert backfill.would_delay(late, {key: holder}, current, key, nodes), \
+        "the start is known (a at 300 s, first's end at 140 s): late would outlive it"
+    assert expected_start({a, b}, backfill._occupants(), current, holder, 0.0) == 300.0
