@@ -478,10 +478,11 @@ _KNOWN_START_FILE = "bench-living-known-start-2026-12-08.json"
 _RAILYARD, _RAILYARD_128 = "Railyard", "Railyard, `RAILYARD_SMALL_JOB_GPUS=128`"
 
 # seed -> who -> the runs (record file in docs/records/, the run's path in it). Railyard's runs are those of the
-# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the latest
-# code's where it was run (prompt passes, the express lane: _ARRIVALS_FILE; small jobs ahead in the queue at 128:
-# _AHEAD_FILE, _SPREAD_FILE, _KNOWN_START_FILE); the peers are sent the same arrivals
-# without limits, so their runs of the same seed since the harness's censoring (2026-12-04b) count.
+# code since time limits landed, half the jobs declaring them (COMPARE_LIMIT_SHARE=0.5), and only the latest rules'
+# where they were run (prompt passes, the express lane: _ARRIVALS_FILE; small jobs ahead in the queue at 128:
+# _AHEAD_FILE, _SPREAD_FILE, _KNOWN_START_FILE); a later change that moved no simulated figure (_KNOWN_START_FILE's
+# record) does not retire a run. The peers are sent the same arrivals without limits, so their runs of the same
+# seed since the harness's censoring (2026-12-04b) count.
 CLASS_RUNS: dict[int, dict[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     11: {_RAILYARD: ((_AHEAD_FILE, ("r11l50x",)),),
          _RAILYARD_128: ((_AHEAD_FILE, ("r11l50g128b",)), (_KNOWN_START_FILE, ("r11l50g128c",)),

@@ -103,7 +103,8 @@ class Backfill:
     trust: float = 1.0  # RAILYARD_BACKFILL_TRUST
     _listed: dict[str, list[tuple[float, int]]] | None = None
     _taken: list[tuple[str, float, int]] = field(default_factory=list)  # the pass's placements, before the listing
-    _starts: dict[tuple[Key, frozenset[str]], float] = field(default_factory=dict)  # until the next placement
+    # Expected starts until the next placement: the pass hands `_start` its snapshot, which changes only there.
+    _starts: dict[tuple[Key, frozenset[str]], float] = field(default_factory=dict)
     backfilled: list[Backfilled] = field(default_factory=list)
 
     def _occupants(self) -> dict[str, list[tuple[float, int]]]:
