@@ -114,18 +114,20 @@ class Backfill:
                 self._listed.setdefault(node, []).append((end, gpus))
         return self._listed
 
-    def occupy(self, job: Job, decision: Decision) -> None:
+    def occupy(self, job: Job, decision: Decision) -> float:
         """A placement of the pass: it occupies every node it landed on until its declared end (NEVER without
-        one), reserved or not — a gang that starts starving later in the pass may reserve those nodes."""
-        if decision.placement is None:
-            return
+        one), reserved or not — a gang that starts starving later in the pass may reserve those nodes. Returns
+        that end."""
         end = end_if_placed(job, self.now, self.pass_seconds)
+        if decision.placement is None:
+            return end
         for node, gpus in decision.placement.allocations:
             if self._listed is None:
                 self._taken.append((node, end, len(gpus)))
             else:
                 self._listed.setdefault(node, []).append((end, len(gpus)))
         self._starts.clear()  # the snapshot and the occupants changed
+        return end
 
     def _start(self, holder: Key, nodes: frozenset[str], request: GangRequest, current: Snapshot) -> float:
         """The holder's expected start on `nodes` (`current`: the pass's snapshot, placements so far taken)."""
@@ -176,11 +178,10 @@ class Backfill:
     def placed(self, job: Job, decision: Decision, held: Mapping[Key, frozenset[str]],
                open_to: Mapping[Key, tuple[float, frozenset[str]]]) -> None:
         """A placement of the pass: what it occupies (`occupy`), and the holders it backfilled."""
-        self.occupy(job, decision)
+        end = self.occupy(job, decision)
         if decision.placement is None:
             return
         landed = {node for node, _ in decision.placement.allocations}
-        end = end_if_placed(job, self.now, self.pass_seconds)
         for holder, (start, _) in open_to.items():
             nodes = held.get(holder, frozenset())
             if landed & nodes:

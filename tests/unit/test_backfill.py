@@ -11,6 +11,7 @@ from railyard.operator.base.settings import Settings
 from railyard.operator.decide.backfill import NEVER, expected_start
 from railyard.topology.solver.request import GangRequest
 
+from tests.support.arrivals import in_arrival_order, submit_arrived
 from tests.support.clusters import snapshot
 
 # (replicas, GPUs per replica, lifetime seconds, limit over lifetime or None, arrival second)
@@ -97,12 +98,9 @@ def test_small_jobs_backfilling_a_whole_cluster_reservation_never_delay_it(occup
     for i, (gpus, lifetime, factor, _) in enumerate(occupants):
         sim.submit(training_job(f"busy{i}", 1, gpus, time_limit=int(lifetime * factor) + 1), float(lifetime), 0.0)
     sim.submit(training_job("whole", 8, 8, preferred_tier="tor"), 600.0, 1.0)
-    pending = sorted(enumerate(small), key=lambda ij: ij[1][3])
+    pending = in_arrival_order(small)
     for second in range(0, 1000, 2):
-        while pending and pending[0][1][3] <= second:
-            i, (gpus, lifetime, factor, arrival) = pending.pop(0)
-            limit = int(lifetime * factor) + 1 if factor is not None else None
-            sim.submit(training_job(f"small{i}", 1, gpus, time_limit=limit), float(lifetime), float(arrival))
+        submit_arrived(sim, pending, second)
         if _check_pass(sim, float(second)):
             event("a job backfilled a reservation")
 

@@ -14,6 +14,7 @@ from railyard.operator.decide.pass_plan import PassInput
 from railyard.operator.decide.priority import PriorityClassView
 from railyard.operator.decide.small_jobs import Lent
 
+from tests.support.arrivals import in_arrival_order, submit_arrived
 from tests.support.clusters import nodes_in_tor, snapshot
 
 BIG = ("bench", "big")
@@ -121,7 +122,8 @@ def test_a_job_placed_earlier_in_the_pass_counts_toward_the_start_of_a_reservati
     sim.submit(training_job("unlimited", 1, 4), 500.0, 7.0)
     plan = sim.step(7.0)
     assert [key[1] for key, _ in plan.placed] == ["urgent"]
-    assert {node for node, _ in plan.placed[0][1].placement.allocations} <= sim.memory[BIG].reserved
+    urgent = plan.placed[0][1].placement
+    assert urgent is not None and {node for node, _ in urgent.allocations} <= sim.memory[BIG].reserved
     assert plan.lent == [], "big's start is known (fill's and urgent's limits): the unlimited job keeps off"
 
 
@@ -240,12 +242,9 @@ def test_a_job_lent_reserved_nodes_never_delays_a_holders_start_known_from_decla
         return began["input"]  # type: ignore[return-value]
 
     sim.given = given  # type: ignore[method-assign]
-    pending = sorted(enumerate(small), key=lambda ij: ij[1][3])
+    pending = in_arrival_order(small)
     for second in range(0, 700, 2):
-        while pending and pending[0][1][3] <= second:
-            i, (gpus, lifetime, factor, arrival) = pending.pop(0)
-            limit = int(lifetime * factor) + 1 if factor is not None else None
-            sim.submit(training_job(f"small{i}", 1, gpus, time_limit=limit), float(lifetime), float(arrival))
+        submit_arrived(sim, pending, second)
         plan = sim.step(float(second))
         for lent in plan.lent:
             pass_input = began["input"]
